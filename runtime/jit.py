@@ -1,0 +1,231 @@
+"""JIT: LLVM IR in, callable native code out, for the host CPU.
+
+:func:`compile_ir` parses, optimizes (new pass manager, vectorization on) and turns a
+module into a relocatable ``pic`` object, going through the on-disk
+:mod:`runtime.cache`; :func:`load_object` maps such an object into memory without
+compiling anything. Both return a :class:`Library`, which owns the MCJIT engine that
+holds the code: the code stays mapped exactly as long as the Library (or a function
+obtained from it) is referenced.
+
+Symbols the code does not define (``memset``, ``expf`` ...) resolve against the
+running process.
+
+Example::
+
+    >>> import ctypes
+    >>> lib = compile_ir("define i64 @twice(i64 %x) { %y = mul i64 %x, 2  ret i64 %y }")
+    >>> lib.function("twice", ctypes.c_int64, ctypes.c_int64)(21)
+    42
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import llvmlite.binding as llvm
+import llvmlite.ir
+
+from .cache import CompileCache, cache_key, default_cache
+from .target import (
+    ensure_initialized,
+    feature_string,
+    host_cpu,
+    host_target_machine,
+    new_target_machine,
+    optimize,
+)
+
+__all__ = ["CompileError", "JitStats", "Library", "compile_ir", "load_object", "stats"]
+
+
+class CompileError(ValueError):
+    """The LLVM IR given to :func:`compile_ir` does not parse or verify."""
+
+
+class JitStats:
+    """Process-wide counters: how often IR was compiled, and objects loaded."""
+
+    __slots__ = ("compiles", "loads", "compile_seconds", "_lock")
+
+    def __init__(self) -> None:
+        self.compiles = 0
+        self.loads = 0
+        self.compile_seconds = 0.0
+        self._lock = threading.Lock()
+
+    def _add(self, *, compiles: int = 0, loads: int = 0, seconds: float = 0.0) -> None:
+        with self._lock:
+            self.compiles += compiles
+            self.loads += loads
+            self.compile_seconds += seconds
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return {"compiles": self.compiles, "loads": self.loads, "compile_seconds": self.compile_seconds}
+
+
+_STATS = JitStats()
+
+
+def stats() -> dict[str, float]:
+    """Counters since process start: ``compiles``, ``loads``, ``compile_seconds``.
+
+    >>> sorted(stats())
+    ['compile_seconds', 'compiles', 'loads']
+    """
+    return _STATS.snapshot()
+
+
+class Library:
+    """Native code compiled from one LLVM module, kept alive as long as this object lives.
+
+    Attributes: ``name``; ``object`` (the relocatable object bytes, storable in artifacts).
+    """
+
+    __slots__ = ("name", "object", "_engine", "_addresses", "_lock", "_ir", "_ir_factory", "_asm",
+                 "__weakref__")
+
+    def __init__(self, engine: llvm.ExecutionEngine, obj: bytes, name: str,
+                 ir_factory: Callable[[], str] | None) -> None:
+        self.name = name
+        self.object = obj
+        self._engine = engine
+        self._addresses: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._ir: str | None = None
+        self._ir_factory = ir_factory
+        self._asm: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<Library {self.name!r}: {len(self.object)} bytes of object code>"
+
+    def address(self, symbol: str) -> int:
+        """The address of ``symbol``; KeyError names it when the code does not define it."""
+        addr = self._addresses.get(symbol)
+        if addr is None:
+            with self._lock:
+                addr = self._engine.get_function_address(symbol)
+                if not addr:
+                    addr = self._engine.get_global_value_address(symbol)
+            if not addr:
+                raise KeyError(f"symbol {symbol!r} is not defined in library {self.name!r}")
+            self._addresses[symbol] = addr
+        return addr
+
+    def function(self, symbol: str, restype: Any, *argtypes: Any) -> Any:
+        """A ctypes function for ``symbol`` with a C signature; it releases the GIL while it runs.
+
+        The returned object references this Library, so the code is never unmapped while
+        the function is reachable.
+        """
+        fn = ctypes.CFUNCTYPE(restype, *argtypes)(self.address(symbol))
+        fn._tp_library = self
+        return fn
+
+    @property
+    def ir(self) -> str:
+        """The optimized LLVM IR text ('' for an object loaded without its IR)."""
+        if self._ir is None:
+            self._ir = self._ir_factory() if self._ir_factory is not None else ""
+        return self._ir
+
+    def asm(self) -> str:
+        """Host assembly of the optimized IR (computed on first use)."""
+        if self._asm is None:
+            ir_text = self.ir
+            if not ir_text:
+                raise RuntimeError(f"library {self.name!r} was loaded from object code without IR; "
+                                   "no assembly can be produced")
+            tm = host_target_machine()
+            self._asm = tm.emit_assembly(llvm.parse_assembly(ir_text))
+        return self._asm
+
+
+def load_object(obj: bytes, *, name: str = "module", ir: str | None = None) -> Library:
+    """Map relocatable object code into memory without compiling; ``ir`` is kept for ``Library.ir``.
+
+    >>> lib = compile_ir("define i32 @one() { ret i32 1 }", cache=False)
+    >>> load_object(lib.object).address("one") > 0
+    True
+    """
+    if not isinstance(obj, (bytes, bytearray, memoryview)):
+        raise TypeError(f"load_object expects object code as bytes, got {type(obj).__name__}")
+    obj = bytes(obj)
+    if not obj.startswith(b"\x7fELF"):
+        raise ValueError(f"load_object expects an ELF object file, got bytes starting with {obj[:8]!r}")
+    ensure_initialized()
+    # MCJIT takes ownership of its target machine, so each engine gets its own.
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(jit=True))
+    try:
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+    except RuntimeError as exc:
+        raise ValueError(f"cannot load object code for library {name!r}: {exc}") from exc
+    _STATS._add(loads=1)
+    factory = (lambda: ir) if ir is not None else None
+    return Library(engine, obj, name, factory)
+
+
+def _parse(text: str, name: str) -> llvm.ModuleRef:
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as exc:
+        raise CompileError(f"invalid LLVM IR for module {name!r}: {exc}") from exc
+    mod.name = name
+    return mod
+
+
+def _optimized_ir(text: str, name: str, opt: int, prefer_vector_width: int | None) -> str:
+    mod = _parse(text, name)
+    optimize(mod, host_target_machine(opt=opt, prefer_vector_width=prefer_vector_width), speed_level=opt)
+    return str(mod)
+
+
+def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool | CompileCache = True,
+               name: str = "module", prefer_vector_width: int | None = None) -> Library:
+    """Optimize and compile LLVM IR for the host CPU, reusing cached object code when present.
+
+    ``cache`` is True (the default cache, see :mod:`runtime.cache`), False, or a
+    :class:`CompileCache`. ``prefer_vector_width`` (256 or 512) is passed to
+    :func:`runtime.target.host_target_machine`. Invalid IR raises :class:`CompileError`.
+
+    >>> import ctypes
+    >>> f = compile_ir("define double @sq(double %x) { %y = fmul double %x, %x  ret double %y }")
+    >>> f.function("sq", ctypes.c_double, ctypes.c_double)(3.0)
+    9.0
+    """
+    if not isinstance(llvm_ir, (str, llvmlite.ir.Module)):
+        raise TypeError("compile_ir expects LLVM IR as str or llvmlite.ir.Module, "
+                        f"got {type(llvm_ir).__name__}")
+    text = str(llvm_ir)
+    ensure_initialized()
+    tm = host_target_machine(opt=opt, prefer_vector_width=prefer_vector_width)
+    store = default_cache() if cache is True else cache if isinstance(cache, CompileCache) else None
+    key = None
+    if store is not None:
+        cpu = host_cpu()
+        key = cache_key(text, cpu.name, feature_string(prefer_vector_width), cpu.llvmlite, opt)
+        obj = store.get(key)
+        if obj is not None:
+            return _load_lazy(obj, name, text, opt, prefer_vector_width)
+    start = time.perf_counter()
+    mod = _parse(text, name)
+    optimize(mod, tm, speed_level=opt)
+    optimized = str(mod)
+    obj = tm.emit_object(mod)
+    _STATS._add(compiles=1, seconds=time.perf_counter() - start)
+    if store is not None and key is not None:
+        store.put(key, obj)
+    return load_object(obj, name=name, ir=optimized)
+
+
+def _load_lazy(obj: bytes, name: str, text: str, opt: int, prefer_vector_width: int | None) -> Library:
+    """Load cached code; the optimized IR is recomputed only if someone asks for it."""
+    lib = load_object(obj, name=name)
+    lib._ir_factory = lambda: _optimized_ir(text, name, opt, prefer_vector_width)
+    return lib
