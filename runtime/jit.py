@@ -87,7 +87,7 @@ class Library:
     """
 
     __slots__ = ("name", "object", "_engine", "_addresses", "_lock", "_ir", "_ir_factory", "_asm",
-                 "__weakref__")
+                 "_target", "__weakref__")
 
     def __init__(self, engine: llvm.ExecutionEngine, obj: bytes, name: str,
                  ir_factory: Callable[[], str] | None) -> None:
@@ -99,6 +99,7 @@ class Library:
         self._ir: str | None = None
         self._ir_factory = ir_factory
         self._asm: str | None = None
+        self._target: tuple[int, int | None] = (3, None)  # (opt, prefer_vector_width) of the IR
 
     def __repr__(self) -> str:
         return f"<Library {self.name!r}: {len(self.object)} bytes of object code>"
@@ -140,7 +141,8 @@ class Library:
             if not ir_text:
                 raise RuntimeError(f"library {self.name!r} was loaded from object code without IR; "
                                    "no assembly can be produced")
-            tm = host_target_machine()
+            opt, width = self._target
+            tm = host_target_machine(opt=opt, prefer_vector_width=width)
             self._asm = tm.emit_assembly(llvm.parse_assembly(ir_text))
         return self._asm
 
@@ -221,11 +223,14 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
     _STATS._add(compiles=1, seconds=time.perf_counter() - start)
     if store is not None and key is not None:
         store.put(key, obj)
-    return load_object(obj, name=name, ir=optimized)
+    lib = load_object(obj, name=name, ir=optimized)
+    lib._target = (opt, prefer_vector_width)
+    return lib
 
 
 def _load_lazy(obj: bytes, name: str, text: str, opt: int, prefer_vector_width: int | None) -> Library:
     """Load cached code; the optimized IR is recomputed only if someone asks for it."""
     lib = load_object(obj, name=name)
     lib._ir_factory = lambda: _optimized_ir(text, name, opt, prefer_vector_width)
+    lib._target = (opt, prefer_vector_width)
     return lib
