@@ -1,0 +1,16 @@
+"""The op registry and every op, one module per family.
+
+``REGISTRY`` maps op names to :class:`Op` objects; importing this package registers them all and
+binds the tensor methods and Python operators. See :mod:`tensorplay.ops._registry`.
+"""
+from __future__ import annotations
+
+from . import creation, elementwise  # noqa: F401  (registration side effects)
+from ._registry import REGISTRY, Op, lookup, methods, register, register_inplace
+from ._shapes import TensorMeta, broadcast_shapes, deciding_with
+from ._binding import bind_tensor_methods
+
+__all__ = ["REGISTRY", "Op", "TensorMeta", "lookup", "methods", "register", "register_inplace",
+           "broadcast_shapes", "deciding_with"]
+
+bind_tensor_methods()

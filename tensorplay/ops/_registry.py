@@ -1,0 +1,343 @@
+"""The op registry: every operator is defined here once.
+
+An :class:`Op` bundles what eager execution, tracing, autograd, decomposition and lowering need
+to agree on:
+
+* ``impl``  — the eager implementation on numpy arrays (values in the compute type);
+* ``meta``  — output ``TensorMeta``\\ s from input ``TensorMeta``\\ s whose extents may be sympy
+  expressions (tracing runs only this; it never touches data);
+* ``promote`` — how tensor inputs are converted before ``impl`` runs ("common": to the promoted
+  dtype; "float": to the promoted dtype, integers lifted to the default float);
+* ``backward`` / ``decomposition`` — attached later with :meth:`Op.def_backward` and
+  :meth:`Op.def_decomposition`.
+
+An ``Op`` is itself the public function (``tensorplay.add is REGISTRY["add"]``), and tensor
+methods are bound from it, so every entry point dispatches through the same object. Objects that
+define ``__tensorplay_function__(op, args, kwargs)`` (tracing proxies) take over a call.
+
+>>> import tensorplay as tp
+>>> tp.ops.REGISTRY["add"] is tp.add
+True
+>>> tp.add.meta(tp.ops.TensorMeta((3, 1), tp.float32), tp.ops.TensorMeta((4,), tp.int64))
+TensorMeta(shape=[3, 4], dtype=float32)
+"""
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import _dtype
+from ..autograd.grad_mode import is_grad_enabled, no_grad
+from ._shapes import TensorMeta
+
+__all__ = ["Op", "REGISTRY", "register", "lookup", "methods"]
+
+REGISTRY: dict[str, Op] = {}
+_METHODS: dict[str, Op] = {}
+
+# Set by tensorplay.autograd (avoids an import cycle): hook(op, args, kwargs, outputs).
+autograd_hook: Callable | None = None
+# Set by tensorplay._tensor (avoids an import cycle).
+_Tensor: Any = None
+
+
+class Op:
+    """One registered operator; calling it runs the op (eagerly, or through an override)."""
+
+    def __init__(self, name: str, impl: Callable, meta: Callable, *, promote: str | None = None,
+                 view: bool = False, impure: bool = False, primitive: bool = False,
+                 out_names: tuple[str, ...] | None = None, doc: str | None = None):
+        if promote not in (None, "common", "float"):
+            raise ValueError(f"promote must be None, 'common' or 'float', got {promote!r}")
+        self.name = name
+        self.impl = impl
+        self.meta = meta
+        self.promote = promote
+        self.view = view
+        self.inplace_of: Op | None = None
+        self.impure = impure
+        self.primitive = primitive
+        self.backward: Callable | None = None
+        self.decomposition: Callable | None = None
+        self.out_names = out_names
+        self._tuple_type = collections.namedtuple(f"{name}_result", out_names) if out_names else None
+        self.__name__ = name
+        self.__qualname__ = name
+        self.__module__ = "tensorplay"
+        self.__doc__ = doc if doc is not None else impl.__doc__
+        self.__wrapped__ = impl
+
+    def __repr__(self) -> str:
+        return f"<op tensorplay.{self.name}>"
+
+    def __reduce__(self):
+        return (lookup, (self.name,))
+
+    def def_backward(self, fn: Callable) -> Callable:
+        """Attach the backward formula ``fn(ctx, *grad_outputs) -> grads per tensor input``."""
+        self.backward = fn
+        return fn
+
+    def def_decomposition(self, fn: Callable) -> Callable:
+        """Attach a decomposition: ``fn`` has the op's signature and calls only other ops."""
+        self.decomposition = fn
+        return fn
+
+    def __call__(self, *args, **kwargs):
+        handler = _find_override(args, kwargs)
+        if handler is not None:
+            return handler.__tensorplay_function__(self, args, kwargs)
+        return run_eager(self, args, kwargs)
+
+
+def register(name: str, impl: Callable, meta: Callable, *, method: bool | str | tuple = False,
+             **options) -> Op:
+    """Create and register an op; ``method`` binds it as a Tensor method too (True: same name)."""
+    if name in REGISTRY:
+        raise ValueError(f"op {name!r} is already registered")
+    op = Op(name, impl, meta, **options)
+    REGISTRY[name] = op
+    if method:
+        names = (name,) if method is True else ((method,) if isinstance(method, str) else method)
+        for m in names:
+            _METHODS[m] = op
+    return op
+
+
+def lookup(name: str) -> Op:
+    """The op registered as ``name``; KeyError naming close matches otherwise."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        import difflib
+        close = difflib.get_close_matches(name, REGISTRY, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise KeyError(f"no op named {name!r} in the registry{hint}") from None
+
+
+def methods() -> dict[str, Op]:
+    """Tensor method name -> op, for every op bound as a method."""
+    return dict(_METHODS)
+
+
+# --- dispatch ---------------------------------------------------------------------------------------
+
+_PLAIN = (int, float, bool, str, type(None), slice, type(Ellipsis), np.ndarray, _dtype.dtype)
+
+
+def _find_override(args, kwargs):
+    for a in args:
+        h = _override_of(a)
+        if h is not None:
+            return h
+    for a in kwargs.values():
+        h = _override_of(a)
+        if h is not None:
+            return h
+    return None
+
+
+def _override_of(value):
+    if isinstance(value, _PLAIN) or type(value) is _Tensor:
+        return None
+    if isinstance(value, list | tuple):
+        for v in value:
+            h = _override_of(v)
+            if h is not None:
+                return h
+        return None
+    return value if hasattr(type(value), "__tensorplay_function__") and not isinstance(value, _Tensor) \
+        else None
+
+
+def _map(value, fn):
+    """Apply ``fn`` to every Tensor in ``value`` (looking one level into lists and tuples)."""
+    if isinstance(value, _Tensor):
+        return fn(value)
+    if isinstance(value, list | tuple) and any(isinstance(v, _Tensor) for v in value):
+        return type(value)(fn(v) if isinstance(v, _Tensor) else v for v in value)
+    return value
+
+
+def _tensors(args, kwargs) -> list:
+    found = []
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, _Tensor):
+            found.append(v)
+        elif isinstance(v, list | tuple):
+            found.extend(x for x in v if isinstance(x, _Tensor))
+    return found
+
+
+def to_meta(t) -> TensorMeta:
+    return TensorMeta(t.shape, t.dtype)
+
+
+def compute_dtype(op: Op, metas_args, metas_kwargs) -> _dtype.dtype | None:
+    """The dtype ``op`` converts its inputs to before computing (None: no conversion)."""
+    if op.promote is None:
+        return None
+    operands = [v for v in (*metas_args, *metas_kwargs.values()) if _is_operand(v)]
+    flat = []
+    for v in operands:
+        flat.extend(v if isinstance(v, list | tuple) else (v,))
+    common = _dtype.result_type(*flat)
+    if op.promote == "float" and not common.is_floating_point:
+        common = _dtype.get_default_dtype()
+    return common
+
+
+def _is_operand(v) -> bool:
+    if isinstance(v, TensorMeta | int | float | np.number | np.bool_):
+        return True
+    return isinstance(v, list | tuple) and bool(v) and all(isinstance(x, TensorMeta) for x in v)
+
+
+def run_eager(op: Op, args: tuple, kwargs: dict):
+    """Execute ``op`` on concrete tensors: meta rule, input conversion, impl, output wrapping."""
+    if op.inplace_of is not None:
+        return _run_inplace(op, args, kwargs)
+    meta_args = tuple(_map(a, to_meta) for a in args)
+    meta_kwargs = {k: _map(v, to_meta) for k, v in kwargs.items()}
+    out_meta = op.meta(*meta_args, **meta_kwargs)
+
+    if op.view:
+        convert = _raw_storage
+    else:
+        common = compute_dtype(op, meta_args, meta_kwargs)
+        convert = _values if common is None else _converter(common)
+        if common is not None:
+            args = tuple(_scalar_to(a, common) for a in args)
+            kwargs = {k: _scalar_to(v, common) for k, v in kwargs.items()}
+    arr_args = tuple(_map(a, convert) for a in args)
+    arr_kwargs = {k: _map(v, convert) for k, v in kwargs.items()}
+    result = op.impl(*arr_args, **arr_kwargs)
+
+    if isinstance(out_meta, TensorMeta):
+        out = _wrap(op, result, out_meta, args)
+        outputs = (out,)
+    elif isinstance(out_meta, tuple) and out_meta and all(isinstance(m, TensorMeta) for m in out_meta):
+        outputs = tuple(_wrap(op, r, m, args) for r, m in zip(result, out_meta, strict=True))
+        out = op._tuple_type(*outputs) if op._tuple_type else outputs
+    elif isinstance(out_meta, list):
+        outputs = tuple(_wrap(op, r, m, args) for r, m in zip(result, out_meta, strict=True))
+        out = list(outputs)
+    else:
+        raise TypeError(f"meta rule of {op.name} returned {type(out_meta).__name__}, expected TensorMeta(s)")
+
+    hook = autograd_hook
+    if hook is not None and op.backward is not None and is_grad_enabled():
+        if any(t.requires_grad for t in _tensors(args, kwargs)):
+            hook(op, args, kwargs, outputs)
+    return out
+
+
+def _run_inplace(op: Op, args: tuple, kwargs: dict):
+    """``x.op_(...)``: compute ``op(x, ...)`` and write it into ``x``'s storage (views alias)."""
+    target = args[0]
+    if not isinstance(target, _Tensor):
+        raise TypeError(f"{op.name} expects a Tensor as its first argument, got {type(target).__name__}")
+    op.meta(*(_map(a, to_meta) for a in args), **{k: _map(v, to_meta) for k, v in kwargs.items()})
+    hook = autograd_hook
+    tracking = hook is not None and is_grad_enabled() and any(t.requires_grad for t in _tensors(args, kwargs))
+    if tracking and target.requires_grad and target.grad_fn is None:
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    with no_grad():
+        result = run_eager(op.inplace_of, args, kwargs)
+    storage = _dtype.to_storage(_dtype.from_storage(result._data, result.dtype), target.dtype)
+    try:
+        target._data[...] = storage
+    except ValueError as exc:
+        if not target._data.flags.writeable:
+            raise RuntimeError("unsupported operation: more than one element of the written-to tensor "
+                               "refers to a single memory location. Please clone() the tensor before "
+                               "performing the operation.") from None
+        raise RuntimeError(str(exc)) from None
+    target._version += 1
+    if tracking:
+        hook(op, args, kwargs, (target,))
+    return target
+
+
+def inplace_meta(base: Op) -> Callable:
+    """Meta rule of ``base``'s in-place variant: the result must fit the written-to tensor."""
+    def meta(self, *args, **kwargs):
+        out = base.meta(self, *args, **kwargs)
+        if len(out.shape) != len(self.shape) or any(
+                a is not None and b is not None and not _same_extent(a, b) for a, b in zip(out.shape, self.shape)):
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                               f"{list(out.shape)}")
+        if not _dtype.can_cast(out.dtype, self.dtype):
+            raise RuntimeError(f"result type {out.dtype.name} can't be cast to the desired output type "
+                               f"{self.dtype.name}")
+        return TensorMeta(self.shape, self.dtype)
+    return meta
+
+
+def _same_extent(a, b) -> bool:
+    from ._shapes import sym_eq
+    return sym_eq(a, b)
+
+
+def register_inplace(base: Op, *, name: str | None = None) -> Op:
+    """Register ``<base>_`` (bound as a method) computing ``base`` and writing into its first input."""
+    name = name or base.name + "_"
+    op = register(name, base.impl, inplace_meta(base), method=True, impure=True)
+    op.inplace_of = base
+    op.__doc__ = f"In-place version of :func:`{base.name}`."
+    return op
+
+
+def _raw_storage(t):
+    return t._data
+
+
+def _values(t):
+    return _dtype.from_storage(t._data, t.dtype)
+
+
+def _converter(common: _dtype.dtype):
+    target = common.compute
+
+    def convert(t):
+        values = _dtype.from_storage(t._data, t.dtype)
+        return values if values.dtype == target else values.astype(target)
+    return convert
+
+
+def _scalar_to(value, common: _dtype.dtype):
+    """Python numbers become numpy scalars of the compute type (ints wrap like PyTorch's)."""
+    if isinstance(value, bool | int | float) and not isinstance(value, np.generic):
+        target = common.compute
+        if target.kind in "iu" and isinstance(value, int):
+            return np.array(value).astype(target)[()]
+        return target.type(value)
+    return value
+
+
+def _wrap(op: Op, value, meta: TensorMeta, args):
+    Tensor = _Tensor
+    if op.view:
+        t = Tensor._from_storage(value, meta.dtype)
+        base = args[0] if args and isinstance(args[0], Tensor) else None
+        if base is not None:
+            t._base = base._base if base._base is not None else base
+        _check_shape(op, t.shape, meta)
+        return t
+    arr = np.asarray(value)
+    if meta.dtype is _dtype.bfloat16:
+        storage = _dtype.float32_to_bfloat16_bits(arr).reshape(arr.shape)
+    else:
+        storage = arr if arr.dtype == meta.dtype.storage else arr.astype(meta.dtype.storage)
+    t = Tensor._from_storage(storage, meta.dtype)
+    _check_shape(op, t.shape, meta)
+    return t
+
+
+def _check_shape(op: Op, shape, meta: TensorMeta) -> None:
+    if len(shape) != len(meta.shape) or any(m is not None and m != s for s, m in zip(shape, meta.shape)):
+        raise AssertionError(f"internal error: op {op.name} produced shape {tuple(shape)} but its meta "
+                             f"rule says {tuple(meta.shape)}")
