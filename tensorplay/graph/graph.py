@@ -36,12 +36,12 @@ __all__ = ["Graph", "NodeList"]
 _NO_DEFAULT = object()
 _SUFFIX = re.compile(r"^(.*)_(\d+)$")
 # Names a node may not take: they would clash with generated code (`self`) or Python syntax.
-_RESERVED = frozenset({"self", "output", "root"}) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+_RESERVED = frozenset({"self"}) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
 
 
 def _snake(name: str) -> str:
     name = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
-    name = re.sub(r"\W+", "_", name).strip("_") or "node"
+    name = re.sub(r"\W+", "_", name) or "node"
     return f"_{name}" if name[0].isdigit() else name
 
 
