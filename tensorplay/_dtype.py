@@ -218,19 +218,20 @@ def can_cast(from_: dtype, to: dtype) -> builtins_bool:
 
 def float32_to_bfloat16_bits(values: np.ndarray) -> np.ndarray:
     """Round float32 values to bfloat16 (nearest, ties to even; NaN stays NaN) as uint16 bits."""
-    f = np.ascontiguousarray(values, dtype=np.float32)
+    f = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
     bits = f.view(np.uint32)
     rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
     out = ((bits + rounding) >> 16).astype(np.uint16)
     nan = np.isnan(f)
     if nan.any():
         out[nan] = ((bits[nan] >> 16) | 0x0040).astype(np.uint16)
-    return out
+    return out.reshape(np.shape(values))
 
 
 def bfloat16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     """Widen bfloat16 bit patterns (uint16) to float32 exactly."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+    bits = np.asarray(bits, dtype=np.uint16)
+    return (bits.reshape(-1).astype(np.uint32) << 16).view(np.float32).reshape(bits.shape)
 
 
 def to_storage(values: np.ndarray, d: dtype) -> np.ndarray:
