@@ -39,7 +39,7 @@ from .target import (
     optimize,
 )
 
-__all__ = ["CompileError", "JitStats", "Library", "compile_ir", "load_object", "stats"]
+__all__ = ["CompileError", "JitStats", "Library", "compile_ir", "compile_object", "load_object", "stats"]
 
 
 class CompileError(ValueError):
@@ -83,16 +83,18 @@ def stats() -> dict[str, float]:
 class Library:
     """Native code compiled from one LLVM module, kept alive as long as this object lives.
 
-    Attributes: ``name``; ``object`` (the relocatable object bytes, storable in artifacts).
+    Attributes: ``name``; ``object`` (the relocatable object bytes, storable in artifacts);
+    ``features`` (the LLVM feature string the code was built for).
     """
 
-    __slots__ = ("name", "object", "_engine", "_addresses", "_lock", "_ir", "_ir_factory", "_asm",
+    __slots__ = ("name", "object", "features", "_engine", "_addresses", "_lock", "_ir", "_ir_factory", "_asm",
                  "_target", "__weakref__")
 
     def __init__(self, engine: llvm.ExecutionEngine, obj: bytes, name: str,
                  ir_factory: Callable[[], str] | None) -> None:
         self.name = name
         self.object = obj
+        self.features = ""
         self._engine = engine
         self._addresses: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -147,8 +149,13 @@ class Library:
         return self._asm
 
 
-def load_object(obj: bytes, *, name: str = "module", ir: str | None = None) -> Library:
-    """Map relocatable object code into memory without compiling; ``ir`` is kept for ``Library.ir``.
+def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
+                features: str | None = None) -> Library:
+    """Map relocatable object code into memory without compiling.
+
+    ``ir`` is kept for ``Library.ir``; ``features`` records the feature string the code was
+    built for (default: the host's). Checking that the host can run it is the caller's job
+    (see :mod:`runtime.artifact`).
 
     >>> lib = compile_ir("define i32 @one() { ret i32 1 }", cache=False)
     >>> load_object(lib.object).address("one") > 0
@@ -169,7 +176,9 @@ def load_object(obj: bytes, *, name: str = "module", ir: str | None = None) -> L
         raise ValueError(f"cannot load object code for library {name!r}: {exc}") from exc
     _STATS._add(loads=1)
     factory = (lambda: ir) if ir is not None else None
-    return Library(engine, obj, name, factory)
+    lib = Library(engine, obj, name, factory)
+    lib.features = feature_string() if features is None else features
+    return lib
 
 
 def _parse(text: str, name: str) -> llvm.ModuleRef:
@@ -188,18 +197,16 @@ def _optimized_ir(text: str, name: str, opt: int, prefer_vector_width: int | Non
     return str(mod)
 
 
-def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool | CompileCache = True,
-               name: str = "module", prefer_vector_width: int | None = None) -> Library:
-    """Optimize and compile LLVM IR for the host CPU, reusing cached object code when present.
+def compile_object(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool | CompileCache = True,
+                   name: str = "module", prefer_vector_width: int | None = None) -> tuple[bytes, str | None]:
+    """Optimize LLVM IR and emit a relocatable ``pic`` object for the host CPU.
 
-    ``cache`` is True (the default cache, see :mod:`runtime.cache`), False, or a
-    :class:`CompileCache`. ``prefer_vector_width`` (256 or 512) is passed to
-    :func:`runtime.target.host_target_machine`. Invalid IR raises :class:`CompileError`.
+    Returns ``(object_bytes, optimized_ir)``; ``optimized_ir`` is None when the object
+    came from the cache (nothing was compiled). Arguments as in :func:`compile_ir`.
 
-    >>> import ctypes
-    >>> f = compile_ir("define double @sq(double %x) { %y = fmul double %x, %x  ret double %y }")
-    >>> f.function("sq", ctypes.c_double, ctypes.c_double)(3.0)
-    9.0
+    >>> obj, _ = compile_object("define i32 @one() { ret i32 1 }")
+    >>> obj[:4]
+    b'\\x7fELF'
     """
     if not isinstance(llvm_ir, (str, llvmlite.ir.Module)):
         raise TypeError("compile_ir expects LLVM IR as str or llvmlite.ir.Module, "
@@ -214,7 +221,7 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
         key = cache_key(text, cpu.name, feature_string(prefer_vector_width), cpu.llvmlite, opt)
         obj = store.get(key)
         if obj is not None:
-            return _load_lazy(obj, name, text, opt, prefer_vector_width)
+            return obj, None
     start = time.perf_counter()
     mod = _parse(text, name)
     optimize(mod, tm, speed_level=opt)
@@ -223,14 +230,27 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
     _STATS._add(compiles=1, seconds=time.perf_counter() - start)
     if store is not None and key is not None:
         store.put(key, obj)
-    lib = load_object(obj, name=name, ir=optimized)
-    lib._target = (opt, prefer_vector_width)
-    return lib
+    return obj, optimized
 
 
-def _load_lazy(obj: bytes, name: str, text: str, opt: int, prefer_vector_width: int | None) -> Library:
-    """Load cached code; the optimized IR is recomputed only if someone asks for it."""
-    lib = load_object(obj, name=name)
-    lib._ir_factory = lambda: _optimized_ir(text, name, opt, prefer_vector_width)
+def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool | CompileCache = True,
+               name: str = "module", prefer_vector_width: int | None = None) -> Library:
+    """Optimize and compile LLVM IR for the host CPU, reusing cached object code when present.
+
+    ``cache`` is True (the default cache, see :mod:`runtime.cache`), False, or a
+    :class:`CompileCache`. ``prefer_vector_width`` (256 or 512) is passed to
+    :func:`runtime.target.host_target_machine`. Invalid IR raises :class:`CompileError`.
+
+    >>> import ctypes
+    >>> f = compile_ir("define double @sq(double %x) { %y = fmul double %x, %x  ret double %y }")
+    >>> f.function("sq", ctypes.c_double, ctypes.c_double)(3.0)
+    9.0
+    """
+    obj, optimized = compile_object(llvm_ir, opt=opt, cache=cache, name=name,
+                                    prefer_vector_width=prefer_vector_width)
+    lib = load_object(obj, name=name, ir=optimized, features=feature_string(prefer_vector_width))
+    if optimized is None:  # from the cache: recompute the optimized IR only if someone asks
+        text = str(llvm_ir)
+        lib._ir_factory = lambda: _optimized_ir(text, name, opt, prefer_vector_width)
     lib._target = (opt, prefer_vector_width)
     return lib
