@@ -142,7 +142,7 @@ class _Emitter:
     def operand(self, v: Any, receiver: bool = False) -> str:
         """An expression safe to place next to an operator (or before ``.method`` if ``receiver``)."""
         s = self.expr(v)
-        if isinstance(v, Node) or s.isidentifier() or type(v) in (str, bytes):
+        if isinstance(v, Node) or s.isidentifier() or type(v) in (str, bytes, tuple, list, dict):
             return s
         if not receiver and type(v) in (int, float) and not s.startswith("-"):
             return s
