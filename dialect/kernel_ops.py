@@ -1,0 +1,275 @@
+"""The ``kernel`` level: loop nests over buffers, what the tp->kernel fusion pass targets.
+
+A kernel-level function takes every input and output as a ``buffer`` argument (outputs last), keeps
+intermediates in one workspace (``kernel.alloc`` slices at symbolic byte offsets, planned in the
+function header) and computes with loops whose bounds and load/store indices are sympy expressions
+over loop variables and the function's symbols::
+
+    func @k(%x: buffer<[s0, 64], f32>, %y: buffer<[s0], f32>) -> () where {s0 in [1, 1024]} {
+      kernel.for {iv = i0, upper = s0} {
+        %0 = kernel.reduce {combine = add, init = 0.0, iv = r0, upper = 64} : f32 {
+          %1 = kernel.load %x {index = [i0, r0]} : f32
+          %2 = kernel.exp %1 : f32
+          kernel.yield %2
+        }
+        kernel.store %0, %y {index = [i0]}
+      }
+      kernel.return
+    }
+
+Scalar arithmetic (``kernel.add``, ``kernel.exp``, ...) is generated from the same tables as the tp
+elementwise ops (:data:`dialect.ops.UNARY_OPS`, :data:`dialect.ops.BINARY_OPS`).
+"""
+
+from __future__ import annotations
+
+import sympy
+
+from .attrs import BOOL, DTYPE, EXPR, EXPRS, FLOAT, STR, enum
+from .opdef import PURE, SIDE_EFFECT, TERMINATOR, A, OpError, op
+from .ops import declare_elementwise
+from .shapes import check_dtype, elem_dtype
+from .types import I1, INDEX, BufferType, IndexType, ScalarType, Type
+
+__all__ = ["LOOP_ATTRS", "COMBINES"]
+
+declare_elementwise("kernel", "scalar")
+
+#: Loop attributes shared by kernel.for and kernel.reduce: the loop symbol and its bounds (sympy).
+LOOP_ATTRS = [A("iv", EXPR), A("lower", EXPR, sympy.Integer(0)), A("upper", EXPR), A("step", EXPR, sympy.Integer(1))]
+COMBINES = ("add", "mul", "max", "min")
+
+
+def _scalar(t: Type, op: str, what: str) -> None:
+    if not isinstance(t, (ScalarType, IndexType)):
+        raise OpError(f"{op}: {what} must be a scalar or index, got {t}")
+
+
+def _buffer(t: Type, op: str, what: str) -> BufferType:
+    if not isinstance(t, BufferType):
+        raise OpError(f"{op}: {what} must be a buffer, got {t}")
+    return t
+
+
+def _check_loop(attrs: dict, op: str) -> None:
+    if not attrs["iv"].is_Symbol:
+        raise OpError(f"{op}: iv must be a loop symbol such as i0, got {attrs['iv']}")
+    if attrs["step"].is_Integer and int(attrs["step"]) <= 0:
+        raise OpError(f"{op}: step must be > 0, got {attrs['step']}")
+
+
+@op("kernel.kernel", attrs=[A("name", STR)], traits=[SIDE_EFFECT], regions=1)
+class Kernel:
+    """One fused kernel: a named group of loop nests (the unit fusion emits and codegen compiles).
+
+        kernel.kernel {name = "fused_0"} {
+          kernel.for {iv = i0, upper = s0} {
+          }
+        }
+    """
+
+
+@op("kernel.for", attrs=LOOP_ATTRS + [A("parallel", BOOL, False)], traits=[SIDE_EFFECT], regions=1)
+class For:
+    """Loop ``iv`` from ``lower`` (default 0) while < ``upper`` by ``step`` (default 1); ``parallel`` marks
+    iterations as independent.
+
+        kernel.for {iv = i0, parallel = true, upper = s0} {
+          %0 = kernel.load %x {index = [i0]} : f32
+          kernel.store %0, %y {index = [i0]}
+        }
+    """
+
+    def infer(types, attrs, facts):
+        _check_loop(attrs, "kernel.for")
+        return []
+
+
+@op("kernel.reduce", attrs=LOOP_ATTRS + [A("combine", enum(*COMBINES)), A("init", FLOAT)], traits=[PURE],
+    regions=1)
+class Reduce:
+    """A reduction loop: start at ``init``, combine (add|mul|max|min) the value each iteration yields.
+
+        %0 = kernel.reduce {combine = max, init = -inf, iv = r0, upper = 64} : f32 {
+          %1 = kernel.load %x {index = [i0, r0]} : f32
+          kernel.yield %1
+        }
+    """
+
+    def infer(types, attrs, facts):
+        _check_loop(attrs, "kernel.reduce")
+        return None  # the accumulator type is written explicitly
+
+
+@op("kernel.yield", operands=["value"], traits=[TERMINATOR])
+class Yield:
+    """The value one iteration of kernel.reduce contributes.
+
+        kernel.yield %1
+    """
+
+    def infer(types, attrs, facts):
+        _scalar(types[0], "kernel.yield", "value")
+        return []
+
+
+@op("kernel.alloc", attrs=[A("slot", STR), A("offset", EXPR)], traits=[PURE])
+class Alloc:
+    """A workspace slice at a symbolic byte ``offset`` (named ``slot`` in the function's plan).
+
+        %t0 = kernel.alloc {offset = 256*s0, slot = "t0"} : buffer<[s0, 64], f32>
+    """
+
+    def infer(types, attrs, facts):
+        return None  # the buffer type is written explicitly
+
+
+@op("kernel.load", operands=["buffer"], attrs=[A("index", EXPRS)], traits=[PURE])
+class Load:
+    """Read one element; ``index`` has one sympy expression per buffer dim.
+
+        %0 = kernel.load %x {index = [i0, 2*i1 + 1]} : f32
+    """
+
+    def infer(types, attrs, facts):
+        b = _buffer(types[0], "kernel.load", "buffer")
+        if len(attrs["index"]) != b.rank:
+            raise OpError(f"kernel.load: index needs {b.rank} entries for {b}, got {len(attrs['index'])}")
+        return [ScalarType(b.dtype)]
+
+    def reference(ctx, args, attrs):
+        return [args[0][tuple(ctx.eval(e) for e in attrs["index"])]]
+
+
+@op("kernel.store", operands=["value", "buffer"], attrs=[A("index", EXPRS)], traits=[SIDE_EFFECT])
+class Store:
+    """Write one element of a buffer.
+
+        kernel.store %3, %y {index = [i0, i1]}
+    """
+
+    def infer(types, attrs, facts):
+        _scalar(types[0], "kernel.store", "value")
+        b = _buffer(types[1], "kernel.store", "buffer")
+        if len(attrs["index"]) != b.rank:
+            raise OpError(f"kernel.store: index needs {b.rank} entries for {b}, got {len(attrs['index'])}")
+        if elem_dtype(types[0]) != b.dtype:
+            raise OpError(f"kernel.store: value type {types[0]} does not match {b}")
+        return []
+
+    def reference(ctx, args, attrs):
+        args[1][tuple(ctx.eval(e) for e in attrs["index"])] = args[0]
+        return []
+
+
+@op("kernel.index", attrs=[A("expr", EXPR)], traits=[PURE])
+class Index:
+    """The value of a sympy expression over loop variables and symbols, as an index.
+
+        %0 = kernel.index {expr = 4*i0 + i1} : index
+    """
+
+    def infer(types, attrs, facts):
+        return [INDEX]
+
+    def reference(ctx, args, attrs):
+        import numpy as np
+        return [np.int64(ctx.eval(attrs["expr"]))]
+
+
+@op("kernel.constant", attrs=[A("value", FLOAT)], traits=[PURE])
+class ScalarConstant:
+    """A scalar literal; its type is written explicitly.
+
+        %0 = kernel.constant {value = 0.5} : f32
+    """
+
+    def infer(types, attrs, facts):
+        return None
+
+    def reference(ctx, args, attrs):
+        return [attrs["value"]]
+
+
+@op("kernel.where", operands=["cond", "a", "b"], traits=[PURE])
+class ScalarWhere:
+    """Scalar select: ``a`` if ``cond`` (i1) else ``b``.
+
+        %3 = kernel.where %0, %1, %2 : f32
+    """
+
+    def infer(types, attrs, facts):
+        for t, w in zip(types, ("cond", "a", "b")):
+            _scalar(t, "kernel.where", w)
+        if elem_dtype(types[0]) != I1 or elem_dtype(types[1]) != elem_dtype(types[2]):
+            raise OpError(f"kernel.where: expected (i1, T, T), got {', '.join(map(str, types))}")
+        return [types[1]]
+
+    def reference(ctx, args, attrs):
+        return [args[1] if args[0] else args[2]]
+
+
+@op("kernel.cast", operands=["x"], attrs=[A("dtype", DTYPE)], traits=[PURE])
+class ScalarCast:
+    """Scalar conversion to ``dtype``.
+
+        %1 = kernel.cast %0 {dtype = f32} : f32
+    """
+
+    def infer(types, attrs, facts):
+        _scalar(types[0], "kernel.cast", "x")
+        return [ScalarType(attrs["dtype"])]
+
+    def reference(ctx, args, attrs):
+        import numpy as np
+        with np.errstate(all="ignore"):
+            return [np.asarray(args[0]).astype(attrs["dtype"].numpy)[()]]
+
+
+_GEMM_ATTRS = [A("m", EXPR), A("n", EXPR), A("k", EXPR), A("trans_a", BOOL, False), A("trans_b", BOOL, False),
+               A("a_offset", EXPR, sympy.Integer(0)), A("b_offset", EXPR, sympy.Integer(0)),
+               A("c_offset", EXPR, sympy.Integer(0)), A("bias", BOOL, False), A("residual", BOOL, False),
+               A("activation", enum("none", "relu", "gelu", "sigmoid", "tanh"), "none")]
+
+
+@op("kernel.gemm", operands=["a", "b", "c", "extra*"], attrs=_GEMM_ATTRS, traits=[SIDE_EFFECT])
+class Gemm:
+    """Micro-kernel call ``C = act(op(A) @ op(B) + bias) + residual`` on row-major (m x k)(k x n) blocks.
+
+    ``*_offset`` are element offsets into the flat buffers (batched matmul loops over them); the extra
+    operands are ``bias`` (n elements) then ``residual`` (m x n at c_offset), present when flagged.
+
+        kernel.gemm %a, %w, %y, %b {bias = true, k = 784, m = s0, n = 10, trans_b = true, activation = relu}
+    """
+
+    def infer(types, attrs, facts):
+        bufs = [_buffer(t, "kernel.gemm", w) for t, w in zip(types, ("a", "b", "c", "extra", "extra"))]
+        want = 3 + attrs["bias"] + attrs["residual"]
+        if len(types) != want:
+            raise OpError(f"kernel.gemm: expected {want} operands for bias={attrs['bias']}, "
+                          f"residual={attrs['residual']}, got {len(types)}")
+        if len({b.dtype for b in bufs}) != 1:
+            raise OpError(f"kernel.gemm: buffer element types differ: {', '.join(map(str, types))}")
+        check_dtype(bufs[0].dtype, "numeric", "kernel.gemm")
+        return []
+
+    def reference(ctx, args, attrs):
+        from .reference import gemm
+        m, n, k = (ctx.eval(attrs[x]) for x in ("m", "n", "k"))
+        flat = [a.reshape(-1) for a in args]
+        ao, bo, co = (ctx.eval(attrs[x]) for x in ("a_offset", "b_offset", "c_offset"))
+        extra = flat[3:]
+        bias = extra.pop(0)[:n] if attrs["bias"] else None
+        resid = extra.pop(0)[co:co + m * n] if attrs["residual"] else None
+        c = gemm(flat[0][ao:ao + m * k], flat[1][bo:bo + k * n], m, n, k, attrs["trans_a"], attrs["trans_b"],
+                 bias, resid, attrs["activation"])
+        flat[2][co:co + m * n] = c.reshape(-1)
+        return []
+
+
+@op("kernel.return", traits=[TERMINATOR])
+class KernelReturn:
+    """End of a kernel-level function (results are written to the output buffers).
+
+        kernel.return
+    """

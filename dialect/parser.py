@@ -1,0 +1,319 @@
+"""Parse the text format (both levels) into a :class:`~dialect.ir.Module`.
+
+The grammar lives in ``grammar.lark`` next to this file. Errors raise :class:`DialectParseError` naming
+the line, the column and what was expected::
+
+    >>> from dialect.parser import parse, DialectParseError
+    >>> try:
+    ...     parse("func @f() -> () {\\n  tp.return %\\n}\\n")
+    ... except DialectParseError as e:
+    ...     print(e.line, e.column)
+    2 13
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+import lark
+import numpy as np
+import sympy
+
+from .attrs import Dense, WeightRef, WorkspacePlan
+from .ir import Block, Function, Module, Operation, Region, Value
+from .opdef import OpError, UnknownOpError, lookup
+from .symbolic import FUNCTIONS
+from .types import INDEX, DTYPES, BufferType, DType, ScalarType, TensorType, Type, TypeError_, sym
+
+__all__ = ["parse", "parse_function", "DialectParseError", "parse_expr"]
+
+
+class DialectParseError(ValueError):
+    """Malformed text; ``line`` and ``column`` locate the problem (1-based)."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        self.line, self.column = line, column
+        where = f"line {line}, column {column}: " if line is not None else ""
+        super().__init__(where + message)
+
+
+@functools.cache
+def _parser() -> lark.Lark:
+    text = resources.files(__package__).joinpath("grammar.lark").read_text()
+    return lark.Lark(text, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+_CMP = {">=": sympy.Ge, "<=": sympy.Le, ">": sympy.Gt, "<": sympy.Lt, "==": sympy.Eq, "!=": sympy.Ne}
+_NAMED = {"inf": sympy.oo, "oo": sympy.oo, "nan": sympy.nan, "true": True, "True": True,
+          "false": False, "False": False}
+
+
+def _pos(node: Any) -> tuple[int | None, int | None]:
+    if isinstance(node, lark.Token):
+        return node.line, node.column
+    meta = getattr(node, "meta", None)
+    return (getattr(meta, "line", None), getattr(meta, "column", None))
+
+
+def _err(node: Any, msg: str) -> DialectParseError:
+    return DialectParseError(msg, *_pos(node))
+
+
+class _RawDense:
+    __slots__ = ("items", "node")
+
+    def __init__(self, items: Any, node: Any):
+        self.items, self.node = items, node
+
+
+def _expr(node: Any) -> Any:
+    """Build a number / sympy object from an expression subtree (python ints and floats stay python)."""
+    if isinstance(node, lark.Token):
+        raise _err(node, f"unexpected {node!r} in expression")
+    k, ch = node.data, node.children
+    if k == "int":
+        return int(ch[0])
+    if k == "float":
+        return float(ch[0])
+    if k == "name":
+        return _NAMED.get(str(ch[0]), None) if str(ch[0]) in _NAMED else sym(str(ch[0]))
+    if k == "neg":
+        return -_expr(ch[0])
+    if k in ("add", "sub", "mul", "pow"):
+        a, b = _expr(ch[0]), _expr(ch[1])
+        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+                "pow": lambda: sympy.Pow(a, b)}[k]()
+    if k == "div":
+        a, b = _expr(ch[0]), _expr(ch[1])
+        if isinstance(a, int) and isinstance(b, int):
+            return sympy.Rational(a, b)
+        return a / sympy.sympify(b) if not isinstance(a, float) else a / b
+    if k == "call":
+        fname = str(ch[0])
+        if fname not in FUNCTIONS:
+            raise _err(ch[0], f"unknown function {fname!r}; expected one of {', '.join(FUNCTIONS)}")
+        return FUNCTIONS[fname](*[_expr(c) for c in ch[1:]])
+    if k == "compare":
+        return _CMP[str(ch[1])](_expr(ch[0]), _expr(ch[2]))
+    raise _err(node, f"unexpected {k} in expression")
+
+
+def parse_expr(node: Any) -> sympy.Expr:
+    return sympy.sympify(_expr(node))
+
+
+def _value(node: Any) -> Any:
+    """An attribute value: python scalars, str, list, tuple, sympy, WeightRef or a raw dense literal."""
+    if isinstance(node, lark.Tree):
+        k = node.data
+        if k == "string":
+            return json.loads(node.children[0])
+        if k == "list":
+            return [_value(c) for c in node.children if c is not None]
+        if k == "tuple":
+            return tuple(_value(c) for c in node.children if c is not None)
+        if k == "dense":
+            return _RawDense(_dense_items(node.children[0]), node)
+        if k == "weight_ref":
+            return WeightRef(str(node.children[0])[1:])
+        v = _expr(node)
+        if v is sympy.true or v is sympy.false:
+            return bool(v)
+        return v
+    raise _err(node, f"unexpected {node!r}")
+
+
+def _dense_items(node: Any) -> Any:
+    if isinstance(node, lark.Tree) and node.data == "dense_list":
+        return [_dense_items(c) for c in node.children if c is not None]
+    v = _expr(node)
+    return float(v) if isinstance(v, sympy.Basic) else v
+
+
+def _type(node: Any) -> Type:
+    k = node.data
+    try:
+        if k == "named_type":
+            name = str(node.children[0])
+            if name == "index":
+                return INDEX
+            if name in DTYPES:
+                return ScalarType(DTYPES[name])
+            raise _err(node, f"unknown type {name!r}; expected index, an element type, tensor<...> or buffer<...>")
+        dims = [parse_expr(c) for c in node.children[0].children if c is not None]
+        cls = TensorType if k == "tensor_type" else BufferType
+        return cls(dims, DType.named(str(node.children[1])))
+    except TypeError_ as e:
+        raise _err(node, str(e)) from None
+
+
+class _FunctionParser:
+    def __init__(self, module: Module):
+        self.module = module
+        self.values: dict[str, Value] = {}
+
+    def define(self, tok: lark.Token, v: Value) -> None:
+        name = str(tok)[1:]
+        if name in self.values:
+            raise _err(tok, f"value %{name} is defined twice")
+        v.name = name
+        self.values[name] = v
+
+    def use(self, tok: lark.Token) -> Value:
+        try:
+            return self.values[str(tok)[1:]]
+        except KeyError:
+            raise _err(tok, f"use of undefined value {tok}") from None
+
+    def function(self, node: lark.Tree) -> Function:
+        gname, *rest = node.children
+        args = [c for c in rest if isinstance(c, lark.Tree) and c.data == "arg"]
+        types_ = [c for c in rest if isinstance(c, lark.Tree) and c.data in ("tensor_type", "buffer_type",
+                                                                               "named_type")]
+        where = next((c for c in rest if isinstance(c, lark.Tree) and c.data == "where"), None)
+        ws = next((c for c in rest if isinstance(c, lark.Tree) and c.data == "workspace"), None)
+        ops = [c for c in rest if isinstance(c, lark.Tree) and c.data == "op"]
+        f = Function(str(gname)[1:], [(None, _type(a.children[1])) for a in args], [_type(t) for t in types_])
+        for a, v in zip(args, f.args):
+            self.define(a.children[0], v)
+        if where is not None:
+            self.header(f, where)
+        if ws is not None:
+            f.workspace = self.workspace(ws)
+        for o in ops:
+            self.op(o, f.body)
+        return f
+
+    def header(self, f: Function, where: lark.Tree) -> None:
+        for c in where.children:
+            if c is None:
+                continue
+            if c.data == "range_clause":
+                s = sym(str(c.children[0]))
+                if s in f.symbols:
+                    raise _err(c, f"symbol {s} declared twice")
+                f.declare(s, parse_expr(c.children[1]), parse_expr(c.children[2]))
+            else:
+                va, da, vb, db = c.children
+                ia, ib = self.arg_index(f, va), self.arg_index(f, vb)
+                f.equalities.append(((ia, int(da)), (ib, int(db))))
+
+    def arg_index(self, f: Function, tok: lark.Token) -> int:
+        v = self.use(tok)
+        if v not in f.args:
+            raise _err(tok, f"{tok} in a where clause must be a function argument")
+        return f.args.index(v)
+
+    def workspace(self, node: lark.Tree) -> WorkspacePlan:
+        entries = {}
+        for a in node.children[0].children:
+            entries[str(a.children[0])] = sympy.sympify(_value(a.children[1]))
+        if "size" not in entries:
+            raise _err(node, "workspace needs a size entry")
+        size = entries.pop("size")
+        return WorkspacePlan(size, tuple(entries.items()))
+
+    def op(self, node: lark.Tree, block: Block) -> Operation:
+        results, name_tok, operands, attrs, *tail = node.children
+        types_, regions, loc = [], [], None
+        for c in tail:
+            if c is None:
+                continue
+            if c.data == "region":
+                regions.append(c)
+            elif c.data == "loc":
+                loc = json.loads(c.children[0])
+            else:
+                types_.append(_type(c))
+        try:
+            d = lookup(str(name_tok))
+        except UnknownOpError as e:
+            raise _err(name_tok, str(e)) from None
+        result_toks = results.children if results is not None else []
+        if len(result_toks) != len(types_):
+            raise _err(name_tok, f"{name_tok}: {len(result_toks)} results but {len(types_)} result types")
+        ins = [self.use(t) for t in (operands.children if operands is not None else [])]
+        raw = {}
+        for a in (attrs.children if attrs is not None else []):
+            key = str(a.children[0])
+            if key in raw:
+                raise _err(a, f"attribute {key!r} given twice")
+            raw[key] = self.finish_dense(_value(a.children[1]), types_)
+        try:
+            coerced = d.complete_attrs(raw)
+        except OpError as e:
+            raise _err(name_tok, str(e)) from None
+        if len(regions) != d.num_regions:
+            raise _err(name_tok, f"{d.name} takes {d.num_regions} regions, got {len(regions)}")
+        op = Operation(d.name, ins, types_, coerced, [Region() for _ in regions], loc)
+        for r, rnode in zip(op.regions, regions):
+            for o in rnode.children:
+                if o is not None:
+                    self.op(o, r.block)
+        for tok, v in zip(result_toks, op.results):
+            self.define(tok, v)
+        block.append(op)
+        return op
+
+    def finish_dense(self, v: Any, types_: list[Type]) -> Any:
+        if not isinstance(v, _RawDense):
+            return v
+        t = types_[0] if types_ else None
+        if not isinstance(t, TensorType) or any(not d.is_Integer for d in t.shape):
+            raise _err(v.node, "dense<...> needs a static tensor result type")
+        try:
+            arr = np.array(v.items, dtype=t.dtype.numpy)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise _err(v.node, f"bad dense literal for {t.dtype}: {e}") from None
+        shape = tuple(int(d) for d in t.shape)
+        if arr.shape != shape:
+            if arr.size == 0 and int(np.prod(shape)) == 0:
+                arr = arr.reshape(shape)
+            else:
+                raise _err(v.node, f"dense literal has shape {list(arr.shape)}, result type needs {list(shape)}")
+        return Dense(arr)
+
+
+def _describe(expected: set[str]) -> str:
+    names = sorted(expected)
+    return ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")
+
+
+def parse(text: str) -> Module:
+    """Parse a module (weights and functions)."""
+    try:
+        tree = _parser().parse(text)
+    except lark.UnexpectedToken as e:
+        got = "end of input" if e.token.type == "$END" else repr(str(e.token))
+        raise DialectParseError(f"unexpected {got}; expected one of {_describe(e.expected)}", e.line,
+                                e.column) from None
+    except lark.UnexpectedCharacters as e:
+        raise DialectParseError(f"unexpected character {text[e.pos_in_stream]!r}; expected one of "
+                                f"{_describe(e.allowed or set())}", e.line, e.column) from None
+    except lark.UnexpectedEOF as e:
+        raise DialectParseError(f"unexpected end of input; expected one of {_describe(set(e.expected))}",
+                                None, None) from None
+    m = Module()
+    for c in tree.children:
+        if c.data == "weight_decl":
+            name = str(c.children[0])[1:]
+            if name in m.weights:
+                raise _err(c, f"weight @{name} declared twice")
+            m.weights[name] = _type(c.children[1])
+        else:
+            f = _FunctionParser(m).function(c)
+            if any(g.name == f.name for g in m.functions):
+                raise _err(c, f"function @{f.name} defined twice")
+            m.functions.append(f)
+    return m
+
+
+def parse_function(text: str) -> Function:
+    """Parse text holding exactly one function."""
+    m = parse(text)
+    if len(m.functions) != 1:
+        raise DialectParseError(f"expected exactly one function, got {len(m.functions)}")
+    return m.functions[0]
