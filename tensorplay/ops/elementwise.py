@@ -72,7 +72,7 @@ def elementwise_meta(name: str, rule: str, *, int_only: bool = False, no_bool: b
 # --- unary ------------------------------------------------------------------------------------------
 
 def _sign(x):
-    return np.sign(x)
+    return np.where(np.isnan(x), 0, np.sign(x)).astype(x.dtype, copy=False)  # sign(nan) is 0
 
 
 def _round(x, *, decimals: int = 0):
@@ -81,7 +81,7 @@ def _round(x, *, decimals: int = 0):
 
 def _erf(x):
     flat = np.asarray(x, dtype=np.float64)
-    return _ERF(flat).astype(x.dtype) if flat.size else flat.astype(x.dtype)
+    return np.asarray(_ERF(flat), dtype=np.float64).astype(x.dtype) if flat.size else flat.astype(x.dtype)
 
 
 _ERF = np.frompyfunc(math.erf, 1, 1)

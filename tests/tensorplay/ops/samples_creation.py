@@ -10,7 +10,7 @@ from .opinfo import Sample, make, samples
 
 @samples("zeros", "ones", "empty")
 def _fill(rng):
-    for size in [(), (3,), (2, 3), ((2, 0, 4),)]:
+    for size in [((),), (3,), (2, 3), ((2, 0, 4),)]:
         for kw in ({}, {"dtype": tp.int64}, {"dtype": tp.bool}):
             yield Sample(size, dict(kw), exact_values=False)
 
@@ -35,10 +35,18 @@ def _full_like(rng):
     yield Sample((make(rng, (3,), tp.int64), 4), ref=lambda x, v: np.full(np.shape(x), v))
 
 
-@samples("new_zeros", "new_ones", "new_empty")
-def _new(rng):
-    yield Sample((make(rng, (2,), tp.float64), 3, 2), exact_values=False)
-    yield Sample((make(rng, (2,), tp.int32), (4,)), exact_values=False)
+def _new_samples(name):
+    def call(torch, x, *size, **kw):
+        return getattr(x, name)(*size, **kw)
+
+    def gen(rng):
+        yield Sample((make(rng, (2,), tp.float64), 3, 2), exact_values=False, torch=call)
+        yield Sample((make(rng, (2,), tp.int32), (4,)), exact_values=False, torch=call)
+    return gen
+
+
+for _name in ("new_zeros", "new_ones", "new_empty"):
+    samples(_name)(_new_samples(_name))
 
 
 @samples("new_full")

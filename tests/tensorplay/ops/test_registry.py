@@ -68,6 +68,8 @@ def _to_torch(value):
         return [_to_torch(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_to_torch(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _to_torch(v) for k, v in value.items()}
     return value
 
 
