@@ -28,6 +28,7 @@ import math
 import operator
 import re
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,9 +65,10 @@ def _hint(name: str) -> str:
 
 
 class _Emitter:
-    def __init__(self, graph: Graph, root_name: str) -> None:
+    def __init__(self, graph: Graph, root_name: str, dict_attrs: Collection[str]) -> None:
         self.graph = graph
         self.root = root_name
+        self.dict_attrs = frozenset(dict_attrs)
         self.used: set[str] = {root_name, "__builtins__"}
         for n in graph.nodes:
             self.used.add(n.name)
@@ -169,6 +171,8 @@ class _Emitter:
         return ", ".join(parts)
 
     def attr_path(self, target: str) -> str:
+        if target in self.dict_attrs:
+            return f"{self.root}._graph_attrs[{target!r}]"
         out = self.root
         for part in target.split("."):
             if part.isidentifier() and not keyword.iskeyword(part):
@@ -237,11 +241,16 @@ def _last_uses(graph: Graph) -> dict[Node, list[Node]]:
     return result
 
 
-def generate_python(graph: Graph, root_module_name: str = "self") -> PythonCode:
-    """Generate :class:`PythonCode` for ``graph`` (see the module docstring for the format)."""
+def generate_python(
+    graph: Graph, root_module_name: str = "self", *, dict_attrs: Collection[str] = ()
+) -> PythonCode:
+    """Generate :class:`PythonCode` for ``graph`` (see the module docstring for the format).
+
+    get_attr / call_module targets listed in ``dict_attrs`` read ``<root>._graph_attrs[target]``.
+    """
     if not root_module_name.isidentifier() or keyword.iskeyword(root_module_name):
         raise ValueError(f"root_module_name must be a Python identifier, got {root_module_name!r}")
-    em = _Emitter(graph, root_module_name)
+    em = _Emitter(graph, root_module_name, dict_attrs)
     params, body = em.signature()
     last_uses = _last_uses(graph)
     for n in graph.nodes:
