@@ -54,11 +54,14 @@ import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .jit import Library
+
+if TYPE_CHECKING:
+    from .aot import SharedLibrary
 
 __all__ = ["Assertion", "DTYPES", "Executable", "MAX_ERR_VALUES", "Signature", "TensorSpec",
            "default_num_threads", "storage_dtype"]
@@ -319,10 +322,11 @@ class Executable:
     >>> (y,) = exe(np.ones(4, np.float32))            # doctest: +SKIP
     """
 
-    def __init__(self, library: Library, prefix: str, signature: Signature, *,
+    def __init__(self, library: Library | SharedLibrary, prefix: str, signature: Signature, *,
                  shape_error: type[BaseException] = RuntimeError, num_threads: int | None = None) -> None:
-        if not isinstance(library, Library):
-            raise TypeError(f"Executable expects a runtime.jit.Library, got {type(library).__name__}")
+        if not isinstance(library, Library) and not callable(getattr(library, "function", None)):
+            raise TypeError("Executable expects a runtime.jit.Library or runtime.aot.SharedLibrary, "
+                            f"got {type(library).__name__}")
         if not isinstance(signature, Signature):
             raise TypeError(f"Executable expects a runtime.abi.Signature, got {type(signature).__name__}")
         if not (isinstance(shape_error, type) and issubclass(shape_error, BaseException)):
