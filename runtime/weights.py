@@ -82,7 +82,7 @@ def write_weights(path: str | os.PathLike[str],
         arr = np.asarray(arr)
         dtype = _dtype_name(name, arr, given)
         little = arr.dtype.newbyteorder("<") if arr.dtype.itemsize > 1 else arr.dtype
-        arr = np.ascontiguousarray(arr, dtype=little)
+        arr = np.asarray(arr, dtype=little, order="C")  # (ascontiguousarray would make 0-d 1-d)
         entries.append({"name": name, "dtype": dtype, "shape": list(arr.shape), "offset": pos,
                         "nbytes": arr.nbytes})
         payloads.append((pos, arr))
