@@ -48,6 +48,7 @@ _BINARY = {
     operator.le: "<=", operator.gt: ">", operator.ge: ">=", operator.is_: "is",
     operator.is_not: "is not",
 }
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 _UNARY = {operator.neg: "-", operator.pos: "+", operator.invert: "~", operator.not_: "not "}
 
 
@@ -139,12 +140,25 @@ class _Emitter:
             return f"{fn}({self.expr(v.start)}, {self.expr(v.stop)}, {self.expr(v.step)})"
         if isinstance(v, type) or callable(v):
             return self.callable_expr(v)
-        return self.add_global(type(v).__name__.lower(), v)
+        return self.dotted_repr_expr(v) or self.add_global(type(v).__name__.lower(), v)
+
+    def dotted_repr_expr(self, v: Any) -> str | None:
+        """Objects whose repr is their import path (``tensorplay.float32``) are written that way."""
+        text = repr(v)
+        if not _DOTTED.fullmatch(text):
+            return None
+        module_name, _, attr = text.rpartition(".")
+        module = sys.modules.get(module_name)
+        if module is None or getattr(module, attr, None) is not v:
+            return None
+        return f"{self.add_global(module_name.rpartition('.')[2], module)}.{attr}"
 
     def operand(self, v: Any, receiver: bool = False) -> str:
         """An expression safe to place next to an operator (or before ``.method`` if ``receiver``)."""
         s = self.expr(v)
-        if isinstance(v, Node) or s.isidentifier() or type(v) in (str, bytes, tuple, list, dict):
+        if isinstance(v, Node) or s.isidentifier() or _DOTTED.fullmatch(s):
+            return s
+        if type(v) in (str, bytes, tuple, list, dict):
             return s
         if not receiver and type(v) in (int, float) and not s.startswith("-"):
             return s

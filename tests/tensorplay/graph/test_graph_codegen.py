@@ -231,3 +231,41 @@ def test_empty_graph_and_type_annotations():
     namespace = dict(code.globals)
     exec(code.src, namespace)
     assert namespace["forward"](None, 3) is None
+
+
+class _Color:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"{__name__}.{self.name}"
+
+
+RED = _Color("RED")
+
+
+def test_constants_whose_repr_is_an_import_path_are_written_as_such():
+    g = Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(operator.is_, (x, RED)))
+    code = g.python_code()
+    module_alias = __name__.rpartition(".")[2]
+    assert f"is_ = x is {module_alias}.RED" in code.src
+    assert _run_generated(g, SimpleNamespace(graph=g), RED) is True
+
+
+def test_registry_ops_and_dtypes_round_trip_through_generated_code():
+    tp = pytest.importorskip("tensorplay")
+    g = Graph()
+    x = g.placeholder("x")
+    s = g.call_function(tp.add, (x, x))
+    g.output(g.call_method("to", (s, tp.float64)))
+    src = g.python_code().src
+    assert "add = tensorplay.add(x, x)" in src and "to = add.to(tensorplay.float64)" in src
+    module = SimpleNamespace(graph=g)
+    data = np.array([1.5, -2.0], dtype=np.float32)
+    generated = _run_generated(g, module, tp.tensor(data))
+    interpreted = Interpreter(module).run(tp.tensor(data))
+    assert generated.dtype == interpreted.dtype == tp.float64
+    np.testing.assert_array_equal(generated.numpy(), (data + data).astype(np.float64))
+    np.testing.assert_array_equal(interpreted.numpy(), generated.numpy())
