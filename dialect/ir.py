@@ -7,7 +7,7 @@ Build IR with a :class:`Builder`; op result types are inferred from the op table
     >>> f = ir.Function("main", [("x", T.TensorType((s0, 4), T.F32))], symbols={s0: (1, 64)})
     >>> b = ir.Builder(f)
     >>> y = b.exp(f.args[0])
-    >>> b.ret(y)
+    >>> _ = b.ret(y)
     >>> str(y.type)
     'tensor<[s0, 4], f32>'
 """

@@ -18,8 +18,8 @@ import numpy as np
 import sympy
 
 from . import reference as R
-from .attrs import BOOL, CONST, DTYPE, EXPR, EXPRS, FLOAT, INT, INTS, PAIRS, REL, STR, Dense, enum
-from .opdef import (ASSERTION, COMMUTATIVE, ELEMENTWISE, PURE, TERMINATOR, A, OpDef, OpError, op, register)
+from .attrs import BOOL, CONST, DTYPE, EXPR, EXPRS, FLOAT, INT, INTS, PAIRS, Dense, enum
+from .opdef import (COMMUTATIVE, ELEMENTWISE, PURE, A, OpDef, OpError, op, register)
 from .shapes import broadcast, check_dtype, elem_dtype, norm_axis, require_equal, same_kind, tensor
 from .symbolic import Facts
 from .types import I1, I64, INDEX, DType, IndexType, ScalarType, TensorType, Type, dtype_of_numpy

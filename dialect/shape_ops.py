@@ -16,7 +16,7 @@ import numpy as np
 from .attrs import EXPR, INT, REL, STR
 from .opdef import ASSERTION, PURE, TERMINATOR, A, OpError, op
 from .shapes import norm_axis
-from .types import INDEX, IndexType, Type
+from .types import INDEX, BufferType, IndexType, TensorType, Type
 
 # ============================================================================ shape level
 
@@ -36,7 +36,7 @@ class Dim:
 
     def infer(types, attrs, facts):
         t = types[0]
-        if not isinstance(t, (TensorType,)) and not hasattr(t, "shape"):
+        if not isinstance(t, (TensorType, BufferType)):
             raise OpError(f"tp.dim: input must be a tensor or buffer, got {t}")
         norm_axis(attrs["axis"], len(t.shape), "tp.dim")
         return [INDEX]
