@@ -51,21 +51,20 @@ array([[5., 1.]])
 code; ``tensorplay.graph._pytree`` flattens nested inputs and outputs.
 """
 
-from typing import Any
-
 from ._pytree import TreeSpec, tree_flatten, tree_map, tree_unflatten
 from .codegen import PythonCode
 from .errors import GraphCaptureError, GraphError, GraphLintError
 from .graph import Graph
+from .graph_module import GraphModule
 from .interpreter import Interpreter
 from .node import Node, map_aggregate, map_arg
 
 __all__ = [
     "Graph",
     "GraphCaptureError",
-    "GraphModule",
     "GraphError",
     "GraphLintError",
+    "GraphModule",
     "Interpreter",
     "Node",
     "PythonCode",
@@ -77,11 +76,3 @@ __all__ = [
     "tree_unflatten",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    # GraphModule needs tensorplay.nn; importing it lazily keeps the IR usable on its own.
-    if name == "GraphModule":
-        from .graph_module import GraphModule
-
-        return GraphModule
-    raise AttributeError(f"module 'tensorplay.graph' has no attribute {name!r}")
