@@ -221,7 +221,8 @@ def _(ctx, grad):
     safe = tp.where(zero, tp.ones_like(x), x)
     lone_zero = tp.eq(tp.sum(zero, dim, True), 1)
     at_zero = tp.mul(tp.prod(safe, dim, True), lone_zero)
-    others = tp.where(zero, tp.expand(at_zero, tuple(x.shape)), tp.div(_unreduce(out, x.shape, dims, keepdim), safe))
+    quotient = tp.div(_unreduce(out, x.shape, dims, keepdim), safe)
+    others = tp.where(zero, tp.expand(at_zero, tuple(x.shape)), quotient)
     g = _unreduce(grad, x.shape, dims, keepdim)
     return (tp.mul(g if g.dtype is x.dtype else tp.to_dtype(g, x.dtype), others),)
 
@@ -234,8 +235,8 @@ def _mean_meta(input, dim=None, keepdim=False, *, dtype=None):
         raise RuntimeError("mean(): could not infer output dtype. Optional dtype must be either a floating "
                            f"point or complex dtype. Got: {requested.name}")
     if requested is None and not input.dtype.is_floating_point:
-        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point "
-                           f"or complex dtype. Got: {input.dtype.name}")
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating "
+                           f"point or complex dtype. Got: {input.dtype.name}")
     dims = reduce_dims(dim, input.ndim)
     return TensorMeta(reduced_shape(input.shape, dims, keepdim), requested or input.dtype)
 
@@ -348,7 +349,7 @@ argmax = register("argmax", _arg_extremum(np.argmax), _arg_meta("argmax"), metho
                   doc="Index of the largest value over ``dim`` (of the flattened input when None); int64.\n\n"
                       ">>> tp.tensor([[1, 7], [5, 2]]).argmax(1).tolist()\n[1, 0]")
 argmin = register("argmin", _arg_extremum(np.argmin), _arg_meta("argmin"), method=True, primitive=True,
-                  doc="Index of the smallest value over ``dim`` (of the flattened input when None); int64.\n\n"
+                  doc="Index of the smallest value over ``dim`` (of the flattened input if None); int64.\n\n"
                       ">>> tp.tensor([[1, 7], [5, 2]]).argmin(1).tolist()\n[0, 1]")
 
 
@@ -360,8 +361,8 @@ def _max_min_meta(name: str, binary: str):
         _check_keepdim(name, keepdim)
         if dim is None:
             if isinstance(input.numel(), int) and input.numel() == 0:
-                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
-                                   "Specify the reduction dim with the 'dim' argument.")
+                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0."
+                                   " Specify the reduction dim with the 'dim' argument.")
             return TensorMeta((), input.dtype)
         if not isinstance(dim, int) or isinstance(dim, bool):
             raise TypeError(f"{name}(): argument 'dim' must be int or a Tensor, not {type(dim).__name__}")
@@ -437,3 +438,345 @@ def _max_min_backward(binary: str):
 
 max_op.def_backward(_max_min_backward("maximum"))
 min_op.def_backward(_max_min_backward("minimum"))
+
+
+# --- moments --------------------------------------------------------------------------------------------
+
+def _correction(name: str, dim, unbiased, correction):
+    """Resolve PyTorch's overloads: ``var(x, unbiased)``, ``var(x, dim, unbiased)``, ``correction=``."""
+    if isinstance(dim, bool):
+        dim, unbiased = None, dim
+    if unbiased is not None and correction is not None:
+        raise RuntimeError(f"{name}(): cannot specify both 'unbiased' and 'correction'")
+    if unbiased is not None:
+        if not isinstance(unbiased, bool):
+            raise TypeError(f"{name}(): argument 'unbiased' must be bool, not {type(unbiased).__name__}")
+        return dim, 1 if unbiased else 0
+    if correction is None:
+        return dim, 1
+    if not isinstance(correction, int | float) or isinstance(correction, bool):
+        raise TypeError(f"{name}(): argument 'correction' must be a number, not {type(correction).__name__}")
+    return dim, correction
+
+
+def _moment_meta(name: str):
+    def meta(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+        _check_tensor(name, input)
+        _check_keepdim(name, keepdim)
+        dim, _ = _correction(name, dim, unbiased, correction)
+        _require_float(name, input.dtype, "std and var only support floating point and complex dtypes")
+        dims = reduce_dims(dim, input.ndim)
+        return TensorMeta(reduced_shape(input.shape, dims, keepdim), input.dtype)
+    return meta
+
+
+def _var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Variance over ``dim`` with ``correction`` (Bessel's by default), computed in two passes."""
+    dim, c = _correction("var", dim, unbiased, correction)
+    axes = _axes(dim, input.ndim)
+    x = input.astype(np.float64)
+    count = math.prod(x.shape[a] for a in axes)
+    centred = x - (np.sum(x, axis=axes, keepdims=True) / count if count else 0.0)
+    return np.sum(centred * centred, axis=axes, keepdims=keepdim) / np.float64(max(count - c, 0))
+
+
+def _std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Standard deviation over ``dim`` (square root of :func:`var`)."""
+    return np.sqrt(_var(input, dim, unbiased, keepdim, correction=correction))
+
+
+var = register("var", _quiet(_var), _moment_meta("var"), method=True,
+               doc="Variance over ``dim`` (``correction=1`` by default; ``unbiased=False`` means 0).\n\n"
+                   ">>> tp.tensor([1.0, 2.0, 3.0, 4.0]).var().item()\n1.6666666269302368")
+std = register("std", _quiet(_std), _moment_meta("std"), method=True,
+               doc="Standard deviation over ``dim`` (``correction=1`` by default).\n\n"
+                   ">>> tp.tensor([2.0, 4.0]).std(unbiased=False).item()\n1.0")
+
+
+def _moment_parts(x, dim, unbiased, keepdim, correction):
+    """(dims, centred input, divisor) shared by var/std decompositions and formulas."""
+    dim, c = _correction("var", dim, unbiased, correction)
+    dims = _dims_of(x, dim)
+    count = _product(x.shape[d] for d in dims)
+    centred = tp.sub(x, tp.div(tp.sum(x, dim, True), count))
+    divisor = count - c
+    divisor = max(divisor, 0) if isinstance(divisor, int | float) else sympy.Max(divisor, 0)
+    return dim, dims, centred, divisor
+
+
+@var.def_decomposition
+def _(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    dim, _, centred, divisor = _moment_parts(input, dim, unbiased, keepdim, correction)
+    return tp.div(tp.sum(tp.mul(centred, centred), dim, keepdim), divisor)
+
+
+@std.def_decomposition
+def _(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return tp.sqrt(var.decomposition(input, dim, unbiased, keepdim, correction=correction))
+
+
+def _moment_backward(root: bool):
+    def backward(ctx, grad):
+        x = ctx.args[0]
+        dim, unbiased, keepdim = _reduction_args(ctx, 1, ("dim", None), ("unbiased", None),
+                                                 ("keepdim", False))
+        _, dims, centred, divisor = _moment_parts(x, dim, unbiased, keepdim, ctx.kwargs.get("correction"))
+        g = _unreduce(grad, x.shape, dims, keepdim)
+        if root:  # d std = d var / (2 std)
+            g = tp.div(g, _unreduce(ctx.outputs[0], x.shape, dims, keepdim))
+            return (tp.div(tp.mul(g, centred), divisor),)
+        return (tp.div(tp.mul(tp.mul(g, centred), 2), divisor),)
+    return backward
+
+
+var.def_backward(_moment_backward(root=False))
+std.def_backward(_moment_backward(root=True))
+
+
+def _logsumexp_meta(input, dim, keepdim=False):
+    _check_tensor("logsumexp", input)
+    _check_keepdim("logsumexp", keepdim)
+    dims = reduce_dims(dim, input.ndim)
+    dt = input.dtype if input.dtype.is_floating_point else _dtype.get_default_dtype()
+    return TensorMeta(reduced_shape(input.shape, dims, keepdim), dt)
+
+
+def _logsumexp(input, dim, keepdim=False):
+    """``log(sum(exp(input)))`` over ``dim``, shifted by the maximum for stability."""
+    axes = _axes(dim, input.ndim)
+    x = input.astype(np.float64)
+    shift = np.max(x, axis=axes, keepdims=True, initial=-np.inf)
+    shift = np.where(np.isinf(shift), 0.0, shift)
+    out = np.log(np.sum(np.exp(x - shift), axis=axes, keepdims=True)) + shift
+    return out if keepdim else np.squeeze(out, axis=axes)
+
+
+logsumexp = register("logsumexp", _quiet(_logsumexp), _logsumexp_meta, method=True,
+                     doc="``log(sum(exp(input), dim))`` computed stably (integers give default floats).\n\n"
+                         ">>> round(tp.logsumexp(tp.tensor([0.0, 0.0]), 0).item(), 4)\n0.6931")
+
+
+@logsumexp.def_decomposition
+def _(input, dim, keepdim=False):
+    x = input if input.dtype.is_floating_point else tp.to_dtype(input, tp.get_default_dtype())
+    peak = tp.amax(x, dim, True)
+    shift = tp.where(tp.isinf(peak), tp.zeros_like(peak), peak)
+    out = tp.add(tp.log(tp.sum(tp.exp(tp.sub(x, shift)), dim, True)), shift)
+    return out if keepdim else tp.reshape(out, reduced_shape(x.shape, _dims_of(x, dim), False))
+
+
+@logsumexp.def_backward
+def _(ctx, grad):
+    x, out = ctx.args[0], ctx.outputs[0]
+    dim, keepdim = _reduction_args(ctx, 1, ("dim", None), ("keepdim", False))
+    dims = _dims_of(x, dim)
+    weights = tp.exp(tp.sub(x, _unreduce(out, x.shape, dims, keepdim)))
+    return (tp.mul(_unreduce(grad, x.shape, dims, keepdim), weights),)
+
+
+# --- norms ------------------------------------------------------------------------------------------
+
+def _norm_order(p) -> float:
+    if p == "fro" or p is None:
+        return 2.0
+    if isinstance(p, str):
+        raise ValueError(f"norm(): p must be a number, 'fro' or None; p={p!r} is not supported")
+    if not isinstance(p, int | float) or isinstance(p, bool):
+        raise TypeError(f"norm(): argument 'p' must be a number or 'fro', not {type(p).__name__}")
+    return float(p)
+
+
+def _norm_meta(input, p="fro", dim=None, keepdim=False, dtype=None):
+    _check_tensor("norm", input)
+    _check_keepdim("norm", keepdim)
+    _norm_order(p)
+    requested = _dtype_arg("norm", dtype)
+    _require_float("norm", requested or input.dtype,
+                   "linalg.vector_norm: Expected a floating point or complex tensor as input. "
+                   f"Got {(requested or input.dtype).name}")
+    dims = reduce_dims(dim, input.ndim)
+    return TensorMeta(reduced_shape(input.shape, dims, keepdim), requested or input.dtype)
+
+
+def _norm(input, p="fro", dim=None, keepdim=False, dtype=None):
+    """Vector ``p``-norm of ``input`` over ``dim`` (the Frobenius norm for 'fro')."""
+    order = _norm_order(p)
+    axes = _axes(dim, input.ndim)
+    a = np.abs(_convert(input, dtype).astype(np.float64))
+    if order == math.inf:
+        return np.max(a, axis=axes, keepdims=keepdim, initial=0.0)
+    if order == -math.inf:
+        return np.min(a, axis=axes, keepdims=keepdim, initial=math.inf)
+    if order == 0:
+        return np.sum(a != 0, axis=axes, keepdims=keepdim).astype(np.float64)
+    if order == 1:
+        return np.sum(a, axis=axes, keepdims=keepdim)
+    if order == 2:
+        return np.sqrt(np.sum(a * a, axis=axes, keepdims=keepdim))
+    return np.sum(a ** order, axis=axes, keepdims=keepdim) ** (1.0 / order)
+
+
+norm = register("norm", _quiet(_norm), _norm_meta, method=True,
+                doc="Vector ``p``-norm over ``dim`` (p: a number, inf, -inf or 'fro'), floating input.\n\n"
+                    ">>> tp.tensor([3.0, -4.0]).norm().item()\n5.0")
+
+
+@norm.def_decomposition
+def _(input, p="fro", dim=None, keepdim=False, dtype=None):
+    order = _norm_order(p)
+    x = tp.abs(input if dtype is None else tp.to_dtype(input, dtype))
+    if order == math.inf:
+        return tp.amax(x, dim, keepdim)
+    if order == -math.inf:
+        return tp.amin(x, dim, keepdim)
+    if order == 0:
+        return tp.to_dtype(tp.sum(tp.ne(x, 0), dim, keepdim), x.dtype)
+    if order == 1:
+        return tp.sum(x, dim, keepdim)
+    if order == 2:
+        return tp.sqrt(tp.sum(tp.mul(x, x), dim, keepdim))
+    return tp.pow(tp.sum(tp.pow(x, order), dim, keepdim), 1.0 / order)
+
+
+@norm.def_backward
+def _(ctx, grad):
+    x, out = ctx.args[0], ctx.outputs[0]
+    p, dim, keepdim = _reduction_args(ctx, 1, ("p", "fro"), ("dim", None), ("keepdim", False))
+    order = _norm_order(p)
+    dims = _dims_of(x, dim)
+    g = _unreduce(grad, x.shape, dims, keepdim)
+    if order == 0:
+        return (tp.zeros_like(x),)
+    if order == 1:
+        return (tp.mul(g, tp.sign(x)),)
+    a, result = tp.abs(x), _unreduce(out, x.shape, dims, keepdim)
+    if math.isinf(order):  # shared evenly among the entries reaching the extremum, like amax
+        hits = tp.eq(a, result)
+        share = tp.div(g, _unreduce(tp.sum(hits, dim, True), x.shape, dims, True))
+        return (tp.mul(tp.mul(share, hits), tp.sign(x)),)
+    # d|x|_p / dx = sign(x) |x|^(p-1) / |x|_p^(p-1), taken as 0 where the norm is 0.
+    scale = tp.div(tp.pow(a, order - 1), tp.pow(result, order - 1))
+    scale = tp.where(tp.eq(result, 0), tp.zeros_like(scale), scale)
+    return (tp.mul(tp.mul(g, scale), tp.sign(x)),)
+
+
+# --- logical folds and counting ------------------------------------------------------------------
+
+def _fold_meta(name: str):
+    def meta(input, dim=None, keepdim=False):
+        _check_tensor(name, input)
+        _check_keepdim(name, keepdim)
+        dims = reduce_dims(dim, input.ndim)
+        dt = _dtype.uint8 if input.dtype is _dtype.uint8 else _dtype.bool
+        return TensorMeta(reduced_shape(input.shape, dims, keepdim), dt)
+    return meta
+
+
+def _all(input, dim=None, keepdim=False):
+    """Whether every element over ``dim`` is nonzero."""
+    return np.all(input, axis=_axes(dim, input.ndim), keepdims=keepdim)
+
+
+def _any(input, dim=None, keepdim=False):
+    """Whether some element over ``dim`` is nonzero."""
+    return np.any(input, axis=_axes(dim, input.ndim), keepdims=keepdim)
+
+
+all_op = register("all", _all, _fold_meta("all"), method=True,
+                  doc="True where every element over ``dim`` is nonzero (uint8 input gives uint8).\n\n"
+                      ">>> tp.tensor([[1, 0], [2, 3]]).all(1).tolist()\n[False, True]")
+any_op = register("any", _any, _fold_meta("any"), method=True,
+                  doc="True where some element over ``dim`` is nonzero (uint8 input gives uint8).\n\n"
+                      ">>> tp.tensor([[1, 0], [0, 0]]).any(1).tolist()\n[True, False]")
+
+
+def _fold_decomposition(reduce):
+    def decompose(input, dim=None, keepdim=False):
+        out = reduce(tp.ne(input, 0), dim, keepdim)
+        return tp.to_dtype(out, tp.uint8) if input.dtype is tp.uint8 else out
+    return decompose
+
+
+all_op.def_decomposition(_fold_decomposition(lambda x, dim, keepdim: tp.amin(x, dim, keepdim)))
+any_op.def_decomposition(_fold_decomposition(lambda x, dim, keepdim: tp.amax(x, dim, keepdim)))
+
+
+def _count_nonzero_meta(input, dim=None):
+    _check_tensor("count_nonzero", input)
+    dims = reduce_dims(dim, input.ndim)
+    return TensorMeta(reduced_shape(input.shape, dims, False), _dtype.int64)
+
+
+def _count_nonzero(input, dim=None):
+    """Number of nonzero elements over ``dim``."""
+    return np.count_nonzero(input, axis=_axes(dim, input.ndim))
+
+
+count_nonzero = register("count_nonzero", _count_nonzero, _count_nonzero_meta, method=True,
+                         doc="Count of nonzero elements over ``dim`` (int, tuple or None: all); int64.\n\n"
+                             ">>> tp.count_nonzero(tp.tensor([[0, 1], [2, 3]]), 0).tolist()\n[1, 2]")
+
+
+@count_nonzero.def_decomposition
+def _(input, dim=None):
+    return tp.sum(tp.ne(input, 0), dim)
+
+
+# --- scans -----------------------------------------------------------------------------------------------
+
+def _scan_meta(name: str):
+    def meta(input, dim, *, dtype=None):
+        _check_tensor(name, input)
+        if not isinstance(dim, int) or isinstance(dim, bool):
+            raise TypeError(f"{name}(): argument 'dim' must be int, not {type(dim).__name__}")
+        normalize_dim(dim, input.ndim)
+        return TensorMeta(input.shape, _dtype_arg(name, dtype) or _long_if_integral(input.dtype))
+    return meta
+
+
+def _scan(ufunc):
+    def impl(input, dim, *, dtype=None):
+        x = _convert(input, dtype)
+        if x.ndim == 0:
+            return x.astype(_accumulator(x))
+        return ufunc.accumulate(x, axis=normalize_dim(dim, x.ndim), dtype=_accumulator(x))
+    impl.__doc__ = f"Running {'sum' if ufunc is np.add else 'product'} along ``dim``."
+    return impl
+
+
+cumsum = register("cumsum", _quiet(_scan(np.add)), _scan_meta("cumsum"), method=True, primitive=True,
+                  doc="Running sum along ``dim`` (integers accumulate in int64; optional ``dtype``).\n\n"
+                      ">>> tp.tensor([1, 2, 3]).cumsum(0).tolist()\n[1, 3, 6]")
+cumprod = register("cumprod", _quiet(_scan(np.multiply)), _scan_meta("cumprod"), method=True, primitive=True,
+                   doc="Running product along ``dim`` (integers accumulate in int64; optional ``dtype``).\n\n"
+                       ">>> tp.tensor([1, 2, 3]).cumprod(0).tolist()\n[1, 2, 6]")
+
+
+def _reverse_cumsum(x, dim: int):
+    return tp.flip(tp.cumsum(tp.flip(x, (dim,)), dim), (dim,))
+
+
+@cumsum.def_backward
+def _(ctx, grad):
+    x = ctx.args[0]
+    if x.dim() == 0:
+        return (tp.to_dtype(grad, x.dtype),)
+    d = normalize_dim(_reduction_args(ctx, 1, ("dim", None))[0], x.dim())
+    return (tp.to_dtype(_reverse_cumsum(grad, d), x.dtype),)
+
+
+@cumprod.def_backward
+def _(ctx, grad):
+    # Where x_i != 0: sum_{j>=i} g_j out_j / x_i. At the first zero z of a row the products that
+    # skip x_z are the cumprod of x with x_z replaced by 1; every later position gets 0.
+    x, out = ctx.args[0], ctx.outputs[0]
+    if x.dim() == 0:
+        return (tp.to_dtype(grad, x.dtype),)
+    d = normalize_dim(_reduction_args(ctx, 1, ("dim", None))[0], x.dim())
+    grad, out = tp.to_dtype(grad, x.dtype), tp.to_dtype(out, x.dtype)
+    zero = tp.eq(x, 0)
+    first_zero = tp.logical_and(zero, tp.eq(tp.cumsum(zero, d), 1))
+    safe = tp.where(zero, tp.ones_like(x), x)
+    regular = tp.div(_reverse_cumsum(tp.mul(grad, out), d), safe)
+    skipping = _reverse_cumsum(tp.mul(grad, tp.cumprod(tp.where(first_zero, tp.ones_like(x), x), d)), d)
+    return (tp.where(zero, tp.where(first_zero, skipping, tp.zeros_like(x)), regular),)
