@@ -109,3 +109,34 @@ def test_second_process_reuses_cache(tmp_path):
     second = _child(tmp_path)
     assert first == {"compiles": 1, "hits": 0, "misses": 1, "result": 21}
     assert second == {"compiles": 0, "hits": 1, "misses": 0, "result": 21}
+
+
+_RACER = """
+import sys
+from runtime.cache import CompileCache
+from runtime import jit
+lib = jit.compile_ir(sys.argv[1], cache=CompileCache(sys.argv[2]))
+print(len(lib.object))
+"""
+
+
+def test_concurrent_processes_share_one_directory(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    procs = [subprocess.Popen([sys.executable, "-c", _RACER, IR, str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    sizes = set()
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        sizes.add(int(out.strip()))
+    assert len(sizes) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [f"{cache_key(IR, *_target())}.o"]
+    cache = CompileCache(tmp_path)
+    assert len(cache.get(cache_key(IR, *_target()))) == sizes.pop()
+
+
+def _target():
+    from runtime.target import feature_string, host_cpu
+
+    cpu = host_cpu()
+    return cpu.name, feature_string(), cpu.llvmlite, 3

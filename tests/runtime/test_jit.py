@@ -161,3 +161,11 @@ def test_optimize_sets_triple_and_vectorizes():
     optimize(mod, tm)
     assert mod.triple == tm.triple
     assert "x float>" in str(mod)
+
+
+def test_global_variable_address():
+    lib = jit.compile_ir("@table = global [4 x i32] [i32 3, i32 1, i32 4, i32 1]\n"
+                         "define ptr @get() { ret ptr @table }")
+    addr = lib.address("table")
+    assert addr == lib.function("get", ctypes.c_void_p)()
+    assert list((ctypes.c_int32 * 4).from_address(addr)) == [3, 1, 4, 1]
