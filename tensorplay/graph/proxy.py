@@ -1,0 +1,317 @@
+"""Proxies: stand-ins for tensors and sizes while a function is traced.
+
+A :class:`Proxy` stands for a tensor value in the graph being built. Every registry op that
+receives one records a node instead of computing (``__tensorplay_function__``); tensor methods
+become ``call_method`` nodes and Python operators ``operator.*`` nodes. Metadata questions
+(``shape``, ``dtype``, ``dim()``) are answered from the node's meta. A :class:`SymProxy` stands
+for a size or a number computed from sizes (``x.shape[0] * 2``); deciding on it (``if``,
+``int()``) asks the shape environment, which records a guard.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import sympy
+
+from .. import _dtype
+from ..ops import REGISTRY
+from ..ops._registry import methods as _methods
+from .errors import GraphCaptureError
+from .shape_env import user_frame
+
+__all__ = ["Proxy", "SymProxy"]
+
+# Python operator -> registry op name, for tensor proxies.
+TENSOR_OPERATORS = {
+    operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
+    operator.floordiv: "floor_divide", operator.mod: "remainder", operator.pow: "pow",
+    operator.matmul: "matmul", operator.and_: "bitwise_and", operator.or_: "bitwise_or",
+    operator.xor: "bitwise_xor", operator.eq: "eq", operator.ne: "ne", operator.lt: "lt",
+    operator.le: "le", operator.gt: "gt", operator.ge: "ge", operator.neg: "neg", operator.abs: "abs",
+    operator.invert: "bitwise_not", operator.getitem: "getitem", operator.setitem: "setitem",
+    operator.iadd: "add_", operator.isub: "sub_", operator.imul: "mul_", operator.itruediv: "div_",
+}
+
+
+def _binary(fn, reflected=False):
+    if reflected:
+        def rop(self, other):
+            return self.tracer.call_operator(fn, (other, self))
+        return rop
+
+    def op(self, other):
+        return self.tracer.call_operator(fn, (self, other))
+    return op
+
+
+class Proxy:
+    """A traced tensor value: a graph node plus the tracer that owns it."""
+
+    __slots__ = ("node", "tracer")
+
+    def __init__(self, node, tracer):
+        self.node = node
+        self.tracer = tracer
+
+    def __repr__(self) -> str:
+        return f"Proxy({self.node.name})"
+
+    def __tensorplay_function__(self, op, args, kwargs):
+        return self.tracer.call_op(op, "call_function", op, args, kwargs)
+
+    # --------------------------------------------------------------- metadata
+    @property
+    def _meta(self):
+        return self.node.meta["val"]
+
+    @property
+    def dtype(self) -> _dtype.dtype:
+        return self._meta.dtype
+
+    @property
+    def device(self):
+        from .._tensor import CPU
+        return CPU
+
+    @property
+    def shape(self):
+        return self.tracer.shape_of(self)
+
+    def size(self, dim: int | None = None):
+        shape = self.tracer.shape_of(self)
+        if dim is None:
+            return shape
+        from ..ops._shapes import normalize_dim
+        return shape[normalize_dim(dim, len(shape))]
+
+    def dim(self) -> int:
+        return len(self._meta.shape)
+
+    ndim = property(dim)
+
+    def numel(self):
+        total = 1
+        for d in self.shape:
+            total = total * d
+        return total
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        return True
+
+    @property
+    def requires_grad(self) -> bool:
+        return False
+
+    @property
+    def is_cpu(self) -> bool:
+        return True
+
+    @property
+    def T(self):
+        return self.permute(*reversed(range(self.dim())))
+
+    @property
+    def mT(self):
+        return self.transpose(-2, -1)
+
+    def __getattr__(self, name: str):
+        op = _methods().get(name)
+        if op is None:
+            raise AttributeError(f"'Tensor' object (traced) has no attribute or method {name!r}")
+        tracer = self.tracer
+
+        def method(*args, **kwargs):
+            return tracer.call_op(op, "call_method", name, (self, *args), kwargs)
+        return method
+
+    def to(self, *args, **kwargs):
+        target = None
+        for a in (*args, kwargs.get("dtype")):
+            if isinstance(a, _dtype.dtype):
+                target = a
+            elif isinstance(a, Proxy):
+                target = a.dtype
+        if target is None or target is self.dtype:
+            return self
+        return self.tracer.call_op(REGISTRY["to_dtype"], "call_method", "to", (self, target), {})
+
+    def float(self):
+        return self.to(_dtype.float32)
+
+    def double(self):
+        return self.to(_dtype.float64)
+
+    def half(self):
+        return self.to(_dtype.float16)
+
+    def long(self):
+        return self.to(_dtype.int64)
+
+    def int(self):
+        return self.to(_dtype.int32)
+
+    def bool(self):
+        return self.to(_dtype.bool)
+
+    def type_as(self, other):
+        return self.to(other.dtype)
+
+    # --------------------------------------------------------------- Python protocol
+    def __bool__(self):
+        raise GraphCaptureError(
+            f"control flow on tensor data cannot be captured: the program branches on the value of "
+            f"'{self.node.name}' at {user_frame()}. Use tp.where for data-dependent selection.")
+
+    def __len__(self) -> int:
+        if not self._meta.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return int(self.shape[0])
+
+    def __iter__(self):
+        if not self._meta.shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter([self[i] for i in range(int(self.shape[0]))])
+
+    def item(self):
+        return self.tracer.data_dependent_scalar(self)
+
+    def tolist(self):
+        raise GraphCaptureError(f"tolist() on a traced tensor needs its values (sized by the values of a "
+                                f"tensor) at {user_frame()}")
+
+    def numpy(self):
+        raise GraphCaptureError(f"numpy() on a traced tensor needs its values at {user_frame()}")
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __setitem__(self, index, value):
+        self.tracer.call_operator(operator.setitem, (self, index, value))
+
+    __add__ = _binary(operator.add)
+    __radd__ = _binary(operator.add, True)
+    __sub__ = _binary(operator.sub)
+    __rsub__ = _binary(operator.sub, True)
+    __mul__ = _binary(operator.mul)
+    __rmul__ = _binary(operator.mul, True)
+    __truediv__ = _binary(operator.truediv)
+    __rtruediv__ = _binary(operator.truediv, True)
+    __floordiv__ = _binary(operator.floordiv)
+    __rfloordiv__ = _binary(operator.floordiv, True)
+    __mod__ = _binary(operator.mod)
+    __rmod__ = _binary(operator.mod, True)
+    __pow__ = _binary(operator.pow)
+    __rpow__ = _binary(operator.pow, True)
+    __matmul__ = _binary(operator.matmul)
+    __rmatmul__ = _binary(operator.matmul, True)
+    __and__ = _binary(operator.and_)
+    __rand__ = _binary(operator.and_, True)
+    __or__ = _binary(operator.or_)
+    __ror__ = _binary(operator.or_, True)
+    __xor__ = _binary(operator.xor)
+    __rxor__ = _binary(operator.xor, True)
+    __eq__ = _binary(operator.eq)
+    __ne__ = _binary(operator.ne)
+    __lt__ = _binary(operator.lt)
+    __le__ = _binary(operator.le)
+    __gt__ = _binary(operator.gt)
+    __ge__ = _binary(operator.ge)
+    __getitem__ = _binary(operator.getitem)
+    __iadd__ = _binary(operator.iadd)
+    __isub__ = _binary(operator.isub)
+    __imul__ = _binary(operator.imul)
+    __itruediv__ = _binary(operator.itruediv)
+
+    def __neg__(self):
+        return self.tracer.call_operator(operator.neg, (self,))
+
+    def __abs__(self):
+        return self.tracer.call_operator(operator.abs, (self,))
+
+    def __invert__(self):
+        if self.dtype is _dtype.bool:
+            return self.tracer.call_op(REGISTRY["logical_not"], "call_method", "logical_not", (self,), {})
+        return self.tracer.call_operator(operator.invert, (self,))
+
+
+def _sym_binary(fn, reflected=False):
+    def op(self, other):
+        args = (other, self) if reflected else (self, other)
+        return self.tracer.call_sym(fn, args)
+    return op
+
+
+class SymProxy:
+    """A traced size or number: a graph node, its sympy expression and the tracer."""
+
+    __slots__ = ("node", "expr", "tracer")
+
+    def __init__(self, node, expr, tracer):
+        self.node = node
+        self.expr = expr
+        self.tracer = tracer
+
+    def __repr__(self) -> str:
+        return f"SymProxy({self.node.name}: {self.expr})"
+
+    @property
+    def hint(self):
+        return self.tracer.shape_env.evaluate(self.expr)
+
+    def __tensorplay_function__(self, op, args, kwargs):
+        return self.tracer.call_op(op, "call_function", op, args, kwargs)
+
+    def __bool__(self) -> bool:
+        return self.tracer.shape_env.holds(self.expr if self.expr.is_Relational or isinstance(
+            self.expr, sympy.logic.boolalg.Boolean) else sympy.Ne(self.expr, 0), "bool() on a size")
+
+    def __int__(self) -> int:
+        value = self.hint
+        self.tracer.shape_env.holds(sympy.Eq(self.expr, value), "int() on a size")
+        return int(value)
+
+    __index__ = __int__
+
+    def __float__(self) -> float:
+        return float(self.__int__())
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    __add__ = _sym_binary(operator.add)
+    __radd__ = _sym_binary(operator.add, True)
+    __sub__ = _sym_binary(operator.sub)
+    __rsub__ = _sym_binary(operator.sub, True)
+    __mul__ = _sym_binary(operator.mul)
+    __rmul__ = _sym_binary(operator.mul, True)
+    __floordiv__ = _sym_binary(operator.floordiv)
+    __rfloordiv__ = _sym_binary(operator.floordiv, True)
+    __truediv__ = _sym_binary(operator.truediv)
+    __rtruediv__ = _sym_binary(operator.truediv, True)
+    __mod__ = _sym_binary(operator.mod)
+    __rmod__ = _sym_binary(operator.mod, True)
+    __pow__ = _sym_binary(operator.pow)
+    __eq__ = _sym_binary(operator.eq)
+    __ne__ = _sym_binary(operator.ne)
+    __lt__ = _sym_binary(operator.lt)
+    __le__ = _sym_binary(operator.le)
+    __gt__ = _sym_binary(operator.gt)
+    __ge__ = _sym_binary(operator.ge)
+
+    def __neg__(self):
+        return self.tracer.call_sym(operator.neg, (self,))
+
+
+def sym_expr(value: Any):
+    """The sympy expression of a SymProxy or number (None for anything else)."""
+    if isinstance(value, SymProxy):
+        return value.expr
+    if isinstance(value, bool):
+        return sympy.true if value else sympy.false
+    if isinstance(value, int | float):
+        return sympy.sympify(value)
+    return None

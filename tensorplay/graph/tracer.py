@@ -1,0 +1,395 @@
+"""Symbolic tracing: run a function or module once on proxies and record a :class:`Graph`.
+
+Every op goes through the registry's meta rule (so each node's ``meta["val"]`` holds a
+``TensorMeta`` whose extents may be sympy expressions) and is also executed once on example values
+(``meta["example_value"]``), which answers metadata questions about intermediates. Dynamic input
+extents are symbols of a :class:`ShapeEnv`; decisions on them become guards.
+
+>>> import sympy, tensorplay as tp
+>>> from tensorplay.graph.tracer import trace
+>>> gm = trace(lambda x: (x * 2).sum(0), (tp.ones(4, 3),), dynamic={"x": {0: "batch"}})
+>>> [n.meta["val"].shape for n in gm.graph.nodes if n.op == "placeholder"]
+[(batch, 3)]
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+
+from .._tensor import Tensor
+from ..autograd.grad_mode import no_grad
+from ..ops import REGISTRY, TensorMeta, deciding_with
+from ..ops._registry import Op
+from ..random import fork_rng
+from .errors import GraphCaptureError
+from .graph import Graph
+from .proxy import TENSOR_OPERATORS, Proxy, SymProxy, sym_expr
+from .shape_env import ShapeEnv, user_frame
+
+__all__ = ["Tracer", "trace"]
+
+
+def _sym_apply(fn, a, b=None):
+    if fn is operator.neg:
+        return -a
+    if fn is operator.floordiv:
+        return sympy.floor(a / b)
+    if fn is operator.truediv:
+        return a / b
+    if fn is operator.mod:
+        return sympy.Mod(a, b)
+    if fn in (operator.eq, operator.ne):
+        return sympy.Eq(a, b) if fn is operator.eq else sympy.Ne(a, b)
+    return fn(a, b)
+
+
+class Tracer:
+    """Builds one graph; subclasses (export) decide how module state enters it."""
+
+    def __init__(self, shape_env: ShapeEnv | None = None):
+        self.graph = Graph()
+        self.shape_env = shape_env or ShapeEnv()
+        self.constants: dict[str, Tensor] = {}
+        self._const_ids: dict[int, Any] = {}
+        self._state: dict[int, Proxy] = {}
+        self._shapes: dict[Any, tuple] = {}
+        self.module_stack: list[tuple[str, str]] = []
+        self.reserved_names: set[str] = set()
+
+    # ------------------------------------------------------------------ values <-> nodes
+    def _node_meta(self, node, val, example) -> None:
+        node.meta["val"] = val
+        node.meta["example_value"] = example
+        node.meta["stack_trace"] = user_frame()
+        if self.module_stack:
+            node.meta["nn_module_stack"] = {path: (path, typ) for path, typ in self.module_stack}
+
+    def tensor_proxy(self, node, example: Tensor, shape: tuple | None = None) -> Proxy:
+        meta = TensorMeta(shape if shape is not None else tuple(example.shape), example.dtype)
+        self._node_meta(node, meta, example)
+        return Proxy(node, self)
+
+    def constant_node(self, t: Tensor):
+        """A ``get_attr`` node for a concrete tensor met during tracing (``_tensor_constantN``)."""
+        known = self._const_ids.get(id(t))
+        if known is not None:
+            return known
+        i = 0
+        while f"_tensor_constant{i}" in self.constants or f"_tensor_constant{i}" in self.reserved_names:
+            i += 1
+        name = f"_tensor_constant{i}"
+        self.constants[name] = t
+        node = self.graph.get_attr(name)
+        self._node_meta(node, TensorMeta(tuple(t.shape), t.dtype), t)
+        self._const_ids[id(t)] = node
+        return node
+
+    def to_node(self, value):
+        if isinstance(value, Proxy | SymProxy):
+            return value.node
+        if isinstance(value, Tensor):
+            state = self._state.get(id(value))
+            return state.node if state is not None else self.constant_node(value)
+        if isinstance(value, list | tuple):
+            return type(value)(self.to_node(v) for v in value) if not hasattr(value, "_fields") else \
+                type(value)(*(self.to_node(v) for v in value))
+        if isinstance(value, dict):
+            return {k: self.to_node(v) for k, v in value.items()}
+        if isinstance(value, slice):
+            return slice(self.to_node(value.start), self.to_node(value.stop), self.to_node(value.step))
+        return value
+
+    def to_meta(self, value):
+        if isinstance(value, Proxy):
+            return value.node.meta["val"]
+        if isinstance(value, SymProxy):
+            return value.expr
+        if isinstance(value, Tensor):
+            return TensorMeta(tuple(value.shape), value.dtype)
+        if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+            return type(value)(self.to_meta(v) for v in value)
+        if isinstance(value, slice):
+            return slice(self.to_meta(value.start), self.to_meta(value.stop), self.to_meta(value.step))
+        return value
+
+    def to_example(self, value):
+        if isinstance(value, Proxy):
+            return value.node.meta["example_value"]
+        if isinstance(value, SymProxy):
+            return value.hint
+        if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+            return type(value)(self.to_example(v) for v in value)
+        if isinstance(value, dict):
+            return {k: self.to_example(v) for k, v in value.items()}
+        if isinstance(value, slice):
+            return slice(self.to_example(value.start), self.to_example(value.stop), self.to_example(value.step))
+        return value
+
+    # ------------------------------------------------------------------ recording ops
+    def call_op(self, op: Op, kind: str, target, args: tuple, kwargs: dict):
+        """Record ``op`` as a ``kind`` node with ``target``; returns proxies for its outputs."""
+        with deciding_with(self.shape_env):
+            meta = op.meta(*self.to_meta(tuple(args)), **{k: self.to_meta(v) for k, v in kwargs.items()})
+        ex_args = self.to_example(tuple(args))
+        ex_kwargs = {k: self.to_example(v) for k, v in kwargs.items()}
+        with no_grad():
+            example = op(*ex_args, **ex_kwargs)
+        node = self.graph.create_node(kind, target, self.to_node(tuple(args)),
+                                      {k: self.to_node(v) for k, v in kwargs.items()})
+        return self._wrap_result(node, meta, example, op)
+
+    def call_operator(self, fn, args: tuple):
+        """Record a Python operator applied to tensor proxies (``x + y`` -> ``operator.add``)."""
+        if fn is operator.getitem and not isinstance(args[0], Proxy):
+            return args[0][args[1]]
+        name = TENSOR_OPERATORS[fn]
+        return self.call_op(REGISTRY[name], "call_function", fn, args, {})
+
+    def _wrap_result(self, node, meta, example, op):
+        if isinstance(meta, TensorMeta):
+            return self._finish_tensor(node, meta, example, op)
+        items = []
+        node.meta["val"] = meta
+        node.meta["example_value"] = example
+        node.meta["stack_trace"] = user_frame()
+        for i, (m, e) in enumerate(zip(meta, example, strict=True)):
+            with self.graph.inserting_after(node if i == 0 else items[-1].node):
+                item = self.graph.call_function(operator.getitem, (node, i))
+            items.append(self._finish_tensor(item, m, e, op))
+        if isinstance(example, tuple) and hasattr(example, "_fields"):
+            return type(example)(*items)
+        return list(items) if isinstance(meta, list) else tuple(items)
+
+    def _finish_tensor(self, node, meta: TensorMeta, example, op) -> Proxy:
+        shape = []
+        for d, actual in zip(meta.shape, example.shape, strict=True):
+            if d is None:
+                d = self.shape_env.unknown_extent(f"sized by the values of a tensor ({op.name})", actual)
+            elif not isinstance(d, int):
+                d = sympy.sympify(d)
+                for s in d.free_symbols:
+                    info = self.shape_env.symbols.get(s)
+                    if info is not None and info.hint is None and d == s:
+                        self.shape_env.set_hint(s, actual)
+                value = d.subs(self.shape_env.hints())
+                if value.free_symbols or int(value) != actual:
+                    d = self.shape_env.unknown_extent(f"{op.name} has no shape rule for sizes that vary", actual)
+            elif d != actual:
+                raise AssertionError(f"internal error: meta rule of {op.name} gives extent {d}, eager {actual}")
+            shape.append(d)
+        self._node_meta(node, TensorMeta(tuple(shape), meta.dtype), example)
+        return Proxy(node, self)
+
+    # ------------------------------------------------------------------ sizes
+    def shape_of(self, proxy: Proxy) -> tuple:
+        """``x.shape``: ints for static extents, SymProxy graph values for symbolic ones."""
+        cached = self._shapes.get(proxy.node)
+        if cached is not None:
+            return cached
+        meta = proxy.node.meta["val"]
+        if all(isinstance(d, int) for d in meta.shape):
+            result = tuple(meta.shape)
+        else:
+            shape_node = self.graph.call_function(getattr, (proxy.node, "shape"))
+            shape_node.meta["val"] = meta.shape
+            dims = []
+            for axis, d in enumerate(meta.shape):
+                if isinstance(d, int) or (isinstance(d, sympy.Integer)):
+                    dims.append(int(d))
+                    continue
+                n = self.graph.call_function(operator.getitem, (shape_node, axis))
+                n.meta["val"] = d
+                n.meta["example_value"] = self.shape_env.evaluate(d)
+                dims.append(SymProxy(n, d, self))
+            result = tuple(dims)
+        from .._tensor import Size
+        result = Size(result) if all(isinstance(d, int) for d in result) else result
+        self._shapes[proxy.node] = result
+        return result
+
+    def call_sym(self, fn, args: tuple):
+        """Arithmetic or comparison on sizes: a graph node plus its sympy expression."""
+        exprs = [sym_expr(a) for a in args]
+        if any(e is None for e in exprs):
+            return NotImplemented
+        expr = _sym_apply(fn, *exprs)
+        node = self.graph.call_function(fn, self.to_node(tuple(args)))
+        node.meta["val"] = expr
+        if isinstance(expr, sympy.Basic) and not expr.free_symbols:
+            value = bool(expr) if expr in (sympy.true, sympy.false) else (int(expr) if expr.is_integer
+                                                                          else float(expr))
+            return value
+        return SymProxy(node, expr, self)
+
+    def data_dependent_scalar(self, proxy: Proxy):
+        """``x.item()``: a graph value sized by tensor data (an unknown symbol)."""
+        example = proxy.node.meta["example_value"].item()
+        node = self.graph.call_method("item", (proxy.node,))
+        if isinstance(example, bool) or not isinstance(example, int):
+            node.meta["val"] = None
+            node.meta["example_value"] = example
+            raise GraphCaptureError(f"item() of a {proxy.dtype.name} tensor gives a value export cannot "
+                                    f"trace (sized by the values of a tensor) at {user_frame()}")
+        sym = self.shape_env.unknown_extent("sized by the values of a tensor (item)", example)
+        sym_info = self.shape_env.symbols[sym]
+        sym_info.lo = -(2 ** 63)
+        node.meta["val"] = sym
+        node.meta["example_value"] = example
+        return SymProxy(node, sym, self)
+
+    # ------------------------------------------------------------------ module state
+    def state_proxy(self, path: str, value: Tensor, kind: str) -> Proxy:
+        """How a parameter / buffer / constant of the root module enters the graph."""
+        node = self.graph.get_attr(path)
+        example = value if kind == "parameter" else _copy(value)
+        return self.tensor_proxy(node, example)
+
+    @contextlib.contextmanager
+    def patched_module(self, root):
+        """Swap the root's parameters, buffers and tensor constants for proxies; record child calls."""
+        restore: list[Callable[[], None]] = []
+        try:
+            for path, module in root.named_modules():
+                prefix = f"{path}." if path else ""
+                for store, kind in ((module._parameters, "parameter"), (module._buffers, "buffer")):
+                    for name, value in list(store.items()):
+                        if value is None:
+                            continue
+                        proxy = self._state.get(id(value))
+                        if proxy is None:
+                            proxy = self.state_proxy(prefix + name, value, kind)
+                            self._state[id(value)] = proxy
+                        store[name] = proxy
+                        restore.append(lambda s=store, n=name, v=value: s.__setitem__(n, v))
+                for name, value in list(vars(module).items()):
+                    if isinstance(value, Tensor) and not name.startswith("_") and not _is_param(value):
+                        proxy = self._state.get(id(value))
+                        if proxy is None:
+                            proxy = self.state_proxy(prefix + name, value, "constant")
+                            self._state[id(value)] = proxy
+                        module.__dict__[name] = proxy
+                        restore.append(lambda m=module, n=name, v=value: m.__dict__.__setitem__(n, v))
+                if path:
+                    restore.append(self._record_calls(module, path))
+            yield
+        finally:
+            for undo in reversed(restore):
+                undo()
+
+    def _record_calls(self, module, path: str) -> Callable[[], None]:
+        original = module.forward
+        tracer = self
+
+        def forward(*args, **kwargs):
+            tracer.module_stack.append((path, type(module).__qualname__))
+            try:
+                return original(*args, **kwargs)
+            finally:
+                tracer.module_stack.pop()
+        module.__dict__["forward"] = forward
+        return lambda: module.__dict__.pop("forward", None)
+
+    # ------------------------------------------------------------------ inputs
+    def input_proxy(self, name: str, value, dynamic: dict | None):
+        """A placeholder for one argument; containers of tensors are indexed with getitem nodes."""
+        node = self.graph.placeholder(name)
+        if isinstance(value, Tensor):
+            shape = list(value.shape)
+            for axis, sym in (dynamic or {}).items():
+                shape[axis] = sym
+            return self.tensor_proxy(node, _copy(value), tuple(shape))
+        if isinstance(value, list | tuple | dict) and _has_tensor(value):
+            node.meta["val"] = None
+            node.meta["example_value"] = value
+            keys = value.keys() if isinstance(value, dict) else range(len(value))
+            items = {}
+            for k in keys:
+                v = value[k]
+                if isinstance(v, Tensor):
+                    item = self.graph.call_function(operator.getitem, (node, k))
+                    items[k] = self.tensor_proxy(item, _copy(v))
+                else:
+                    items[k] = v
+            if isinstance(value, dict):
+                return items
+            return type(value)(items[k] for k in keys)
+        node.meta["val"] = value
+        node.meta["example_value"] = value
+        return value
+
+
+def _copy(t: Tensor) -> Tensor:
+    """An independent example copy (capture must not disturb the caller's tensors)."""
+    return Tensor._from_storage(t._data.copy(), t.dtype)
+
+
+def _is_param(value) -> bool:
+    return type(value).__name__ == "Parameter"
+
+
+def _has_tensor(value) -> bool:
+    items = value.values() if isinstance(value, dict) else value
+    return any(isinstance(v, Tensor) for v in items)
+
+
+def bind_arguments(fn, args: tuple, kwargs: dict) -> inspect.BoundArguments:
+    """Bind example inputs to ``fn``'s signature (defaults applied); varargs are refused."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise GraphCaptureError(f"cannot read the signature of {fn!r}: {exc}") from None
+    for p in sig.parameters.values():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise GraphCaptureError(f"cannot capture {getattr(fn, '__qualname__', fn)}: varargs parameters "
+                                    f"(*{p.name} / **{p.name}) are unsupported; list the arguments explicitly")
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"example inputs do not match the signature {sig}: {exc}") from None
+    bound.apply_defaults()
+    return bound
+
+
+def trace(fn, args: tuple = (), kwargs: dict | None = None, *, dynamic: dict | None = None,
+          tracer: Tracer | None = None):
+    """Trace ``fn`` (a module or callable) on example ``args``; returns a ``GraphModule``.
+
+    ``dynamic`` maps an argument name to ``{axis: symbol or name}``; names become symbols of the
+    tracer's shape environment with the example size as hint.
+    """
+    from ..nn import Module
+    from .graph_module import GraphModule
+
+    tracer = tracer or Tracer()
+    kwargs = kwargs or {}
+    is_module = isinstance(fn, Module)
+    target = fn.forward if is_module else fn
+    if not callable(fn):
+        raise TypeError(f"model must be callable, got {type(fn).__name__}")
+    bound = bind_arguments(target, args, kwargs)
+    dynamic = dynamic or {}
+    with fork_rng(), no_grad():
+        proxies = {}
+        for name, value in bound.arguments.items():
+            dims = {}
+            for axis, spec in (dynamic.get(name) or {}).items():
+                if isinstance(spec, str):
+                    spec = tracer.shape_env.create_symbol(spec, hint=value.shape[axis], source=(name, axis))
+                dims[axis] = spec
+            proxies[name] = tracer.input_proxy(name, value, dims)
+        if is_module:
+            with tracer.patched_module(fn):
+                result = fn(**proxies)
+        else:
+            result = fn(**proxies)
+        tracer.graph.output(tracer.to_node(result))
+    root = fn if is_module else {}
+    gm = GraphModule(root, tracer.graph, graph_attrs=dict(tracer.constants))
+    gm.meta["shape_env"] = tracer.shape_env
+    return gm
+
