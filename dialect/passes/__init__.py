@@ -1,0 +1,13 @@
+"""Passes over the dialect, one per module, run by :class:`PassManager` from a pipeline string.
+
+    >>> from dialect.passes import PASSES
+    >>> sorted(PASSES)
+    ['canonicalize', 'cse', 'dce', 'simplify-assertions']
+"""
+
+from . import canonicalize, cse, dce, simplify_assertions  # noqa: F401  (register the passes)
+from .manager import PASSES, ModulePass, PassManager, PipelineError, UnknownPassError, parse_pipeline, register_pass
+from .rewrite import Pattern, PatternTable, Rewriter, apply_patterns
+
+__all__ = ["PASSES", "ModulePass", "PassManager", "PipelineError", "UnknownPassError", "parse_pipeline",
+           "register_pass", "Pattern", "PatternTable", "Rewriter", "apply_patterns"]
