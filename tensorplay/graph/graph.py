@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .codegen import PythonCode, generate_python
 from .errors import GraphError, GraphLintError
 from .node import OPCODES, Node, Target, map_arg
 
@@ -36,7 +37,7 @@ __all__ = ["Graph", "NodeList"]
 _NO_DEFAULT = object()
 _SUFFIX = re.compile(r"^(.*)_(\d+)$")
 # Names a node may not take: they would clash with generated code (`self`) or Python syntax.
-_RESERVED = frozenset({"self"}) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+_RESERVED = frozenset({"self"}) | frozenset(keyword.kwlist)
 
 
 def _snake(name: str) -> str:
@@ -396,10 +397,8 @@ class Graph:
                     raise GraphLintError(f"node {node.name}: owning module has no attribute {node.target!r}")
 
     # --- printing and code --------------------------------------------------------------------
-    def python_code(self, root_module_name: str = "self") -> Any:
+    def python_code(self, root_module_name: str = "self") -> PythonCode:
         """Generate ``def forward(<root_module_name>, ...)``; returns ``PythonCode(src, globals)``."""
-        from .codegen import generate_python
-
         return generate_python(self, root_module_name)
 
     def __str__(self) -> str:

@@ -63,7 +63,7 @@ class GraphModule(Module):
             raise TypeError(f"GraphModule root must be an nn.Module or a dict, got {type(root).__name__}")
         if not isinstance(class_name, str) or not class_name.isidentifier():
             raise ValueError(f"class_name must be a Python identifier, got {class_name!r}")
-        object.__setattr__(self, "root", root)
+        object.__setattr__(self, "_root", root)
         object.__setattr__(self, "class_name", class_name)
         object.__setattr__(self, "_graph_attrs", dict(graph_attrs or {}))
         object.__setattr__(self, "meta", {})
@@ -101,12 +101,23 @@ class GraphModule(Module):
                 kind = type(child).__name__
                 raise GraphError(f"cannot place {target!r}: {part!r} is a {kind}, not a Module")
             holder = child
+        if getattr(holder, field, _MISSING) is value:
+            return  # already reachable, e.g. through a whole submodule copied earlier
         buffers = getattr(src_owner, "_buffers", {}) if src_owner is not None else {}
         if field in buffers:
             persistent = field not in getattr(src_owner, "_non_persistent_buffers_set", ())
             holder.register_buffer(field, value, persistent=persistent)
         else:
             setattr(holder, field, value)
+
+    @property
+    def root(self) -> Module | dict[str, Any]:
+        """The object the graph module was built from (not registered as a child module)."""
+        return self.__dict__["_root"]
+
+    @root.setter
+    def root(self, value: Module | dict[str, Any]) -> None:
+        object.__setattr__(self, "_root", value)
 
     def __getattr__(self, name: str) -> Any:
         graph_attrs = self.__dict__.get("_graph_attrs")

@@ -58,6 +58,8 @@ def test_copies_referenced_attributes_as_the_same_objects():
     np.testing.assert_allclose(_np(Interpreter(gm).run(x)), expected)
     np.testing.assert_allclose(_np(gm(x=x)), expected)  # forward has a real signature
     gm.graph.lint()
+    gm.root = Outer()  # replacing the root never registers it as a child module
+    assert "root" not in dict(gm.named_children()) and gm.root is not model
 
 
 def test_buffers_keep_their_persistence_at_dotted_paths():
