@@ -168,6 +168,12 @@ class Assertion:
         n = self.num_values
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_ERR_VALUES:
             raise ValueError(f"assertion num_values must be an int in 0..{MAX_ERR_VALUES}, got {n!r}")
+        if n:
+            try:
+                self.message.format(*range(n))
+            except (IndexError, KeyError, ValueError) as exc:
+                raise ValueError(f"assertion message {self.message!r} is not a template over {n} "
+                                 f"positional values: {exc!r}") from None
 
     def format(self, values: Sequence[int]) -> str:
         """The message with ``values`` filled in.
@@ -175,9 +181,11 @@ class Assertion:
         >>> Assertion("shape", "x.size(0) = {0} > {1}", 2).format([70, 64])
         'x.size(0) = 70 > 64'
         """
-        if self.num_values == 0:
+        n = self.num_values
+        if n == 0:
             return self.message
-        return self.message.format(*[int(v) for v in values[: self.num_values]])
+        filled: list[object] = [int(v) for v in values[:n]]
+        return self.message.format(*filled, *["?"] * (n - len(filled)))  # "?" where no value came
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,15 +294,10 @@ class _Frame:
         return self.ws_addr
 
 
+# Data pointer of a writable, non-empty array: addressof(c_char.from_buffer(a)) costs ~0.2 us,
+# a.ctypes.data ~1.2 us. Read-only and empty arrays fall back to a.ctypes.data.
 _addressof = ctypes.addressof
 _char_view = ctypes.c_char.from_buffer
-
-
-def _address(a: np.ndarray) -> int:
-    try:
-        return ctypes.addressof(ctypes.c_char.from_buffer(a))  # ~4x cheaper than a.ctypes.data
-    except (TypeError, ValueError, BufferError):  # read-only or empty arrays
-        return a.ctypes.data
 
 
 def _check_input(a: Any, name: str, dtype: np.dtype, rank: int) -> None:

@@ -195,6 +195,12 @@ def test_signature_json_round_trip_and_validation():
         Assertion("other", "m")
     with pytest.raises(ValueError, match="unique"):
         Signature((TensorSpec("x", "int8", 0), TensorSpec("x", "int8", 0)), ())
+    with pytest.raises(ValueError, match="not a template over 1"):
+        Assertion("shape", "x = {1}", 1)
+    with pytest.raises(ValueError, match="not a template over 2"):
+        Assertion("shape", "x = {name} {0}", 2)
+    assert str(AFFINE_SIGNATURE.error(2, [])) == (
+        "runtime assertion failed: b.size(0) = ? must equal x.size(1) = ?")
     err = AFFINE_SIGNATURE.error(9, [])
     assert isinstance(err, RuntimeError) and "unknown error code 9" in str(err)
 
