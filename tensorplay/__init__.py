@@ -13,18 +13,47 @@ decomposition); tensor methods and the functions below dispatch through that reg
 from __future__ import annotations
 
 from . import _dtype
-from ._dtype import (bfloat16, bool, can_cast, double, dtype, float, float16, float32, float64,  # noqa: A004
-                     get_default_dtype, half, int, int8, int16, int32, int64, long, promote_types,
-                     result_type, set_default_dtype, short, uint8)
+from ._dtype import (  # noqa: A004
+    bfloat16,
+    bool,
+    can_cast,
+    double,
+    dtype,
+    float,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    half,
+    int,
+    int8,
+    int16,
+    int32,
+    int64,
+    long,
+    promote_types,
+    result_type,
+    set_default_dtype,
+    short,
+    uint8,
+)
 from ._tensor import Size, Tensor, device
 from .ops import _registry
 
 _registry._Tensor = Tensor
 
-from . import ops  # noqa: E402  (registers every op and binds Tensor methods)
-from . import random  # noqa: E402
-from .autograd.grad_mode import (enable_grad, inference_mode, is_grad_enabled,  # noqa: E402
-                                 is_inference_mode_enabled, no_grad, set_grad_enabled)
+from . import (
+    ops,  # noqa: E402  (registers every op and binds Tensor methods)
+    random,  # noqa: E402
+)
+from .autograd.grad_mode import (  # noqa: E402
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 from .ops.creation import as_tensor, asarray, from_numpy, tensor  # noqa: E402
 from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state  # noqa: E402
 

@@ -428,9 +428,9 @@ def _format_floats(values: np.ndarray) -> str:
     finite = values[np.isfinite(values)]
     integral = finite.size == 0 or bool(np.all(finite == np.round(finite)))
     if integral and (finite.size == 0 or np.abs(finite).max() < 1e8):
-        fmt = {"float_kind": lambda v: ("%.0f." % v) if np.isfinite(v) else str(v)}
+        fmt = {"float_kind": lambda v: f"{v:.0f}." if np.isfinite(v) else str(v)}
     else:
-        big = finite.size and (np.abs(finite).max() >= 1e8 or
-                               (np.abs(finite[finite != 0]).min() < 1e-4 if np.any(finite != 0) else False))
-        fmt = {"float_kind": (lambda v: "%.4e" % v) if big else (lambda v: "%.4f" % v)}
+        nonzero = np.abs(finite[finite != 0])
+        scientific = finite.size and (np.abs(finite).max() >= 1e8 or (nonzero.size and nonzero.min() < 1e-4))
+        fmt = {"float_kind": (lambda v: f"{v:.4e}") if scientific else (lambda v: f"{v:.4f}")}
     return np.array2string(values, separator=", ", prefix="tensor(", formatter=fmt)

@@ -102,7 +102,8 @@ class ShapeEnv:
         """The example value of ``expr`` (an int, bool or float)."""
         value = sympy.sympify(expr).subs(self.hints())
         if value.free_symbols:
-            raise GraphCaptureError(f"cannot evaluate {expr}: no example value for {sorted(map(str, value.free_symbols))}")
+            missing = sorted(map(str, value.free_symbols))
+            raise GraphCaptureError(f"cannot evaluate {expr}: no example value for {missing}")
         if value in (sympy.true, sympy.false):
             return bool(value)
         return int(value) if value.is_integer else float(value)

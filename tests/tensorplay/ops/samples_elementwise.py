@@ -19,7 +19,8 @@ INT_ONLY = {"bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor"}
 _erf64 = np.frompyfunc(math.erf, 1, 1)
 NUMPY_UNARY = {
     "neg": np.negative, "abs": np.abs, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log,
-    "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x),
+    "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": lambda x: np.asarray(_erf64(x), dtype=np.float64), "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
     "sign": lambda x: np.where(np.isnan(x), 0, np.sign(x)), "reciprocal": lambda x: 1 / x, "logical_not": np.logical_not, "bitwise_not": np.invert,
