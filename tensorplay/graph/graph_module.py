@@ -115,9 +115,11 @@ class GraphModule(Module):
         """The object the graph module was built from (not registered as a child module)."""
         return self.__dict__["_root"]
 
-    @root.setter
-    def root(self, value: Module | dict[str, Any]) -> None:
-        object.__setattr__(self, "_root", value)
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "root":  # Module.__setattr__ would register a Module value as a child
+            object.__setattr__(self, "_root", value)
+        else:
+            super().__setattr__(name, value)
 
     def __getattr__(self, name: str) -> Any:
         graph_attrs = self.__dict__.get("_graph_attrs")
