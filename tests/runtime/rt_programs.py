@@ -115,7 +115,8 @@ def affine_reference(x, b):
 
 
 # ``probe``: input flag: int32[1]; outputs threads (int64, rank 0) = num_threads and
-# ws_null (int64, rank 0) = 1 if the workspace pointer is NULL. The run spins until
+# ws_null (int64, rank 0) = 1 if the workspace pointer is NULL, and spins (int64, rank 0) =
+# how often it saw the flag still unset. The run spins until
 # flag[0] != 0 (assertion 1, value, on timeout), so it only finishes if another Python
 # thread can set the flag while it runs, i.e. if the call released the GIL.
 PROBE_IR = r"""
@@ -150,13 +151,17 @@ ok:
   %isnull = icmp eq ptr %ws, null
   %z = zext i1 %isnull to i64
   store i64 %z, ptr %n
+  %ps = getelementptr inbounds ptr, ptr %out_ptrs, i64 2
+  %spins = load ptr, ptr %ps
+  store i64 %i, ptr %spins
   ret i32 0
 }
 """
 
 PROBE_SIGNATURE = Signature(
     inputs=(TensorSpec("flag", "int32", 1),),
-    outputs=(TensorSpec("threads", "int64", 0), TensorSpec("ws_null", "int64", 0)),
+    outputs=(TensorSpec("threads", "int64", 0), TensorSpec("ws_null", "int64", 0),
+             TensorSpec("spins", "int64", 0)),
     assertions=(Assertion("value", "probe timed out waiting for the flag"),),
 )
 
