@@ -167,7 +167,18 @@ class Graph:
         return self._insert_point(node, after=False)
 
     def inserting_after(self, node: Node | None = None) -> contextlib.AbstractContextManager[None]:
-        """Within the ``with`` block, new nodes go after ``node`` in creation order (None: the end)."""
+        """Within the ``with`` block, new nodes go after ``node`` in creation order (None: the end).
+
+        >>> import operator
+        >>> g = Graph()
+        >>> x = g.placeholder("x")
+        >>> _ = g.output(x)
+        >>> with g.inserting_after(x):
+        ...     a = g.call_function(operator.neg, (x,))
+        ...     b = g.call_function(operator.abs, (a,))
+        >>> [n.name for n in g.nodes]
+        ['x', 'neg', 'abs', 'output']
+        """
         if node is None:
             return self._insert_point(self._root, after=False)
         self._check_own(node, "inserting_after")
@@ -283,6 +294,15 @@ class Graph:
         """Erase nodes whose values are unused and that have no side effect; True if any went.
 
         A node is kept when :meth:`Node.is_impure` says so or ``is_impure_node(node)`` is true.
+
+        >>> import operator
+        >>> g = Graph()
+        >>> x = g.placeholder("x")
+        >>> _ = g.call_function(operator.neg, (x,))  # unused
+        >>> _ = g.call_method("add_", (x, 1))        # in place: kept
+        >>> _ = g.output(x)
+        >>> g.eliminate_dead_code(), [n.name for n in g.nodes]
+        (True, ['x', 'add_', 'output'])
         """
         changed = False
         for node in reversed(self.nodes):
@@ -335,6 +355,14 @@ class Graph:
         Checked: linked-list integrity, op/target validity, every input defined earlier in this
         graph, ``users`` consistent both ways, unique names and placeholder targets, exactly one
         output and it comes last, and (with an owning module) get_attr/call_module targets exist.
+
+        >>> g = Graph()
+        >>> _ = g.output(g.placeholder("x"))
+        >>> _ = g.output(None)
+        >>> g.lint()
+        Traceback (most recent call last):
+        ...
+        tensorplay.graph.errors.GraphLintError: graph: expected exactly one output node, found 2
         """
         seen: set[Node] = set()
         names: set[str] = set()

@@ -18,6 +18,7 @@ through ``args``/``kwargs``/``update_arg``/``replace_input_with`` keeps ``users`
 from __future__ import annotations
 
 import builtins
+import collections
 import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -51,7 +52,8 @@ def map_aggregate(a: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(a, list):
         return [map_aggregate(e, fn) for e in a]
     if isinstance(a, dict):
-        return {k: map_aggregate(v, fn) for k, v in a.items()}
+        mapped_dict = {k: map_aggregate(v, fn) for k, v in a.items()}
+        return t(mapped_dict) if t is collections.OrderedDict else mapped_dict
     if t is slice:
         return slice(map_aggregate(a.start, fn), map_aggregate(a.stop, fn), map_aggregate(a.step, fn))
     return fn(a)
@@ -231,6 +233,16 @@ class Node:
 
         ``delete_user_cb(user)`` may return False to leave that user untouched.
         ``propagate_meta`` copies this node's meta keys missing on ``replace_with``.
+
+        >>> import operator
+        >>> from tensorplay.graph import Graph
+        >>> g = Graph()
+        >>> x = g.placeholder("x")
+        >>> old = g.call_function(operator.neg, (x,))
+        >>> _ = g.output(old)
+        >>> new = g.call_function(operator.abs, (x,))
+        >>> old.replace_all_uses_with(new), g.output_node.args
+        ([output], (abs,))
         """
         if propagate_meta:
             if not isinstance(replace_with, Node):
