@@ -49,13 +49,16 @@ def _check_keepdim(name: str, keepdim) -> None:
         raise TypeError(f"{name}(): argument 'keepdim' must be bool, not {type(keepdim).__name__}")
 
 
-def reduce_dims(dim, ndim: int) -> tuple[int, ...]:
-    """The axes a reduction over ``dim`` covers: ``None``/``()``/``[]`` mean every axis.
+def reduce_dims(dim, ndim: int, *, empty_means_all: bool = True) -> tuple[int, ...]:
+    """The axes a reduction over ``dim`` covers: ``None`` means every axis, and so do ``()``/``[]``
+    unless ``empty_means_all`` is false (``all``/``any`` then reduce nothing, as in PyTorch).
 
     >>> reduce_dims(-1, 3), reduce_dims(None, 2), reduce_dims((0, 2), 3)
     ((2,), (0, 1), (0, 2))
     """
-    if dim is None or (isinstance(dim, list | tuple) and len(dim) == 0):
+    if isinstance(dim, list | tuple) and len(dim) == 0:
+        return tuple(range(ndim)) if empty_means_all else ()
+    if dim is None:
         return tuple(range(ndim))
     if isinstance(dim, list | tuple):
         for d in dim:
@@ -320,6 +323,8 @@ def _arg_meta(name: str):
     def meta(input, dim=None, keepdim=False):
         _check_tensor(name, input)
         _check_keepdim(name, keepdim)
+        if input.dtype is _dtype.bool:
+            raise RuntimeError(f"{name}(): does not support bool input")
         if dim is None:
             if isinstance(input.numel(), int) and input.numel() == 0:
                 raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0.")
@@ -666,7 +671,7 @@ def _fold_meta(name: str):
     def meta(input, dim=None, keepdim=False):
         _check_tensor(name, input)
         _check_keepdim(name, keepdim)
-        dims = reduce_dims(dim, input.ndim)
+        dims = reduce_dims(dim, input.ndim, empty_means_all=False)
         dt = _dtype.uint8 if input.dtype is _dtype.uint8 else _dtype.bool
         return TensorMeta(reduced_shape(input.shape, dims, keepdim), dt)
     return meta
@@ -674,12 +679,12 @@ def _fold_meta(name: str):
 
 def _all(input, dim=None, keepdim=False):
     """Whether every element over ``dim`` is nonzero."""
-    return np.all(input, axis=_axes(dim, input.ndim), keepdims=keepdim)
+    return np.all(input, axis=reduce_dims(dim, input.ndim, empty_means_all=False), keepdims=keepdim)
 
 
 def _any(input, dim=None, keepdim=False):
     """Whether some element over ``dim`` is nonzero."""
-    return np.any(input, axis=_axes(dim, input.ndim), keepdims=keepdim)
+    return np.any(input, axis=reduce_dims(dim, input.ndim, empty_means_all=False), keepdims=keepdim)
 
 
 all_op = register("all", _all, _fold_meta("all"), method=True,
@@ -692,7 +697,9 @@ any_op = register("any", _any, _fold_meta("any"), method=True,
 
 def _fold_decomposition(reduce):
     def decompose(input, dim=None, keepdim=False):
-        out = reduce(tp.ne(input, 0), dim, keepdim)
+        out = tp.ne(input, 0)
+        if reduce_dims(dim, input.dim(), empty_means_all=False):
+            out = reduce(out, dim, keepdim)
         return tp.to_dtype(out, tp.uint8) if input.dtype is tp.uint8 else out
     return decompose
 
