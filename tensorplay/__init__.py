@@ -43,9 +43,11 @@ from .ops import _registry
 _registry._Tensor = Tensor
 
 from . import (
+    nn,  # noqa: E402
     ops,  # noqa: E402  (registers every op and binds Tensor methods)
     random,  # noqa: E402
 )
+from .autograd import tensor_methods as _autograd_install  # noqa: E402,F401  (autograd hook, detach)
 from .autograd.grad_mode import (  # noqa: E402
     enable_grad,
     inference_mode,
@@ -90,3 +92,14 @@ def _assert(condition, message: str) -> None:
         condition = condition.item()
     if not condition:
         raise AssertionError(message)
+
+
+_SUBPACKAGES = ("nn", "optim", "utils", "export", "graph")
+
+
+def __getattr__(name: str):
+    """Import the heavier sub-packages on first use (``tp.nn``), keeping ``import tensorplay`` fast."""
+    if name in _SUBPACKAGES:
+        import importlib
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'tensorplay' has no attribute {name!r}")
