@@ -36,9 +36,17 @@ class Rewriter:
         self.changed = False
 
     def replace(self, op: Operation, values: Sequence[Value]) -> None:
-        """Replace every use of ``op``'s results by ``values`` and erase ``op``."""
+        """Replace every use of ``op``'s results by ``values`` and erase ``op``.
+
+        A replacement value without a name inherits the old result's name (and ``origin``), so
+        printed IR and bisect keys stay stable across rewrites.
+        """
         for r, v in zip(op.results, values, strict=True):
             r.replace_all_uses_with(v)
+            if v.name is None:
+                v.name = r.name
+                if isinstance(v.owner, Operation) and "origin" in op.attributes:
+                    v.owner.attributes.setdefault("origin", op.attributes["origin"])
         self.erase(op)
 
     def erase(self, op: Operation) -> None:
