@@ -1,0 +1,312 @@
+"""Linear algebra: ``matmul`` (the contraction primitive) and the products built on it.
+
+``matmul`` follows ``torch.matmul`` for every rank: vector-vector (dot), matrix-vector,
+vector-matrix, matrix-matrix and batched products whose batch dims broadcast. ``mm``, ``bmm``,
+``mv``, ``dot``, ``outer``, ``addmm``, ``baddbmm``, ``linear`` and ``einsum`` are composites: each
+checks its stricter argument rules, computes eagerly with numpy and decomposes into ``matmul``,
+movement ops and elementwise ops. The einsum parser lives in :mod:`tensorplay.ops.einsum`.
+
+>>> import tensorplay as tp
+>>> a, b = tp.ones(2, 3, 4), tp.ones(4)
+>>> tp.matmul(a, b).shape
+tensorplay.Size([2, 3])
+>>> tp.linear(tp.ones(5, 3), tp.ones(2, 3), tp.tensor([0.5, 1.0])).tolist()[0]
+[3.5, 4.0]
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tensorplay as tp  # bound while tensorplay initialises; used only at call time
+
+from .. import _dtype
+from ._registry import register
+from ._shapes import TensorMeta, broadcast_shapes, sym_eq
+
+__all__ = ["matmul_shape"]
+
+
+def _check_tensors(name: str, **tensors) -> None:
+    for arg, value in tensors.items():
+        if not isinstance(value, TensorMeta):
+            raise TypeError(f"{name}(): argument '{arg}' must be Tensor, not {type(value).__name__}")
+
+
+def _same_dtype(name: str, *metas: TensorMeta) -> _dtype.dtype:
+    first = metas[0].dtype
+    for m in metas[1:]:
+        if m.dtype is not first:
+            raise RuntimeError(f"{name}(): expected both arguments to have the same dtype, but got: "
+                               f"{first.name} != {m.dtype.name}")
+    if first is _dtype.bool:
+        raise RuntimeError(f"{name}(): not implemented for bool tensors")
+    return first
+
+
+def _dims_text(shape) -> str:
+    return "x".join(str(d) for d in shape)
+
+
+def matmul_shape(a, b) -> tuple:
+    """Result shape of ``torch.matmul`` for operand shapes ``a`` and ``b`` (ints or sympy).
+
+    >>> matmul_shape((7, 1, 2, 3), (5, 3, 4))
+    (7, 5, 2, 4)
+    """
+    if len(a) == 0 or len(b) == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {len(a)}D and "
+                           f"{len(b)}D")
+    if len(a) == 1 and len(b) == 1:
+        if not sym_eq(a[0], b[0]):
+            raise RuntimeError(f"inconsistent tensor size, expected tensor [{a[0]}] and src [{b[0]}] to have "
+                               f"the same number of elements, but got {a[0]} and {b[0]} elements respectively")
+        return ()
+    if len(a) == 2 and len(b) == 1:
+        if not sym_eq(a[1], b[0]):
+            raise RuntimeError(f"size mismatch, got input ({a[0]}), mat ({_dims_text(a)}), vec ({b[0]})")
+        return (a[0],)
+    k_a = a[-1]
+    k_b = b[-2] if len(b) > 1 else b[0]
+    if not sym_eq(k_a, k_b):
+        if len(a) <= 2 and len(b) <= 2:
+            rows = a if len(a) == 2 else (1, *a)
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({_dims_text(rows)} and "
+                               f"{_dims_text(b)})")
+        raise RuntimeError(f"matmul(): the contracted dims differ: input {list(a)} has {k_a} columns, "
+                           f"other {list(b)} has {k_b} rows")
+    batch = broadcast_shapes(a[:-2], b[:-2])
+    rows = (a[-2],) if len(a) > 1 else ()
+    cols = (b[-1],) if len(b) > 1 else ()
+    return (*batch, *rows, *cols)
+
+
+def _matmul_meta(input, other):
+    _check_tensors("matmul", input=input, other=other)
+    dt = _same_dtype("matmul", input, other)
+    return TensorMeta(matmul_shape(input.shape, other.shape), dt)
+
+
+def _matmul(input, other):
+    """``torch.matmul`` on numpy arrays."""
+    return np.matmul(input, other)
+
+
+matmul = register("matmul", _matmul, _matmul_meta, method=True, primitive=True,
+                  doc="Matrix product with ``torch.matmul``'s rank rules (1-d, 2-d, batched with "
+                      "broadcasting); same dtypes required.\n\n"
+                      ">>> tp.matmul(tp.ones(2, 3), tp.ones(3)).tolist()\n[3.0, 3.0]")
+
+
+def _as_matrices(a, b, grad):
+    """Lift 1-d operands to matrices (and the gradient alongside), as matmul does."""
+    a2 = a if a.dim() > 1 else tp.reshape(a, (1, a.shape[0]))
+    b2 = b if b.dim() > 1 else tp.reshape(b, (b.shape[0], 1))
+    g_shape = list(grad.shape)
+    if a.dim() == 1:
+        g_shape.insert(len(g_shape) - (0 if b.dim() == 1 else 1), 1)
+    if b.dim() == 1:
+        g_shape.append(1)
+    return a2, b2, tp.reshape(grad, tuple(g_shape))
+
+
+def _transpose(x):
+    return tp.transpose(x, -1, -2)
+
+
+def matmul_grads(a, b, grad) -> tuple:
+    """Gradients of ``matmul(a, b)`` for both operands (batch broadcasting summed back)."""
+    from ..autograd.functional_helpers import sum_to_shape
+    a2, b2, g = _as_matrices(a, b, grad)
+    ga = tp.reshape(sum_to_shape(tp.matmul(g, _transpose(b2)), tuple(a2.shape)), tuple(a.shape))
+    gb = tp.reshape(sum_to_shape(tp.matmul(_transpose(a2), g), tuple(b2.shape)), tuple(b.shape))
+    return ga, gb
+
+
+@matmul.def_backward
+def _(ctx, grad):
+    return matmul_grads(ctx.args[0], ctx.args[1], grad)
+
+
+# --- fixed-rank products ----------------------------------------------------------------------------------
+
+def _ranked_meta(name: str, ranks: tuple[int, int], messages: tuple[str, str]):
+    def meta(input, other):
+        _check_tensors(name, input=input, other=other)
+        for m, rank, message in zip((input, other), ranks, messages):
+            if m.ndim != rank:
+                raise RuntimeError(f"{message} (got a {m.ndim}-D tensor of shape {list(m.shape)})")
+        dt = _same_dtype(name, input, other)
+        if name == "bmm":
+            for i, (x, y) in enumerate(zip(input.shape[:1] + input.shape[2:], other.shape[:2])):
+                if not sym_eq(x, y):
+                    raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
+                                       f"[{input.shape[0]}, {input.shape[2]}] but got: "
+                                       f"[{other.shape[0]}, {other.shape[1]}].")
+        return TensorMeta(matmul_shape(input.shape, other.shape), dt)
+    return meta
+
+
+def _composite_matmul(name: str, ranks, messages, doc: str):
+    op = register(name, _matmul, _ranked_meta(name, ranks, messages), method=True, doc=doc)
+    op.def_decomposition(lambda input, other: tp.matmul(input, other))
+    op.def_backward(lambda ctx, grad: matmul_grads(ctx.args[0], ctx.args[1], grad))
+    return op
+
+
+mm = _composite_matmul("mm", (2, 2), ("self must be a matrix", "mat2 must be a matrix"),
+                       "Product of two matrices.\n\n>>> tp.mm(tp.ones(2, 3), tp.ones(3, 4)).shape\n"
+                       "tensorplay.Size([2, 4])")
+bmm = _composite_matmul("bmm", (3, 3), ("batch1 must be a 3D tensor", "batch2 must be a 3D tensor"),
+                        "Batched product of ``(b, n, k)`` and ``(b, k, m)`` tensors (no broadcasting).\n\n"
+                        ">>> tp.bmm(tp.ones(5, 2, 3), tp.ones(5, 3, 4)).shape\ntensorplay.Size([5, 2, 4])")
+mv = _composite_matmul("mv", (2, 1), ("vector + matrix @ vector expected, got matrix of other rank",
+                                      "vector + matrix @ vector expected, got vec of other rank"),
+                       "Matrix-vector product.\n\n>>> tp.mv(tp.ones(2, 3), tp.ones(3)).tolist()\n[3.0, 3.0]")
+dot = _composite_matmul("dot", (1, 1), ("1D tensors expected, but got input of other rank",
+                                        "1D tensors expected, but got other of other rank"),
+                        "Inner product of two vectors.\n\n>>> tp.dot(tp.ones(3), tp.ones(3)).item()\n3.0")
+
+
+def _outer_meta(input, vec2):
+    _check_tensors("outer", input=input, vec2=vec2)
+    for m, arg in ((input, "self"), (vec2, "vec2")):
+        if m.ndim != 1:
+            raise RuntimeError(f"outer: Expected 1-D argument {arg}, but got {m.ndim}-D")
+    return TensorMeta((input.shape[0], vec2.shape[0]), _dtype.result_type(input, vec2))
+
+
+def _outer(input, vec2):
+    """Outer product ``input[i] * vec2[j]``."""
+    return np.multiply.outer(input, vec2)
+
+
+outer = register("outer", _outer, _outer_meta, method=("outer", "ger"), promote="common",
+                 doc="Outer product of two vectors (dtypes promote).\n\n"
+                     ">>> tp.outer(tp.tensor([1, 2]), tp.tensor([3, 4])).tolist()\n[[3, 4], [6, 8]]")
+
+
+@outer.def_decomposition
+def _(input, vec2):
+    return tp.mul(tp.reshape(input, (input.shape[0], 1)), vec2)
+
+
+@outer.def_backward
+def _(ctx, grad):
+    a, b = ctx.args
+    return tp.mv(grad, tp.to_dtype(b, grad.dtype)), tp.mv(_transpose(grad), tp.to_dtype(a, grad.dtype))
+
+
+# --- fused multiply-add forms ---------------------------------------------------------------------
+
+def _add_product_meta(name: str, product):
+    def meta(input, first, second, *, beta=1, alpha=1):
+        _check_tensors(name, input=input)
+        out = product.meta(first, second)
+        if input.dtype is not out.dtype:
+            raise RuntimeError(f"{name}(): self and mat2 must have the same dtype, but got {input.dtype.name} "
+                               f"and {out.dtype.name}")
+        shape = broadcast_shapes(input.shape, out.shape)
+        if len(shape) != len(out.shape) or not all(sym_eq(x, y) for x, y in zip(shape, out.shape)):
+            raise RuntimeError(f"{name}(): input of shape {list(input.shape)} does not broadcast to the "
+                               f"product's shape {list(out.shape)}")
+        return out
+    return meta
+
+
+def _add_product(input, first, second, *, beta=1, alpha=1):
+    """``beta * input + alpha * (first @ second)``; ``input`` is ignored when ``beta`` is 0."""
+    product = np.matmul(first, second)
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product
+    return product + (input if beta == 1 else input * beta)
+
+
+def _add_product_decomposition(product):
+    def decompose(input, first, second, *, beta=1, alpha=1):
+        out = product(first, second)
+        if alpha != 1:
+            out = tp.mul(out, alpha)
+        if beta == 0:
+            return out
+        return tp.add(out, input if beta == 1 else tp.mul(input, beta))
+    return decompose
+
+
+def _add_product_backward(ctx, grad):
+    from ..autograd.functional_helpers import sum_to_shape
+    input, first, second = ctx.args
+    beta, alpha = ctx.kwargs.get("beta", 1), ctx.kwargs.get("alpha", 1)
+    g_input = None if beta == 0 else sum_to_shape(grad if beta == 1 else tp.mul(grad, beta), tuple(input.shape))
+    g_first, g_second = matmul_grads(first, second, grad if alpha == 1 else tp.mul(grad, alpha))
+    return g_input, g_first, g_second
+
+
+addmm = register("addmm", _add_product, _add_product_meta("addmm", mm), method=True,
+                 doc="``beta * input + alpha * (mat1 @ mat2)`` for matrices.\n\n"
+                     ">>> tp.addmm(tp.ones(2), tp.ones(3, 4), tp.ones(4, 2), alpha=0.5).tolist()[0]\n[3.0, 3.0]")
+baddbmm = register("baddbmm", _add_product, _add_product_meta("baddbmm", bmm), method=True,
+                   doc="``beta * input + alpha * bmm(batch1, batch2)``.\n\n"
+                       ">>> tp.baddbmm(tp.zeros(2, 1, 1), tp.ones(2, 1, 3), tp.ones(2, 3, 1)).flatten().tolist()\n"
+                       "[3.0, 3.0]")
+addmm.def_decomposition(_add_product_decomposition(lambda a, b: tp.mm(a, b)))
+baddbmm.def_decomposition(_add_product_decomposition(lambda a, b: tp.bmm(a, b)))
+addmm.def_backward(_add_product_backward)
+baddbmm.def_backward(_add_product_backward)
+
+
+# --- linear ------------------------------------------------------------------------------------------------
+
+def _linear_meta(input, weight, bias=None):
+    _check_tensors("linear", input=input, weight=weight)
+    if weight.ndim not in (1, 2):
+        raise RuntimeError(f"linear(): weight must be 1-D or 2-D, got shape {list(weight.shape)}")
+    if input.ndim == 0:
+        raise RuntimeError("linear(): input must have at least 1 dimension, got a 0-d tensor")
+    dt = _same_dtype("linear", input, weight)
+    if not sym_eq(input.shape[-1], weight.shape[-1]):
+        rows = tuple(input.shape[:-1]) or (1,)
+        flat_rows = rows[0] if len(rows) == 1 else "x".join(map(str, rows))
+        w_t = (weight.shape[-1], *weight.shape[:-1]) if weight.ndim == 2 else (weight.shape[0], 1)
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({flat_rows}x{input.shape[-1]} and "
+                           f"{_dims_text(w_t)})")
+    shape = (*input.shape[:-1], *weight.shape[:-1])
+    if bias is not None:
+        _check_tensors("linear", bias=bias)
+        _same_dtype("linear", input, bias)
+        full = broadcast_shapes(bias.shape, shape)
+        if len(full) != len(shape) or not all(sym_eq(x, y) for x, y in zip(full, shape)):
+            raise RuntimeError(f"linear(): bias of shape {list(bias.shape)} does not broadcast to the output "
+                               f"shape {list(shape)}")
+    return TensorMeta(shape, dt)
+
+
+def _linear(input, weight, bias=None):
+    """``input @ weight.T + bias``."""
+    out = np.matmul(input, weight.T if weight.ndim == 2 else weight)
+    return out if bias is None else out + bias
+
+
+linear = register("linear", _linear, _linear_meta,
+                  doc="Affine map ``input @ weight.T + bias`` over the last dim (``nn.functional.linear``).\n\n"
+                      ">>> tp.linear(tp.ones(4, 3), tp.ones(2, 3)).shape\ntensorplay.Size([4, 2])")
+
+
+@linear.def_decomposition
+def _(input, weight, bias=None):
+    out = tp.matmul(input, _transpose(weight) if weight.dim() == 2 else weight)
+    return out if bias is None else tp.add(out, bias)
+
+
+@linear.def_backward
+def _(ctx, grad):
+    from ..autograd.functional_helpers import sum_to_shape
+    input, weight = ctx.args[0], ctx.args[1]
+    bias = ctx.args[2] if len(ctx.args) > 2 else None
+    w = _transpose(weight) if weight.dim() == 2 else weight
+    g_input, g_w = matmul_grads(input, w, grad)
+    g_weight = _transpose(g_w) if weight.dim() == 2 else g_w
+    if len(ctx.args) < 3:
+        return g_input, g_weight
+    return g_input, g_weight, None if bias is None else sum_to_shape(grad, tuple(bias.shape))
