@@ -1,0 +1,1 @@
+"""Capture models as exported programs (tensorplay.export)."""
