@@ -223,6 +223,8 @@ class OpNode(Node):
         result = self.op.backward(self.ctx, *full)
         if not isinstance(result, tuple | list):
             result = (result,)
+        if len(result) < len(self.layout) and all(k is None for k in self.layout[len(result):]):
+            result = (*result, *[None] * (len(self.layout) - len(result)))  # trailing non-tensor args
         if len(result) != len(self.layout):
             raise RuntimeError(f"backward formula of {self.op.name} returned {len(result)} gradients, "
                                f"expected {len(self.layout)} (one per positional argument)")
