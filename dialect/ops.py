@@ -19,7 +19,7 @@ import sympy
 
 from . import reference as R
 from .attrs import BOOL, CONST, DTYPE, EXPR, EXPRS, FLOAT, INT, INTS, PAIRS, Dense, enum
-from .opdef import (COMMUTATIVE, ELEMENTWISE, PURE, A, OpDef, OpError, op, register)
+from .opdef import COMMUTATIVE, ELEMENTWISE, PURE, A, OpDef, OpError, op, register
 from .shapes import broadcast, check_dtype, elem_dtype, norm_axis, require_equal, same_kind, tensor
 from .symbolic import Facts
 from .types import I1, I64, INDEX, DType, IndexType, ScalarType, TensorType, Type, dtype_of_numpy
@@ -420,7 +420,8 @@ class Pad:
         for i, (lo, hi) in enumerate(pads):
             if lo < 0 or hi < 0:
                 raise OpError(f"tp.pad: pads must be >= 0, got {(lo, hi)} for dim {i}")
-            if attrs["mode"] == "reflect" and max(lo, hi) and facts.prove(sympy.Gt(t.shape[i], max(lo, hi))) is not True:
+            big = max(lo, hi)
+            if attrs["mode"] == "reflect" and big and facts.prove(sympy.Gt(t.shape[i], big)) is not True:
                 raise OpError(f"tp.pad: reflect needs dim {i} ({t.shape[i]}) > {max(lo, hi)}, not provable")
             if attrs["mode"] == "replicate" and max(lo, hi) and facts.prove(sympy.Ge(t.shape[i], 1)) is not True:
                 raise OpError(f"tp.pad: replicate needs dim {i} ({t.shape[i]}) >= 1, not provable")
@@ -605,7 +606,8 @@ class Conv:
 class ConvTranspose:
     """1-d/2-d transposed convolution (weight C_in, C_out/groups, k...), torch semantics.
 
-        %2 = tp.conv_transpose %0, %1 {dilation = [1], output_padding = [1], padding = [1], stride = [2]} : tensor<[s0, 4, 2*s1], f32>
+        %2 = tp.conv_transpose %0, %1 {dilation = [1], output_padding = [1], padding = [1], stride = [2]}
+             : tensor<[s0, 4, 2*s1], f32>
     """
 
     def infer(types, attrs, facts):

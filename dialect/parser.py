@@ -26,7 +26,7 @@ from .attrs import Dense, WeightRef, WorkspacePlan
 from .ir import Block, Function, Module, Operation, Region, Value
 from .opdef import OpError, UnknownOpError, lookup
 from .symbolic import FUNCTIONS
-from .types import INDEX, DTYPES, BufferType, DType, ScalarType, TensorType, Type, TypeError_, sym
+from .types import DTYPES, INDEX, BufferType, DType, ScalarType, TensorType, Type, TypeError_, sym
 
 __all__ = ["parse", "parse_function", "DialectParseError", "parse_expr"]
 

@@ -64,7 +64,8 @@ def conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: Sequence[in
             for kidx in np.ndindex(*k):
                 sl = tuple(_windows(sizes[i], k[i], stride[i], dilation[i], kidx[i]) for i in range(nd))
                 patch = xs[(slice(None), slice(None)) + sl]
-                out[:, g * og:(g + 1) * og] += np.einsum("nc...,oc->no...", patch, ws[(slice(None), slice(None)) + kidx])
+                wk = ws[(slice(None), slice(None)) + kidx]
+                out[:, g * og:(g + 1) * og] += np.einsum("nc...,oc->no...", patch, wk)
     if b is not None:
         out += b.reshape(1, -1, *[1] * nd)
     return out

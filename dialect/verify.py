@@ -184,7 +184,8 @@ class _FunctionVerifier:
             return
         bad = sorted(fields - allowed)
         if bad:
-            self.error(op, f"message uses unknown placeholder(s) {', '.join(bad)}; allowed: {', '.join(sorted(allowed))}")
+            self.error(op, f"message uses unknown placeholder(s) {', '.join(bad)}; "
+                           f"allowed: {', '.join(sorted(allowed))}")
 
     def explicit(self, op: Operation) -> None:
         """Ops whose result type is written, not inferred: check it against what it must be."""

@@ -206,7 +206,8 @@ def structured_cases() -> list[Case]:
              lambda torch, a, b: [_n(torch.matmul(_t(torch, a), _t(torch, b)))]))
     add(Case("tp.conv", fn("%x: tensor<[s0, 4, s1, s1], f32>, %w: tensor<[6, 2, 3, 3], f32>, %b: tensor<[6], f32>",
                            "tensor<[s0, 6, floor(s1/2 - 1/2) + 1, floor(s1/2 - 1/2) + 1], f32>",
-                           ["%0 = tp.conv %x, %w, %b {dilation = [2, 1], groups = 2, padding = [2, 1], stride = [2, 2]} "
+                           ["%0 = tp.conv %x, %w, %b {dilation = [2, 1], groups = 2, padding = [2, 1], "
+                            "stride = [2, 2]} "
                             ": tensor<[s0, 6, floor(s1/2 - 1/2) + 1, floor(s1/2 - 1/2) + 1], f32>", "tp.return %0"],
                            "s0 in [1, 16]; s1 in [3, 16]"),
              lambda r: [_f(2, 4, 7, 7)(r), _f(6, 2, 3, 3)(r), _f(6)(r)],
@@ -221,8 +222,9 @@ def structured_cases() -> list[Case]:
              lambda r: [_f(2, 4, 5)(r), _f(4, 3, 3)(r)],
              lambda torch, x, w: [_n(torch.nn.functional.conv_transpose1d(_t(torch, x), _t(torch, w), stride=2,
                                                                           padding=1, output_padding=1))]))
-    add(Case("tp.nonzero", fn(f"%x: {T}", "tensor<[u0, 2], i64>", ["%0 = tp.nonzero %x {rows = u0} : tensor<[u0, 2], i64>",
-                                                                 "tp.return %0"], "s0 in [1, 16]; u0 in [0, inf]"),
+    add(Case("tp.nonzero", fn(f"%x: {T}", "tensor<[u0, 2], i64>",
+                              ["%0 = tp.nonzero %x {rows = u0} : tensor<[u0, 2], i64>", "tp.return %0"],
+                              "s0 in [1, 16]; u0 in [0, inf]"),
              lambda r: [(r.random((3, 5)) > 0.5).astype(np.float32)],
              lambda torch, x: [_n(torch.nonzero(_t(torch, x)))], exact=True))
     add(Case("tp.sort", fn(f"%x: {T}", "tensor<[s0, 5], f32>, tensor<[s0, 5], i64>",
@@ -234,7 +236,8 @@ def structured_cases() -> list[Case]:
     add(Case("tp.topk", fn(f"%x: {T}", "tensor<[s0, 2], f32>, tensor<[s0, 2], i64>",
                            ["%0, %1 = tp.topk %x {axis = 1, k = 2, largest = false} : tensor<[s0, 2], f32>, "
                             "tensor<[s0, 2], i64>", "tp.return %0, %1"]),
-             lambda r: [_f(4, 5)(r)], lambda torch, x: [_n(t) for t in torch.topk(_t(torch, x), 2, dim=1, largest=False)],
+             lambda r: [_f(4, 5)(r)],
+             lambda torch, x: [_n(t) for t in torch.topk(_t(torch, x), 2, dim=1, largest=False)],
              exact=True))
     add(Case("tp.cumsum", fn(f"%x: {T}", T, ["%0 = tp.cumsum %x {axis = 1} : tensor<[s0, 5], f32>", "tp.return %0"]),
              lambda r: [_f(4, 5)(r)], lambda torch, x: [_n(torch.cumsum(_t(torch, x), 1))]))

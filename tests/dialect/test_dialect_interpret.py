@@ -11,7 +11,7 @@ from dialect.interpret import DialectAssertionError, InterpretError, run
 from dialect.passes import PassManager
 from dialect.verify import verify
 
-from .op_cases import BINARY_TORCH, UNARY_TORCH, _BOOL_RESULT, _INT, _POSITIVE
+from .op_cases import _BOOL_RESULT, _INT, _POSITIVE, BINARY_TORCH, UNARY_TORCH
 
 
 def _kernel_map(name: str, arity: int, dt: str, rt: str) -> str:
@@ -67,7 +67,8 @@ def test_gemm_epilogue_and_batched_offsets():
 
 
 def test_softmax_kernel_with_workspace_matches_formula():
-    text = """func @softmax(%x: buffer<[s0, 8], f32>, %y: buffer<[s0, 8], f32>) -> () where {s0 in [1, 64]} workspace {size = 4*s0, t0 = 0} {
+    text = """func @softmax(%x: buffer<[s0, 8], f32>, %y: buffer<[s0, 8], f32>) -> () where {s0 in [1, 64]} \
+workspace {size = 4*s0, t0 = 0} {
   %m = kernel.alloc {offset = 0, slot = "t0"} : buffer<[s0], f32>
   kernel.kernel {name = "fused_0"} {
     kernel.for {iv = i0, parallel = true, upper = s0} {

@@ -21,7 +21,8 @@ def test_type_text_and_hashing():
     assert str(t) == "tensor<[s0, 2*s0 + 1, 64], f32>"
     assert str(BufferType((s0, 64), "f32")) == "buffer<[s0, 64], f32>"
     assert str(scalar("i64")) == "i64"
-    assert t == TensorType([s0, 2 * s0 + 1, sympy.Integer(64)], F32) and hash(t) == hash(TensorType((s0, 2 * s0 + 1, 64), F32))
+    same = TensorType([s0, 2 * s0 + 1, sympy.Integer(64)], F32)
+    assert t == same and hash(t) == hash(same)
     assert t.shape[2] == 64 and isinstance(t.shape[2], sympy.Integer)
     with pytest.raises(TypeError_, match="unknown element type 'f33'"):
         DType.named("f33")
