@@ -15,15 +15,17 @@ tensorplay.Size([2, 3])
 """
 from __future__ import annotations
 
+import string
+
 import numpy as np
 
 import tensorplay as tp  # bound while tensorplay initialises; used only at call time
 
 from .. import _dtype
 from ._registry import register
-from ._shapes import TensorMeta, broadcast_shapes, sym_eq
+from ._shapes import TensorMeta, broadcast_shapes, is_one, sym_eq
 
-__all__ = ["matmul_shape"]
+__all__ = ["matmul_shape", "EinsumSpec", "parse_einsum"]
 
 
 def _check_tensors(name: str, **tensors) -> None:
@@ -137,7 +139,7 @@ def _ranked_meta(name: str, ranks: tuple[int, int], messages: tuple[str, str]):
                 raise RuntimeError(f"{message} (got a {m.ndim}-D tensor of shape {list(m.shape)})")
         dt = _same_dtype(name, input, other)
         if name == "bmm":
-            for i, (x, y) in enumerate(zip(input.shape[:1] + input.shape[2:], other.shape[:2])):
+            for x, y in zip(input.shape[:1] + input.shape[2:], other.shape[:2]):
                 if not sym_eq(x, y):
                     raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: "
                                        f"[{input.shape[0]}, {input.shape[2]}] but got: "
@@ -310,3 +312,283 @@ def _(ctx, grad):
     if len(ctx.args) < 3:
         return g_input, g_weight
     return g_input, g_weight, None if bias is None else sum_to_shape(grad, tuple(bias.shape))
+
+
+# --- einsum --------------------------------------------------------------------------------------------------
+
+_LETTERS = string.ascii_uppercase + string.ascii_lowercase  # PyTorch orders implicit outputs A-Z, a-z
+
+
+class EinsumSpec:
+    """A parsed einsum equation: one label tuple per operand and the output labels.
+
+    Letters label themselves; the dims an ellipsis covers get labels ``".0"``, ``".1"``, ...
+    aligned from the right across operands (so they broadcast like batch dims).
+
+    >>> spec = parse_einsum("...ij,jk", [3, 2])
+    >>> spec.inputs, spec.output
+    ((('.0', 'i', 'j'), ('j', 'k')), ('.0', 'i', 'k'))
+    """
+
+    __slots__ = ("inputs", "output")
+
+    def __init__(self, inputs: tuple[tuple[str, ...], ...], output: tuple[str, ...]):
+        self.inputs = inputs
+        self.output = output
+
+    def __repr__(self) -> str:
+        return f"EinsumSpec(inputs={self.inputs}, output={self.output})"
+
+
+def _einsum_term(term: str, offset: int) -> tuple[list[str], bool]:
+    """Letters of one subscript term, with ``"..."`` kept as a marker; bad characters name their index."""
+    labels: list[str] = []
+    seen_ellipsis = False
+    i = 0
+    while i < len(term):
+        ch = term[i]
+        if term.startswith("...", i):
+            if seen_ellipsis:
+                raise ValueError(f"einsum(): found more than one ellipsis ('...') in a subscript term at index "
+                                 f"{offset + i}")
+            labels.append("...")
+            seen_ellipsis = True
+            i += 3
+            continue
+        if ch not in _LETTERS:
+            raise ValueError(f"einsum(): invalid subscript given at index {offset + i} in the equation string, "
+                             f"subscripts must be in [a-zA-Z]")
+        labels.append(ch)
+        i += 1
+    return labels, seen_ellipsis
+
+
+def parse_einsum(equation: str, ranks: list[int]) -> EinsumSpec:
+    """Parse ``equation`` for operands of the given ``ranks`` (explicit ``->`` or implicit output)."""
+    if not isinstance(equation, str):
+        raise TypeError(f"einsum(): equation must be a str, got {type(equation).__name__}")
+    eq = equation.replace(" ", "")
+    if eq.count("->") > 1:
+        raise ValueError(f"einsum(): the equation {equation!r} contains more than one '->'")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) > len(ranks):
+        raise ValueError("einsum(): more operands were specified in the equation than were provided "
+                         f"({len(terms)} subscript terms, {len(ranks)} operands)")
+    if len(terms) < len(ranks):
+        raise ValueError("einsum(): more operands were provided than specified in the equation "
+                         f"({len(terms)} subscript terms, {len(ranks)} operands)")
+    parsed, offset = [], 0
+    for term in terms:
+        parsed.append(_einsum_term(term, offset))
+        offset += len(term) + 1
+    ellipsis_dims = []
+    for n, ((labels, has_ellipsis), rank) in enumerate(zip(parsed, ranks)):
+        letters = len(labels) - has_ellipsis
+        if (letters > rank) or (letters != rank and not has_ellipsis):
+            raise ValueError(f"einsum(): the number of subscripts in the equation ({letters}) "
+                             f"{'is more than' if has_ellipsis else 'does not match'} the number of dimensions "
+                             f"({rank}) for operand {n}{'' if has_ellipsis else ' and no ellipsis was given'}")
+        ellipsis_dims.append(rank - letters if has_ellipsis else 0)
+    widest = max(ellipsis_dims, default=0)
+    ellipsis = tuple(f".{j}" for j in range(widest))
+
+    def expand(labels: list[str], count: int) -> tuple[str, ...]:
+        out: list[str] = []
+        for label in labels:
+            out.extend(ellipsis[widest - count:] if label == "..." else (label,))
+        return tuple(out)
+
+    inputs = tuple(expand(labels, e) for (labels, _), e in zip(parsed, ellipsis_dims))
+    if arrow:
+        out_labels, _ = _einsum_term(rhs, len(lhs) + 2)
+        present = {label for term in inputs for label in term}
+        for label in out_labels:
+            if label != "..." and label not in present:
+                raise ValueError(f"einsum(): output subscript {label} does not appear in the equation for any "
+                                 "input operand")
+            if label != "..." and out_labels.count(label) > 1:
+                raise ValueError(f"einsum(): output subscript {label} appears more than once in the output")
+        output = expand(out_labels, widest)
+    else:
+        counts: dict[str, int] = {}
+        for term in inputs:
+            for label in term:
+                counts[label] = counts.get(label, 0) + 1
+        singles = sorted((lb for lb, c in counts.items() if c == 1 and not lb.startswith(".")),
+                         key=_LETTERS.index)
+        output = (*ellipsis, *singles)
+    return EinsumSpec(inputs, output)
+
+
+def _einsum_operands(operands) -> tuple:
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        return tuple(operands[0])
+    return tuple(operands)
+
+
+def _label_sizes(spec: EinsumSpec, shapes) -> dict:
+    """Extent of every label; extents of 1 broadcast, anything else must agree (named in errors)."""
+    sizes: dict = {}
+    for n, (labels, shape) in enumerate(zip(spec.inputs, shapes)):
+        own: dict = {}
+        for label, extent in zip(labels, shape):
+            if label in own and not sym_eq(own[label], extent):
+                raise RuntimeError(f"einsum(): subscript {label} is repeated for operand {n} but the sizes don't "
+                                   f"match, {extent} != {own[label]}")
+            own[label] = extent
+            seen = sizes.get(label)
+            if seen is None or (is_one(seen) and not is_one(extent)):
+                sizes[label] = extent
+            elif not is_one(extent) and not sym_eq(seen, extent):
+                raise RuntimeError(f"einsum(): subscript {_shown(label)} has size {extent} for operand {n} which "
+                                   f"does not broadcast with previously seen size {seen}")
+    return sizes
+
+
+def _shown(label: str) -> str:
+    return "... dim " + label[1:] if label.startswith(".") else label
+
+
+def _einsum_meta(equation, *operands):
+    operands = _einsum_operands(operands)
+    if not operands:
+        raise ValueError("einsum(): must provide at least one operand")
+    for n, op in enumerate(operands):
+        if not isinstance(op, TensorMeta):
+            raise TypeError(f"einsum(): operand {n} must be Tensor, not {type(op).__name__}")
+        if op.dtype is not operands[0].dtype:
+            raise RuntimeError(f"einsum(): expected all operands to have the same dtype, but operand 0 is "
+                               f"{operands[0].dtype.name} and operand {n} is {op.dtype.name}")
+    spec = parse_einsum(equation, [op.ndim for op in operands])
+    sizes = _label_sizes(spec, [op.shape for op in operands])
+    return TensorMeta(tuple(sizes[label] for label in spec.output), operands[0].dtype)
+
+
+def _einsum(equation, *operands):
+    """``numpy.einsum`` on the parsed equation (floats accumulate in float64, size-1 dims broadcast)."""
+    operands = _einsum_operands(operands)
+    spec = parse_einsum(equation, [op.ndim for op in operands])
+    sizes = _label_sizes(spec, [op.shape for op in operands])
+    ids = {label: i for i, label in enumerate(sizes)}
+    call = []
+    for op, labels in zip(operands, spec.inputs):
+        wide = op.astype(np.float64 if op.dtype.kind == "f" else np.int64)
+        call += [np.broadcast_to(wide, [sizes[lb] for lb in labels]), [ids[lb] for lb in labels]]
+    return np.einsum(*call, [ids[label] for label in spec.output], optimize=len(operands) > 2)
+
+
+einsum = register("einsum", _einsum, _einsum_meta,
+                  doc="Einstein summation over operands (``...`` broadcasting, implicit output).\n\n"
+                      ">>> tp.einsum('ij,jk->ik', tp.ones(2, 3), tp.ones(3, 4)).shape\ntensorplay.Size([2, 4])")
+
+
+def _take_diagonals(x, labels: tuple):
+    """Collapse repeated labels of one operand to a single dim (its diagonal), via an identity mask."""
+    labels = list(labels)
+    while len(set(labels)) != len(labels):
+        first = next(i for i, lb in enumerate(labels) if labels.index(lb) != i)
+        keep = labels.index(labels[first])
+        n = x.shape[keep]
+        mask_shape = [n if i in (keep, first) else 1 for i in range(len(labels))]
+        x = tp.sum(tp.mul(x, tp.reshape(tp.eye(n, dtype=x.dtype), tuple(mask_shape))), first)
+        del labels[first]
+    return x, tuple(labels)
+
+
+def _sum_labels(x, labels: tuple, keep: set):
+    """Sum away the dims whose labels are not in ``keep``."""
+    drop = tuple(i for i, lb in enumerate(labels) if lb not in keep)
+    if not drop:
+        return x, labels
+    return tp.sum(x, drop), tuple(lb for lb in labels if lb in keep)
+
+
+def _arrange(x, labels: tuple, groups: list, sizes: dict, expand: tuple):
+    """Permute ``x`` to ``groups`` order, broadcast the labels in ``expand`` to full size, then merge
+    every group after the first (kept as batch dims) into one dim."""
+    order = [labels.index(lb) for group in groups for lb in group]
+    x = tp.permute(x, tuple(order))
+    ordered = [lb for group in groups for lb in group]
+    shape = [sizes[lb] if lb in expand else x.shape[i] for i, lb in enumerate(ordered)]
+    x = tp.expand(x, tuple(shape))
+    batch = shape[:len(groups[0])]
+    merged, start = [], len(groups[0])
+    for group in groups[1:]:
+        merged.append(_product(shape[start:start + len(group)]))
+        start += len(group)
+    return tp.reshape(x, (*batch, *merged)), shape
+
+
+def _product(extents):
+    out = 1
+    for e in extents:
+        out = out * e
+    return out
+
+
+@einsum.def_decomposition
+def _(equation, *operands):
+    operands = _einsum_operands(operands)
+    spec = parse_einsum(equation, [op.dim() for op in operands])
+    sizes = _label_sizes(spec, [tuple(op.shape) for op in operands])
+    terms = [_take_diagonals(x, labels) for x, labels in zip(operands, spec.inputs)]
+    output = set(spec.output)
+    while len(terms) > 1:
+        (a, la), (b, lb), rest = terms[0], terms[1], terms[2:]
+        needed = output.union(*(set(labels) for _, labels in rest))
+        a, la = _sum_labels(a, la, needed | set(lb))
+        b, lb = _sum_labels(b, lb, needed | set(la))
+        batch = [lbl for lbl in la if lbl in lb and lbl in needed]
+        contracted = [lbl for lbl in la if lbl in lb and lbl not in needed]
+        left = [lbl for lbl in la if lbl not in lb]
+        right = [lbl for lbl in lb if lbl not in la]
+        a2, a_shape = _arrange(a, la, [batch, left, contracted], sizes, tuple(contracted))
+        b2, b_shape = _arrange(b, lb, [batch, contracted, right], sizes, tuple(contracted))
+        product = tp.matmul(a2, b2)
+        nb = len(batch)
+        out_shape = (*product.shape[:nb], *a_shape[nb:nb + len(left)], *b_shape[nb + len(contracted):])
+        terms = [(tp.reshape(product, out_shape), (*batch, *left, *right)), *rest]
+    x, labels = terms[0]
+    x, labels = _sum_labels(x, labels, output)
+    x = tp.permute(x, tuple(labels.index(lb) for lb in spec.output))
+    return tp.expand(x, tuple(sizes[lb] for lb in spec.output))
+
+
+@einsum.def_backward
+def _(ctx, grad):
+    # d out / d operand n is another einsum: the gradient and the other operands contracted onto
+    # operand n's labels. Labels only operand n has are broadcast back, repeated labels put on the
+    # diagonal, and dims that were broadcast from extent 1 summed back.
+    equation, operands = ctx.args[0], _einsum_operands(ctx.args[1:])
+    spec = parse_einsum(equation, [op.dim() for op in operands])
+    sizes = _label_sizes(spec, [tuple(op.shape) for op in operands])
+    letter = dict(zip(sizes, _LETTERS))
+    grads = []
+    for n, (x, labels) in enumerate(zip(operands, spec.inputs)):
+        unique = tuple(dict.fromkeys(labels))
+        others = [(op, lbs) for m, (op, lbs) in enumerate(zip(operands, spec.inputs)) if m != n]
+        reachable = set(spec.output).union(*(set(lbs) for _, lbs in others))
+        target = tuple(lb for lb in unique if lb in reachable)
+        subscripts = [spec.output, *(lbs for _, lbs in others)]
+        terms = ",".join("".join(letter[lb] for lb in lbs) for lbs in subscripts)
+        g = tp.einsum(f"{terms}->{''.join(letter[lb] for lb in target)}", grad, *(op for op, _ in others))
+        g = tp.reshape(g, tuple(sizes[lb] if lb in target else 1 for lb in unique))
+        g = tp.expand(g, tuple(sizes[lb] for lb in unique))
+        grads.append(_place_on_labels(g, unique, labels, x, sizes))
+    return (None, *grads)
+
+
+def _place_on_labels(g, unique: tuple, labels: tuple, x, sizes: dict):
+    """Lay a gradient over ``unique`` labels out over the operand's ``labels`` (diagonals for
+    repeats) and sum dims the operand broadcast from extent 1."""
+    # ``unique`` lists first occurrences in order, so inserting extent-1 dims for repeats is a reshape.
+    g = tp.reshape(g, tuple(sizes[lb] if labels.index(lb) == i else 1 for i, lb in enumerate(labels)))
+    for i, lb in enumerate(labels):
+        first = labels.index(lb)
+        if first != i:
+            n = sizes[lb]
+            mask_shape = tuple(n if j in (first, i) else 1 for j in range(len(labels)))
+            g = tp.mul(g, tp.reshape(tp.eye(n, dtype=g.dtype), mask_shape))
+    broadcast = tuple(i for i, lb in enumerate(labels) if is_one(x.shape[i]) and not is_one(sizes[lb]))
+    return tp.sum(g, broadcast, True) if broadcast else g
