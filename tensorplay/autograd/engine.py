@@ -174,10 +174,9 @@ def run_backward(outputs: Sequence[Tensor], grad_outputs, *, retain_graph: bool,
 
 
 def _count_dependencies(roots: list[Node], needed: set[int], dependencies: dict[int, int]) -> None:
-    seen: set[int] = set()
-    stack = [n for n in roots if id(n) in needed]
-    for n in stack:
-        seen.add(id(n))
+    unique = {id(n): n for n in roots if id(n) in needed}
+    seen: set[int] = set(unique)
+    stack = list(unique.values())
     while stack:
         node = stack.pop()
         for nxt, _ in node.next_functions:
