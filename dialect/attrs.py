@@ -41,6 +41,13 @@ class Dense:
 
     array: np.ndarray
 
+    def __post_init__(self) -> None:
+        a = np.array(self.array)  # a private copy; NaNs normalised (the text has one spelling, "nan")
+        if a.dtype.kind == "f" and np.isnan(a).any():
+            a[np.isnan(a)] = np.nan
+        a.flags.writeable = False
+        object.__setattr__(self, "array", a)
+
     def __eq__(self, other: object) -> bool:
         return (isinstance(other, Dense) and self.array.dtype == other.array.dtype
                 and self.array.shape == other.array.shape and self.array.tobytes() == other.array.tobytes())
