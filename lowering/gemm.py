@@ -20,8 +20,8 @@ still applies the epilogue). ``C`` must not overlap ``A``, ``B`` or ``R``.
 
 Algorithm: Goto/BLIS blocking. ``B`` is packed ``KC x NC`` at a time and ``A`` ``MC x KC``
 into the scratch buffer, and a register tile of ``MR x 16*NV`` accumulators (``<16 x float>``
-FMAs) runs over each pair of micro-panels; the epilogue runs on the last ``KC`` block while
-the tile is still in registers. ``M == 1`` takes a matrix-vector path with no packing.
+FMAs) runs over each pair of micro-panels; after the last ``KC`` block the epilogue runs once
+per finished tile, row by row while the tile is hot in L1. ``M == 1`` takes a matrix-vector path with no packing.
 
 Example::
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from dataclasses import dataclass
 
 import llvmlite.ir as ir
 import numpy as np
@@ -61,9 +60,10 @@ from .gemm_kernels import (
 
 __all__ = ["DEFAULT_SHAPE", "Epilogue", "GemmKernel", "GemmShape", "compile_gemm", "emit_gemm", "scratch_bytes"]
 
-#: Register tile 14 x 32 (28 zmm accumulators) and cache blocks measured on Zen 4 (see bench/bench_gemm.py).
-DEFAULT_SHAPE = GemmShape(mr=14, nv=2, mc=196, kc=384, nc=1536)
+#: Register tile 6 x 64 (24 zmm accumulators) and cache blocks measured on Zen 4 (see bench/bench_gemm.py).
+DEFAULT_SHAPE = GemmShape(mr=6, nv=4, mc=192, kc=384, nc=1536)
 _ALIGN = 64
+NO_EPILOGUE = Epilogue()
 
 
 def _round_up(x: int, m: int) -> int:
@@ -92,7 +92,7 @@ _ARG_TYPES = (I64, I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64, P
 
 
 def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: bool = False,
-              epilogue: Epilogue = Epilogue(), shape: GemmShape = DEFAULT_SHAPE) -> ir.Function:
+              epilogue: Epilogue = NO_EPILOGUE, shape: GemmShape = DEFAULT_SHAPE) -> ir.Function:
     """Add the external GEMM function ``name`` (C signature in the module docstring) to ``module``.
 
     >>> import llvmlite.ir as ir
@@ -119,7 +119,7 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
         args[ptr].add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     lp = Loops(b)
-    m, n, k = args["M"], args["N"], args["K"]
+    m, k = args["M"], args["K"]
     accumulate = b.icmp_signed("!=", args["accumulate"], ir.Constant(I32, 0))
     # 64-byte aligned packing buffers inside the caller's scratch
     raw = args["scratch"]
@@ -290,7 +290,7 @@ _KERNELS: dict[tuple, GemmKernel] = {}
 _KERNELS_LOCK = threading.Lock()
 
 
-def compile_gemm(*, trans_a: bool = False, trans_b: bool = False, epilogue: Epilogue = Epilogue(),
+def compile_gemm(*, trans_a: bool = False, trans_b: bool = False, epilogue: Epilogue = NO_EPILOGUE,
                  shape: GemmShape = DEFAULT_SHAPE, cache: bool = True) -> GemmKernel:
     """JIT-compile (once per configuration and process) a GEMM kernel callable on numpy arrays.
 

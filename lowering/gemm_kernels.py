@@ -12,7 +12,7 @@ its final store looks at the edge.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -375,36 +375,21 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
             row.append(phi)
         vals.append(row)
 
-    if epi.active:
-        cur = b.block
-        epi_bb = b.append_basic_block("epilogue")
-        done_bb = b.append_basic_block("epilogue.end")
-        b.cbranch(finish, epi_bb, done_bb)
-        b.position_at_end(epi_bb)
-        bias_v = [load_v(b, gep(b, b_out, i64(v * LANES))) for v in range(nv)] if epi.bias else [None] * nv
-        out = []
-        for i in range(mr_c):
-            rrow = gep(b, r_out, b.mul(i64(i), ldr_out)) if epi.residual else None
-            out.append([apply_epilogue(b, epi, vals[i][v], bias_v[v],
-                                       load_v(b, gep(b, rrow, i64(v * LANES))) if rrow is not None else None)
-                        for v in range(nv)])
-        epi_end = b.block
-        b.branch(done_bb)
-        b.position_at_end(done_bb)
-        merged = []
-        for i in range(mr_c):
-            row = []
-            for v in range(nv):
-                phi = b.phi(V16)
-                phi.add_incoming(vals[i][v], cur)
-                phi.add_incoming(out[i][v], epi_end)
-                row.append(phi)
-            merged.append(row)
-        vals = merged
-
     for i in range(mr_c):
         for v in range(nv):
             b.store(vals[i][v], gep(b, rows[i], i64(v * LANES)), align=4)
+    if epi.active:
+        # once per tile, row by row from L1: one inlined copy of the activation per vector column
+        # instead of one per accumulator keeps compile time low at no measurable cost
+        with lp.when(finish, "epilogue"):
+            bias_v = [load_v(b, gep(b, b_out, i64(v * LANES))) for v in range(nv)] if epi.bias else [None] * nv
+            with lp.range(i64(0), mr, 1, "ei") as i:
+                crow = gep(b, c_out, b.mul(i, ldc_out))
+                rrow = gep(b, r_out, b.mul(i, ldr_out)) if epi.residual else None
+                for v in range(nv):
+                    ptr = gep(b, crow, i64(v * LANES))
+                    rv = load_v(b, gep(b, rrow, i64(v * LANES))) if rrow is not None else None
+                    b.store(apply_epilogue(b, epi, load_v(b, ptr), bias_v[v], rv), ptr, align=4)
     with lp.when(b.not_(is_full), "copyout"):
         with lp.range(i64(0), mr, 1, "oi") as i:
             with lp.range(i64(0), nr, 1, "oj") as j:
@@ -434,93 +419,110 @@ def emit_epilogue_row(module: ir.Module, name: str, epi: Epilogue) -> ir.Functio
     return fn
 
 
+def _acc_loop(b: ir.IRBuilder, start: ir.Value, stop: ir.Value, step: int, init: list[ir.Value],
+              body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]], name: str) -> list[ir.Value]:
+    """``for (k = start; k + step <= stop; k += step) accs = body(k, accs)``; returns the final accs
+    and leaves the builder after the loop (the accumulators live in registers as phis)."""
+    pre = b.block
+    loop = b.append_basic_block(f"{name}.body")
+    end = b.append_basic_block(f"{name}.end")
+    b.cbranch(b.icmp_signed("<=", b.add(start, i64(step)), stop), loop, end)
+    b.position_at_end(loop)
+    k = b.phi(I64, name=name)
+    k.add_incoming(start, pre)
+    accs = [b.phi(v.type) for v in init]
+    new = body(k, list(accs))
+    k_next = b.add(k, i64(step))
+    k.add_incoming(k_next, b.block)
+    for acc, v0, v1 in zip(accs, init, new, strict=True):
+        acc.add_incoming(v0, pre)
+        acc.add_incoming(v1, b.block)
+    last = b.block
+    b.cbranch(b.icmp_signed("<=", b.add(k_next, i64(step)), stop), loop, end)
+    b.position_at_end(end)
+    out = [b.phi(v.type) for v in init]
+    for phi, v0, v1 in zip(out, init, new, strict=True):
+        phi.add_incoming(v0, pre)
+        phi.add_incoming(v1, last)
+    return out
+
+
+def _zero() -> ir.Constant:
+    return ir.Constant(V16, [f32(0.0)] * LANES)
+
+
+def _store_row(b: ir.IRBuilder, ptr: ir.Value, value: ir.Value, load_c: ir.Value, mask: ir.Value | None) -> None:
+    """``*ptr = value`` or ``*ptr += value`` (16 lanes, optionally masked)."""
+    if mask is None:
+        old = load_v(b, ptr)
+        b.store(b.select(load_c, b.fadd(value, old), value), ptr, align=4)
+    else:
+        old = masked_load(b, ptr, mask)
+        masked_store(b, b.select(load_c, b.fadd(value, old), value), ptr, mask)
+
+
 def emit_gemv_rows(module: ir.Module, name: str, width: int = 8) -> ir.Function:
     """``void gemv(i64 N, i64 K, ptr a, ptr B, i64 ldb, ptr c, i1 load_c)``: ``c[j] (+)= sum_k a[k]*B[k, j]``
-    with ``B`` row-major ``K x N``; ``width`` vectors of columns accumulate in registers."""
+    with ``B`` row-major ``K x N``: blocks of ``width`` vectors of columns accumulate in registers
+    while the rows of ``B`` stream by; the last columns go one (masked) vector at a time."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR, I64, PTR, I1]), name)
     fn.linkage = "internal"
     n, kdim, a, bm, ldb, c, load_c = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     lp = Loops(b)
+
+    def columns(j0: ir.Value, vectors: int, mask: ir.Value | None) -> None:
+        def step(k: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            av = splat(b, b.load(gep(b, a, k), typ=F32))
+            row = gep(b, bm, b.add(b.mul(k, ldb), j0))
+            vals = [masked_load(b, row, mask) if mask is not None else load_v(b, gep(b, row, i64(v * LANES)))
+                    for v in range(vectors)]
+            return [fma16(b, av, val, acc) for val, acc in zip(vals, accs, strict=True)]
+
+        sums = _acc_loop(b, i64(0), kdim, 1, [_zero()] * vectors, step, "k")
+        for v, total in enumerate(sums):
+            _store_row(b, gep(b, c, b.add(j0, i64(v * LANES))), total, load_c, mask)
+
     block = width * LANES
-    zero = ir.Constant(V16, [f32(0.0)] * LANES)
-    with lp.range(i64(0), n, block, "j0") as j0:
-        masks = [lane_mask(b, b.sub(b.sub(n, j0), i64(v * LANES))) for v in range(width)]
-        pre = b.block
-        body = b.append_basic_block("k.body")
-        end = b.append_basic_block("k.end")
-        b.cbranch(b.icmp_signed(">", kdim, i64(0)), body, end)
-        b.position_at_end(body)
-        k = b.phi(I64)
-        k.add_incoming(i64(0), pre)
-        accs = [b.phi(V16) for _ in range(width)]
-        av = splat(b, b.load(gep(b, a, k), typ=F32))
-        row = gep(b, bm, b.add(b.mul(k, ldb), j0))
-        new = [fma16(b, av, masked_load(b, gep(b, row, i64(v * LANES)), masks[v]), accs[v]) for v in range(width)]
-        for acc, nv_ in zip(accs, new):
-            acc.add_incoming(zero, pre)
-            acc.add_incoming(nv_, body)
-        k_next = b.add(k, i64(1))
-        k.add_incoming(k_next, body)
-        b.cbranch(b.icmp_signed("<", k_next, kdim), body, end)
-        b.position_at_end(end)
-        sums = [b.phi(V16) for _ in range(width)]
-        for v, phi in enumerate(sums):
-            phi.add_incoming(zero, pre)
-            phi.add_incoming(new[v], body)
-        for v, phi in enumerate(sums):
-            ptr = gep(b, c, b.add(j0, i64(v * LANES)))
-            old = masked_load(b, ptr, masks[v])
-            total = b.select(load_c, b.fadd(phi, old), phi)
-            masked_store(b, total, ptr, masks[v])
+    full = b.sub(n, b.srem(n, i64(block)))
+    with lp.range(i64(0), full, block, "jb") as j0:
+        columns(j0, width, None)
+    with lp.range(full, n, LANES, "jt") as j0:
+        columns(j0, 1, lane_mask(b, b.sub(n, j0)))
     b.ret_void()
     return fn
 
 
 def emit_gemv_dots(module: ir.Module, name: str, rows: int = 4) -> ir.Function:
     """``void gemv_t(i64 N, i64 K, ptr a, ptr B, i64 ldb, ptr c, i1 load_c)``: ``c[j] (+)= dot(a, B[j, :])``
-    with ``B`` row-major ``N x K`` (the ``nn.Linear`` weight layout); ``rows`` dot products at once."""
+    with ``B`` row-major ``N x K`` (the ``nn.Linear`` weight layout); ``rows`` dot products at once,
+    two accumulators each, then a masked tail step and a horizontal sum."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR, I64, PTR, I1]), name)
     fn.linkage = "internal"
     n, kdim, a, bm, ldb, c, load_c = fn.args
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     lp = Loops(b)
-    zero = ir.Constant(V16, [f32(0.0)] * LANES)
     reduce = declare(module, "llvm.vector.reduce.fadd.v16f32", F32, [F32, V16])
 
     def dots(j0: ir.Value, count: int) -> None:
-        pre = b.block
-        body = b.append_basic_block("dk.body")
-        end = b.append_basic_block("dk.end")
-        b.cbranch(b.icmp_signed(">", kdim, i64(0)), body, end)
-        b.position_at_end(body)
-        k = b.phi(I64)
-        k.add_incoming(i64(0), pre)
-        # two accumulators per row hide the FMA latency; k advances 32 at a time
-        accs = [[b.phi(V16) for _ in range(2)] for _ in range(count)]
-        lanes_a = [lane_mask(b, b.sub(kdim, b.add(k, i64(h * LANES)))) for h in range(2)]
-        avs = [masked_load(b, gep(b, a, b.add(k, i64(h * LANES))), lanes_a[h]) for h in range(2)]
-        new = []
+        lines = [gep(b, bm, b.mul(b.add(j0, i64(r)), ldb)) for r in range(count)]
+
+        def step(k: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            avs = [load_v(b, gep(b, a, b.add(k, i64(h * LANES)))) for h in range(2)]
+            return [fma16(b, avs[h], load_v(b, gep(b, lines[r], b.add(k, i64(h * LANES)))), accs[2 * r + h])
+                    for r in range(count) for h in range(2)]
+
+        accs = _acc_loop(b, i64(0), kdim, 2 * LANES, [_zero()] * (2 * count), step, "dk")
+        # the k tail: at most 31 elements, as two masked steps
+        tail = b.sub(kdim, b.srem(kdim, i64(2 * LANES)))
+        for h in range(2):
+            start = b.add(tail, i64(h * LANES))
+            mask = lane_mask(b, b.sub(kdim, start))
+            av = masked_load(b, gep(b, a, start), mask)
+            accs = [fma16(b, av, masked_load(b, gep(b, lines[r], start), mask), accs[2 * r + hh])
+                    if hh == h else accs[2 * r + hh] for r in range(count) for hh in range(2)]
         for r in range(count):
-            line = gep(b, bm, b.add(b.mul(b.add(j0, i64(r)), ldb), k))
-            new.append([fma16(b, avs[h], masked_load(b, gep(b, line, i64(h * LANES)), lanes_a[h]), accs[r][h])
-                        for h in range(2)])
-        for r in range(count):
-            for h in range(2):
-                accs[r][h].add_incoming(zero, pre)
-                accs[r][h].add_incoming(new[r][h], body)
-        k_next = b.add(k, i64(2 * LANES))
-        k.add_incoming(k_next, body)
-        b.cbranch(b.icmp_signed("<", k_next, kdim), body, end)
-        b.position_at_end(end)
-        sums = [[b.phi(V16) for _ in range(2)] for _ in range(count)]
-        for r in range(count):
-            for h in range(2):
-                sums[r][h].add_incoming(zero, pre)
-                sums[r][h].add_incoming(new[r][h], body)
-        for r in range(count):
-            parts = sums[r]
-            total = b.call(reduce, [f32(-0.0), b.fadd(parts[0], parts[1])], fastmath=("reassoc",))
+            total = b.call(reduce, [f32(-0.0), b.fadd(accs[2 * r], accs[2 * r + 1])], fastmath=("reassoc",))
             ptr = gep(b, c, b.add(j0, i64(r)))
             old = b.load(ptr, typ=F32)
             b.store(b.select(load_c, b.fadd(total, old), total), ptr)
