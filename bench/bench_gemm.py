@@ -1,0 +1,133 @@
+"""Single-thread float32 GEMM/GEMV: numpy (OpenBLAS), torch and tensorplay's generated kernel.
+
+Run it with the BLAS pinned to one thread and, where the machine sets them, without the
+OpenBLAS core-type overrides (they slow a current numpy down)::
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 \\
+        python bench/bench_gemm.py --json bench/gemm.json
+
+Ours is timed through the raw native entry with cached pointers (what a compiled graph
+does); the numpy-wrapper overhead is reported separately. Prints GFLOP/s, best of several
+repeats, and writes the same numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from lowering.gemm import Epilogue, compile_gemm, scratch_bytes  # noqa: E402
+
+SQUARE = (64, 256, 512, 1024, 2048)
+GEMV = ((784, 512), (512, 512), (512, 10), (4096, 4096))  # (K, N) at M = 1, weights as nn.Linear (N x K)
+
+
+def best_seconds(fn, min_time: float = 0.3, repeats: int = 5) -> float:
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    number = max(1, int(min_time / repeats / once))
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / number)
+    return best
+
+
+def raw_call(kern, a: np.ndarray, b: np.ndarray, c: np.ndarray, scratch: np.ndarray, bias=None):
+    """A zero-argument callable invoking the native entry with precomputed pointers."""
+    m, n = c.shape
+    k = a.shape[1]
+    args = (1, m, n, k, a.ctypes.data, a.shape[1], 0, b.ctypes.data, b.shape[1], 0, c.ctypes.data, n, 0,
+            None if bias is None else bias.ctypes.data, None, n, 0, 0, scratch.ctypes.data)
+    fn = kern._fn
+    return lambda: fn(*args)
+
+
+def _numpy_linear_relu(x, w, bias):
+    return np.maximum(x @ w.T + bias, 0)
+
+
+def _torch_linear_relu(torch, x, w, bias):
+    return torch.relu(torch.nn.functional.linear(x, w, bias))
+
+
+def torch_module():
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(1)
+    return torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=Path(__file__).with_name("gemm.json"))
+    parser.add_argument("--sizes", type=int, nargs="*", default=list(SQUARE))
+    opts = parser.parse_args()
+    if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
+        print("warning: OPENBLAS_NUM_THREADS is not 1; numpy may use several threads", file=sys.stderr)
+    torch = torch_module()
+    rng = np.random.default_rng(0)
+    results: dict = {"machine": platform.processor() or platform.machine(), "square": [], "gemv": []}
+    nn_kernel = compile_gemm()
+    nt_kernel = compile_gemm(trans_b=True)
+    fused = compile_gemm(trans_b=True, epilogue=Epilogue(bias=True, activation="relu"))
+
+    print(f"{'shape':>22} {'numpy':>9} {'torch':>9} {'ours':>9} {'ours/np':>8}   (GFLOP/s, 1 thread)")
+    for n in opts.sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        c = np.empty((n, n), np.float32)
+        scratch = np.empty(scratch_bytes(n, n, n), np.uint8)
+        flops = 2.0 * n ** 3
+        row = {"M": n, "N": n, "K": n,
+               "numpy": flops / best_seconds(partial(np.matmul, a, b, out=c)) / 1e9}
+        if torch is not None:
+            ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+            row["torch"] = flops / best_seconds(partial(torch.mm, ta, tb)) / 1e9
+        row["ours"] = flops / best_seconds(raw_call(nn_kernel, a, b, c, scratch)) / 1e9
+        row["ours_wrapper"] = flops / best_seconds(partial(nn_kernel, a, b, c)) / 1e9
+        results["square"].append(row)
+        print(f"{f'{n}x{n}x{n}':>22} {row['numpy']:9.1f} {row.get('torch', float('nan')):9.1f} "
+              f"{row['ours']:9.1f} {row['ours'] / row['numpy']:8.2f}")
+
+    print(f"\n{'M=1 GEMV (K->N)':>22} {'numpy':>9} {'torch':>9} {'ours':>9} {'ours/np':>8}   "
+          "(microseconds per call; +bias+relu fused)")
+    for k, n in GEMV:
+        x = rng.standard_normal((1, k), dtype=np.float32)
+        w = rng.standard_normal((n, k), dtype=np.float32)
+        bias = rng.standard_normal(n, dtype=np.float32)
+        c = np.empty((1, n), np.float32)
+        scratch = np.empty(scratch_bytes(1, n, k), np.uint8)
+        row = {"K": k, "N": n, "numpy_us": 1e6 * best_seconds(partial(_numpy_linear_relu, x, w, bias))}
+        if torch is not None:
+            tx, tw, tbias = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias)
+            row["torch_us"] = 1e6 * best_seconds(partial(_torch_linear_relu, torch, tx, tw, tbias))
+        row["ours_us"] = 1e6 * best_seconds(raw_call(fused, x, w, c, scratch, bias))
+        row["ours_plain_us"] = 1e6 * best_seconds(raw_call(nt_kernel, x, w, c, scratch))
+        row["ours_GFLOPs"] = 2.0 * k * n / row["ours_plain_us"] / 1e3
+        results["gemv"].append(row)
+        print(f"{f'{k}->{n}':>22} {row['numpy_us']:9.2f} {row.get('torch_us', float('nan')):9.2f} "
+              f"{row['ours_us']:9.2f} {row['numpy_us'] / row['ours_us']:8.2f}x")
+
+    opts.json.write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {opts.json}")
+
+
+if __name__ == "__main__":
+    main()
