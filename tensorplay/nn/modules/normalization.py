@@ -1,0 +1,226 @@
+"""Normalisation layers: ``BatchNorm1d/2d``, ``LayerNorm``, ``GroupNorm``, ``RMSNorm``.
+
+>>> import tensorplay as tp
+>>> bn = tp.nn.BatchNorm2d(3)
+>>> bn
+BatchNorm2d(3, eps=1e-05, momentum=0.1, affine=True, track_running_stats=True)
+>>> list(bn.state_dict())
+['weight', 'bias', 'running_mean', 'running_var', 'num_batches_tracked']
+"""
+from __future__ import annotations
+
+import numbers
+
+from ... import _dtype
+from ..._tensor import Tensor
+from ...autograd.grad_mode import no_grad
+from .. import functional as F
+from .. import init
+from ..parameter import Parameter
+from .linear import _empty
+from .module import Module
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm"]
+
+
+def _scalar_long(value: int) -> Tensor:
+    from ...ops.creation import tensor
+    return tensor(value, dtype=_dtype.int64)
+
+
+class _BatchNorm(Module):
+    _ranks: tuple[int, ...] = ()
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None):
+        super().__init__()
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features <= 0:
+            raise ValueError(f"{type(self).__name__}: num_features must be a positive int, got {num_features!r}")
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        if affine:
+            self.weight = Parameter(_empty(num_features, dtype=dtype))
+            self.bias = Parameter(_empty(num_features, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        if track_running_stats:
+            self.register_buffer("running_mean", _empty(num_features, dtype=dtype))
+            self.register_buffer("running_var", _empty(num_features, dtype=dtype))
+            self.register_buffer("num_batches_tracked", _scalar_long(0))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
+
+    def reset_running_stats(self) -> None:
+        if self.track_running_stats:
+            init.zeros_(self.running_mean)
+            init.ones_(self.running_var)
+            init.zeros_(self.num_batches_tracked)
+
+    def reset_parameters(self) -> None:
+        self.reset_running_stats()
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        key = prefix + "num_batches_tracked"
+        if self.track_running_stats and key not in state_dict:  # checkpoints older than the counter
+            state_dict = dict(state_dict)
+            state_dict[key] = self.num_batches_tracked if self.num_batches_tracked is not None \
+                else _scalar_long(0)
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+    def forward(self, input: Tensor) -> Tensor:
+        owner = type(self).__name__
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{owner}: expected a Tensor input, got {type(input).__name__}")
+        if input.dim() not in self._ranks:
+            raise ValueError(f"{owner}: expected {' or '.join(f'{r}D' for r in self._ranks)} input (got "
+                             f"{input.dim()}D input)")
+        if input.shape[1 if input.dim() > 1 else 0] != self.num_features:
+            raise RuntimeError(f"{owner}: expected input with num_features={self.num_features} channels at dim 1, "
+                               f"got shape {list(input.shape)}")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
+            with no_grad():
+                self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative moving average
+                momentum = 1.0 / float(self.num_batches_tracked.item())
+        use_batch = self.training or (self.running_mean is None and self.running_var is None)
+        running = not self.training or self.track_running_stats
+        return F.batch_norm(input, self.running_mean if running else None, self.running_var if running else None,
+                            self.weight, self.bias, use_batch, momentum, self.eps)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalisation over ``(N, C)`` or ``(N, C, L)`` input."""
+
+    _ranks = (2, 3)
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalisation over ``(N, C, H, W)`` input."""
+
+    _ranks = (4,)
+
+
+def _shape(normalized_shape) -> tuple:
+    if isinstance(normalized_shape, numbers.Integral):
+        return (int(normalized_shape),)
+    return tuple(normalized_shape)
+
+
+class LayerNorm(Module):
+    """Normalise over the trailing ``normalized_shape`` dims; affine weight 1 and bias 0."""
+
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = _shape(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(_empty(*self.normalized_shape, dtype=dtype))
+            if bias:
+                self.bias = Parameter(_empty(*self.normalized_shape, dtype=dtype))
+            else:
+                self.register_parameter("bias", None)
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.elementwise_affine:
+            init.ones_(self.weight)
+            if self.bias is not None:
+                init.zeros_(self.bias)
+
+    def forward(self, input: Tensor) -> Tensor:
+        n = len(self.normalized_shape)
+        if isinstance(input, Tensor) and tuple(input.shape[input.dim() - n:]) != self.normalized_shape:
+            raise RuntimeError(f"LayerNorm: expected input with shape [*, {', '.join(map(str, self.normalized_shape))}]"
+                               f", but got input of size {list(input.shape)}")
+        return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class GroupNorm(Module):
+    """Normalise ``num_groups`` groups of channels; per-channel affine weight 1 and bias 0."""
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True, device=None,
+                 dtype=None):
+        super().__init__()
+        if num_groups <= 0 or num_channels % num_groups != 0:
+            raise ValueError(f"GroupNorm: num_channels must be divisible by num_groups, got "
+                             f"num_channels={num_channels}, num_groups={num_groups}")
+        self.num_groups = num_groups
+        self.num_channels = num_channels
+        self.eps = eps
+        self.affine = affine
+        if affine:
+            self.weight = Parameter(_empty(num_channels, dtype=dtype))
+            self.bias = Parameter(_empty(num_channels, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.affine:
+            init.ones_(self.weight)
+            init.zeros_(self.bias)
+
+    def forward(self, input: Tensor) -> Tensor:
+        if isinstance(input, Tensor) and (input.dim() < 2 or input.shape[1] != self.num_channels):
+            raise RuntimeError(f"GroupNorm: expected input with num_channels={self.num_channels} at dim 1, got "
+                               f"shape {list(input.shape)}")
+        return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class RMSNorm(Module):
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the trailing ``normalized_shape`` dims."""
+
+    def __init__(self, normalized_shape, eps: float | None = None, elementwise_affine: bool = True, device=None,
+                 dtype=None):
+        super().__init__()
+        self.normalized_shape = _shape(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        if elementwise_affine:
+            self.weight = Parameter(_empty(*self.normalized_shape, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.elementwise_affine:
+            init.ones_(self.weight)
+
+    def forward(self, input: Tensor) -> Tensor:
+        n = len(self.normalized_shape)
+        if isinstance(input, Tensor) and tuple(input.shape[input.dim() - n:]) != self.normalized_shape:
+            raise RuntimeError(f"RMSNorm: expected input with shape [*, {', '.join(map(str, self.normalized_shape))}]"
+                               f", but got input of size {list(input.shape)}")
+        return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
