@@ -414,7 +414,8 @@ def _max_min_decomposition(reduce, arg, binary):
             return binary(input, dim)  # the elementwise form (or a tracing proxy of a tensor)
         if dim is None:
             return reduce(input)
-        return reduce(input, dim, keepdim), arg(input, dim, keepdim)
+        ranked = tp.to_dtype(input, tp.uint8) if input.dtype is tp.bool else input  # argmax refuses bool
+        return reduce(input, dim, keepdim), arg(ranked, dim, keepdim)
     return decompose
 
 
@@ -432,6 +433,8 @@ def _max_min_backward(binary: str):
             return _extremum_backward(ctx, grads[0])
         # With dim the gradient flows to the selected index only.
         grad, indices = grads[0], ctx.outputs[1]
+        if grad is None:
+            return (None,)
         if x.dim() == 0:
             return (grad,)
         d = normalize_dim(dim, x.dim())
@@ -564,6 +567,8 @@ logsumexp = register("logsumexp", _quiet(_logsumexp), _logsumexp_meta, method=Tr
 @logsumexp.def_decomposition
 def _(input, dim, keepdim=False):
     x = input if input.dtype.is_floating_point else tp.to_dtype(input, tp.get_default_dtype())
+    if any(x.shape[d] == 0 for d in _dims_of(x, dim) if isinstance(x.shape[d], int)):
+        return tp.log(tp.sum(tp.exp(x), dim, keepdim))  # nothing to shift by: log(0) = -inf
     peak = tp.amax(x, dim, True)
     shift = tp.where(tp.isinf(peak), tp.zeros_like(peak), peak)
     out = tp.add(tp.log(tp.sum(tp.exp(tp.sub(x, shift)), dim, True)), shift)
@@ -695,17 +700,19 @@ any_op = register("any", _any, _fold_meta("any"), method=True,
                       ">>> tp.tensor([[1, 0], [0, 0]]).any(1).tolist()\n[True, False]")
 
 
-def _fold_decomposition(reduce):
+def _fold_decomposition(everything: bool):
+    """all: no zero in the slice; any: some nonzero (sums, so empty slices give True / False)."""
     def decompose(input, dim=None, keepdim=False):
         out = tp.ne(input, 0)
         if reduce_dims(dim, input.dim(), empty_means_all=False):
-            out = reduce(out, dim, keepdim)
+            count = tp.sum(tp.logical_not(out) if everything else out, dim, keepdim)
+            out = tp.eq(count, 0) if everything else tp.ne(count, 0)
         return tp.to_dtype(out, tp.uint8) if input.dtype is tp.uint8 else out
     return decompose
 
 
-all_op.def_decomposition(_fold_decomposition(lambda x, dim, keepdim: tp.amin(x, dim, keepdim)))
-any_op.def_decomposition(_fold_decomposition(lambda x, dim, keepdim: tp.amax(x, dim, keepdim)))
+all_op.def_decomposition(_fold_decomposition(everything=True))
+any_op.def_decomposition(_fold_decomposition(everything=False))
 
 
 def _count_nonzero_meta(input, dim=None):
