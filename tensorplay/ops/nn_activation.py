@@ -27,7 +27,8 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
 def _np_erf(x):
-    return _ERF(np.asarray(x, dtype=np.float64)).astype(np.float64).astype(np.asarray(x).dtype)
+    x = np.asarray(x)
+    return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
 
 
 def _np_softplus(x, beta=1.0, threshold=20.0):
