@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lark import Lark, Transformer, UnexpectedInput
+from lark.exceptions import VisitError
 
 from .dynamic_shapes import Dim, _DerivedDim, _StaticDim
 
@@ -65,6 +66,8 @@ class _ToFix(Transformer):
             if quoted != name:
                 raise ValueError(f"suggested fix for {name!r} builds a Dim named {quoted!r}; "
                                  f"expected {name!r}")
+        if isinstance(fix, RelationFix) and fix.scale <= 0:
+            raise ValueError(f"suggested fix {name} = {fix.scale}*{fix.root}: expected a positive multiple")
         return name, fix
 
     def dim_call(self, items: list) -> tuple[str, RangeFix]:
@@ -89,8 +92,6 @@ class _ToFix(Transformer):
                 scale, offset = (value, offset) if kind == "scale" else (scale, value)
             else:
                 root = str(item)
-        if scale <= 0:
-            raise ValueError(f"suggested fix scales {root} by {scale}; expected a positive multiple")
         return RelationFix(root, scale, offset)
 
     def scale(self, items: list) -> tuple[str, int]:
@@ -129,7 +130,10 @@ def parse_suggested_fixes(message: str) -> list[tuple[str, Fix]]:
                 raise ValueError(f"cannot parse suggested fix {line.strip()!r}: expected one of "
                                  f"{_EXPECTED_FORMS}") from exc
             continue  # prose around the fixes
-        fixes.append(_ToFix().transform(tree))
+        try:
+            fixes.append(_ToFix().transform(tree))
+        except VisitError as exc:  # a rule rejected its values: surface our own error
+            raise exc.orig_exc from None
     if not fixes:
         raise ValueError(f"no suggested fix found after {_HEADER!r}; expected lines like {_EXPECTED_FORMS}")
     return fixes
