@@ -93,6 +93,9 @@ def _entry(k) -> _Entry:
 
 def parse_key(key, ndim: int) -> list[_Entry]:
     """Normalize ``key`` (for a tensor of ``ndim`` dims) into entries, expanding ``...``."""
+    if isinstance(key, list) and any(isinstance(k, list | tuple | slice) or k is None or k is Ellipsis
+                                     or _is_array(k) for k in key):
+        key = tuple(key)  # PyTorch (like old numpy) reads a list holding sequences as a tuple
     entries = [_entry(k) for k in (key if isinstance(key, tuple) else (key,))]
     used = sum(e.consumes for e in entries)
     if used > ndim:
@@ -170,8 +173,15 @@ def _result_shape(entries, shape) -> tuple:
     basic, advanced = _index_shape(entries, shape)
     if not advanced:
         return tuple(basic)
-    index_shapes = [(_mask_count(e.value),) if e.kind == "mask" else tuple(e.value.shape) for _, e in advanced]
-    bshape = broadcast_shapes(*index_shapes) if len(index_shapes) > 1 else index_shapes[0]
+    counts = [_mask_count(e.value) for _, e in advanced if e.kind == "mask"]
+    index_shapes = [tuple(e.value.shape) for _, e in advanced if e.kind != "mask"]
+    known = [c for c in counts if isinstance(c, int)]
+    if len(known) < len(counts):  # a count sized by data broadcasts against whatever the others give
+        bshape = broadcast_shapes(*index_shapes, *((c,) for c in known)) if index_shapes or known else ()
+        if not bshape or is_one(bshape[-1]):
+            bshape = (*bshape[:-1], next(c for c in counts if not isinstance(c, int)))
+    else:
+        bshape = broadcast_shapes(*index_shapes, *((c,) for c in counts))
     positions = [p for p, _ in advanced]
     adjacent = all(positions[i + 1] == positions[i] + advanced[i][1].consumes for i in range(len(advanced) - 1))
     keep = [s for i, s in enumerate(basic) if not any(p <= i < p + e.consumes for p, e in advanced)]
@@ -434,7 +444,8 @@ def _(ctx, grad):
     if ctx.kwargs.get("reduce") is not None:
         raise RuntimeError("scatter(): the backward of reduce='add'/'multiply' is not implemented; "
                            "use scatter_add or scatter_reduce")
-    return (scatter(grad, dim, index, 0), None, None, _src_grad(grad, dim, index, src))
+    grads = (scatter(grad, dim, index, 0), None, None, _src_grad(grad, dim, index, src))
+    return grads[:max(3, len(ctx.args))]  # one per positional argument (src may come as a keyword)
 
 
 @scatter_add.def_backward
@@ -605,7 +616,7 @@ def _nonzero_meta(input, *, as_tuple=False):
 
 def _nonzero(input, *, as_tuple=False):
     found = np.nonzero(np.atleast_1d(input))
-    return tuple(found) if as_tuple else np.stack(found, axis=1)[:, :input.ndim].reshape(-1, input.ndim)
+    return tuple(found) if as_tuple else np.stack(found, axis=1)[:, :input.ndim].reshape(len(found[0]), input.ndim)
 
 
 nonzero = register("nonzero", _nonzero, _nonzero_meta, method=True, primitive=True,

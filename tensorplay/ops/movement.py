@@ -113,7 +113,8 @@ def _clone_meta(input, *, memory_format=None):
 clone = register("clone", lambda input, *, memory_format=None: np.array(input, copy=True), _clone_meta,
                  method=True, primitive=True, doc="A copy of ``input`` with its own storage: "
                  "``y = x.clone(); y[0] = 1`` leaves ``x`` unchanged.")
-contiguous = _view_op("contiguous", lambda input, memory_format=None: np.ascontiguousarray(input),
+contiguous = _view_op("contiguous", lambda input, memory_format=None: input if input.flags.c_contiguous
+                      else np.array(input, order="C"),
                       lambda input, memory_format=None: _same(input, input.shape),
                       "``input`` itself when row-major contiguous, else a contiguous copy.")
 detach = _view_op("detach", lambda input: input[...], lambda input: _same(input, input.shape),
