@@ -45,6 +45,15 @@ def _same_dtype(name: str, *metas: TensorMeta) -> _dtype.dtype:
     return first
 
 
+def _broadcasts_to(shape, target) -> bool:
+    """Whether ``shape`` broadcasts to exactly ``target``."""
+    try:
+        full = broadcast_shapes(shape, target)
+    except RuntimeError:
+        return False
+    return len(full) == len(target) and all(sym_eq(x, y) for x, y in zip(full, target))
+
+
 def _dims_text(shape) -> str:
     return "x".join(str(d) for d in shape)
 
@@ -207,8 +216,7 @@ def _add_product_meta(name: str, product):
         if input.dtype is not out.dtype:
             raise RuntimeError(f"{name}(): self and mat2 must have the same dtype, but got {input.dtype.name} "
                                f"and {out.dtype.name}")
-        shape = broadcast_shapes(input.shape, out.shape)
-        if len(shape) != len(out.shape) or not all(sym_eq(x, y) for x, y in zip(shape, out.shape)):
+        if not _broadcasts_to(input.shape, out.shape):
             raise RuntimeError(f"{name}(): input of shape {list(input.shape)} does not broadcast to the "
                                f"product's shape {list(out.shape)}")
         return out
@@ -277,8 +285,7 @@ def _linear_meta(input, weight, bias=None):
     if bias is not None:
         _check_tensors("linear", bias=bias)
         _same_dtype("linear", input, bias)
-        full = broadcast_shapes(bias.shape, shape)
-        if len(full) != len(shape) or not all(sym_eq(x, y) for x, y in zip(full, shape)):
+        if not _broadcasts_to(bias.shape, shape):
             raise RuntimeError(f"linear(): bias of shape {list(bias.shape)} does not broadcast to the output "
                                f"shape {list(shape)}")
     return TensorMeta(shape, dt)

@@ -116,7 +116,9 @@ def check_backward(name: str, sample: Sample, torch, rng: np.random.Generator) -
             continue
         e = next(expected)
         e = np.zeros(tuple(a.shape)) if e is None else e.numpy()
-        assert g is not None, f"{name}: no gradient for a float input in {sample}"
+        if g is None:  # no gradient is right only where the input does not matter
+            assert not np.any(e), f"{name}: no gradient for a float input in {sample}"
+            continue
         assert tuple(g.shape) == tuple(a.shape), f"{name}: gradient shape {g.shape} != {a.shape} for {sample}"
         np.testing.assert_allclose(np.asarray(g), e, rtol=rtol, atol=1e-9, err_msg=f"{name} backward {sample}")
     return True
