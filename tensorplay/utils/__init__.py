@@ -1,0 +1,1 @@
+"""Utilities: :mod:`tensorplay.utils.data` (datasets and loaders)."""
