@@ -16,6 +16,7 @@ A spec names which input extents may vary and how::
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -26,7 +27,9 @@ __all__ = [
     "Dim",
     "DimHint",
     "DimHintType",
+    "check_dynamic_shapes",
     "dims",
+    "normalize_dynamic_shapes",
     "refine_dynamic_shapes_from_suggested_fixes",
 ]
 
@@ -395,6 +398,238 @@ class Constraint:
         return {"t_id": id(self.source), "dim": self.dim, "name": self.name, "min": self.min,
                 "max": self.max, "warn_only": self.warn_only, "root": self.root,
                 "scale": self.scale, "offset": self.offset}
+
+
+# ----------------------------------------------------------------------------- spec normalisation
+
+
+def normalize_dynamic_shapes(param_names: Sequence[str], dynamic_shapes: Any) -> dict[str, Any]:
+    """Key a user ``dynamic_shapes`` spec by parameter name, checking its types.
+
+    ``None`` gives ``{}``; a list/tuple zips with ``param_names`` (its ``None`` entries are
+    dropped); a dict must use parameter names as keys. The spec's own objects are kept.
+
+    >>> batch = Dim("batch")
+    >>> normalize_dynamic_shapes(["input"], ({0: batch},))
+    {'input': {0: Dim('batch')}}
+    """
+    names = list(param_names)
+    if dynamic_shapes is None:
+        return {}
+    if isinstance(dynamic_shapes, dict):
+        for key in dynamic_shapes:
+            if key not in names:
+                raise ValueError(f"dynamic_shapes key {key!r} does not match any argument of the model; "
+                                 f"expected keys among {names}")
+        items = dict(dynamic_shapes)
+    elif isinstance(dynamic_shapes, (list, tuple)):
+        if len(dynamic_shapes) > len(names):
+            raise ValueError(f"dynamic_shapes has {len(dynamic_shapes)} entries but the model takes "
+                             f"{len(names)} arguments {names}")
+        items = {name: spec for name, spec in zip(names, dynamic_shapes) if spec is not None}
+    else:
+        raise TypeError("expected dynamic_shapes to be None, a dict keyed by argument names or a list/tuple "
+                        f"aligned with the arguments, got {type(dynamic_shapes).__name__}")
+    for name, spec in items.items():
+        _check_spec_types(name, spec)
+    return items
+
+
+def _check_spec_types(path: str, spec: Any) -> None:
+    if spec is None:
+        return
+    if isinstance(spec, dict):
+        for axis, leaf in spec.items():
+            if not _is_int(axis) or axis < 0:
+                raise TypeError(f"{path}: expected non-negative int axes as keys, got {axis!r}")
+            _check_leaf(f"{path}[{axis}]", leaf)
+    elif isinstance(spec, (list, tuple)):
+        for i, item in enumerate(spec):
+            if isinstance(item, (dict, list, tuple)):
+                _check_spec_types(f"{path}[{i}]", item)  # a container argument
+            else:
+                _check_leaf(f"{path}[{i}]", item)
+    elif not isinstance(spec, DimHint):
+        raise TypeError(f"{path}: expected a dict of axis -> dimension spec, a tuple/list of dimension specs "
+                        f"or None, got {type(spec).__name__} {spec!r}")
+
+
+def _check_leaf(path: str, leaf: Any) -> None:
+    if leaf is None or isinstance(leaf, (Dim, DimHint)):
+        return
+    if not _is_int(leaf):
+        raise TypeError(f"{path}: expected each dimension spec to be None, an int or Dim "
+                        f"(or Dim.AUTO/STATIC/DYNAMIC), got {type(leaf).__name__} {leaf!r}")
+    if leaf < 0:
+        raise ValueError(f"{path}: expected a non-negative static size, got {leaf}")
+
+
+# ----------------------------------------------------------------------------- checks against examples
+
+
+@dataclass(frozen=True)
+class _Site:
+    path: str
+    axis: int
+    size: int
+    spec: Any
+    source: Any
+
+    def __str__(self) -> str:
+        return f"{self.path}.size()[{self.axis}]"
+
+
+def _is_tensor(value: Any) -> bool:
+    return not isinstance(value, (list, tuple, dict)) and isinstance(getattr(value, "shape", None), tuple)
+
+
+def _collect_sites(path: str, spec: Any, value: Any, sites: list[_Site]) -> None:
+    if spec is None:
+        return
+    if _is_tensor(value):
+        shape = tuple(value.shape)
+        if isinstance(spec, dict):
+            axes = list(spec.items())
+        elif isinstance(spec, (list, tuple)):
+            if len(spec) != len(shape):
+                raise ValueError(f"{path}: expected a dimension spec of length {len(shape)} (the tensor's "
+                                 f"rank), got {len(spec)}")
+            axes = list(enumerate(spec))
+        elif isinstance(spec, DimHint):
+            axes = [(axis, spec) for axis in range(len(shape))]
+        else:
+            raise TypeError(f"{path}: expected a dict or tuple of dimension specs for a tensor, got {spec!r}")
+        for axis, leaf in axes:
+            if axis >= len(shape):
+                raise ValueError(f"{path}: dimension {axis} is out of range for a tensor of rank "
+                                 f"{len(shape)}")
+            _check_leaf(f"{path}[{axis}]", leaf)
+            if leaf is not None:
+                sites.append(_Site(path, axis, shape[axis], leaf, value))
+    elif isinstance(value, (list, tuple)) and isinstance(spec, (list, tuple)):
+        if len(spec) != len(value):
+            raise ValueError(f"{path}: expected {len(value)} entries to match the input, got {len(spec)}")
+        for i, (sub_spec, sub_value) in enumerate(zip(spec, value)):
+            _collect_sites(f"{path}[{i}]", sub_spec, sub_value, sites)
+    elif isinstance(value, dict) and isinstance(spec, dict) and set(spec) <= set(value):
+        for key, sub_spec in spec.items():
+            _collect_sites(f"{path}[{key!r}]", sub_spec, value[key], sites)
+    elif not isinstance(spec, DimHint):
+        raise ValueError(f"{path}: a {type(value).__name__} input has no dimensions to declare, got the spec "
+                         f"{spec!r} (only a Dim.AUTO/STATIC/DYNAMIC hint or None is accepted)")
+
+
+def _root_of(spec: Dim) -> Dim:
+    return spec.root if isinstance(spec, _DerivedDim) else spec
+
+
+def _root_value(site: _Site) -> int | None:
+    """The root size implied by the site's size (None when no integer root gives it)."""
+    if not isinstance(site.spec, _DerivedDim):
+        return site.size
+    steps, rest = divmod(site.size - site.spec.offset, site.spec.scale)
+    return steps if rest == 0 else None
+
+
+def check_dynamic_shapes(spec: dict[str, Any], inputs: dict[str, Any]) -> list[Constraint]:
+    """Check example ``inputs`` (by parameter name) against a normalised spec.
+
+    Returns one :class:`Constraint` per declared axis. Raises ``ValueError`` for a spec the
+    examples contradict (out-of-range axis, wrong static size, violated hint or ``Dim`` range,
+    conflicting ``Dim`` definitions) and :class:`ConstraintsExceededError` when the sites of
+    one ``Dim`` have different example sizes. Both list ``Suggested fixes:`` where one exists.
+
+    >>> import numpy as np
+    >>> d = Dim("d")
+    >>> check_dynamic_shapes({"a": {0: d}, "b": {0: d}}, {"a": np.zeros((4, 2)), "b": np.zeros((5, 2))})
+    Traceback (most recent call last):
+    ...
+    tensorplay.export.dynamic_shapes.ConstraintsExceededError: Constraints violated (d)! ...
+    """
+    sites: list[_Site] = []
+    for name, arg_spec in spec.items():
+        if name not in inputs:
+            raise ValueError(f"dynamic_shapes key {name!r} does not match any argument; "
+                             f"expected keys among {list(inputs)}")
+        _collect_sites(name, arg_spec, inputs[name], sites)
+    named: dict[str, list[_Site]] = {}
+    for site in sites:
+        leaf = site.spec
+        if _is_int(leaf) or isinstance(leaf, _StaticDim):
+            expected = leaf.value if isinstance(leaf, _StaticDim) else leaf
+            if site.size != expected:
+                raise ValueError(f"{site.path}: the input size {site.size} of dimension {site.axis} does not "
+                                 f"match the expected static size {expected}")
+        elif isinstance(leaf, DimHint):
+            low, high = leaf.min, leaf.max
+            violated = f"min={low}" if low is not None and site.size < low else (
+                f"max={high}" if high is not None and site.size > high else None)
+            if violated:
+                raise ValueError(f"{site.path}: the input size {site.size} of dimension {site.axis} "
+                                 f"violates {violated} of {leaf!r}")
+        else:
+            named.setdefault(_root_of(leaf).name, []).append(site)
+    _check_definitions(named)
+    _check_ranges(named)
+    _check_equalities(named)
+    return [Constraint.for_spec(site.source, site.axis, site.spec) for site in sites]
+
+
+def _check_definitions(named: dict[str, list[_Site]]) -> None:
+    for name, group in named.items():
+        first = None
+        for site in group:
+            root = _root_of(site.spec)
+            bounds = {"min": root.min, "max": root.max}
+            if first is None:
+                first = bounds
+            elif bounds != first:
+                raise ValueError(f"found conflicting definitions for symbolic dimension {name!r}: "
+                                 f"{first} and {bounds}")
+
+
+def _describe(site: _Site, value: int | None) -> str:
+    if isinstance(site.spec, _DerivedDim):
+        return f"{site} = {site.size} (so {site.spec.root.name} = {value}, through {site.spec.name})"
+    return f"{site} = {site.size}"
+
+
+def _check_ranges(named: dict[str, list[_Site]]) -> None:
+    problems: list[str] = []
+    fixes: list[str] = []
+    for name, group in named.items():
+        root = _root_of(group[0].spec)
+        low, high, bad = root.min, root.max, False
+        for site in group:
+            value = _root_value(site)
+            if value is None:
+                raise ValueError(f"{site} = {site.size} is not {site.spec.name} for any integer {name}")
+            if value < root.min or (root.max is not None and value > root.max):
+                bad = True
+                problems.append(f"  - {_describe(site, value)} is outside the range of {root!r}")
+                low, high = min(low, value), None if high is None else max(high, value)
+        if bad:
+            fixes.append(f"    {name} = {Dim(name, min=low, max=high)!r}")
+    if problems:
+        raise ValueError("The example inputs fall outside the declared ranges:\n" + "\n".join(problems)
+                         + "\nSuggested fixes:\n" + "\n".join(fixes))
+
+
+def _check_equalities(named: dict[str, list[_Site]]) -> None:
+    names: list[str] = []
+    problems: list[str] = []
+    fixes: list[str] = []
+    for name, group in named.items():
+        values = [_root_value(site) for site in group]
+        if len(set(values)) > 1:
+            listed = ", ".join(_describe(site, value) for site, value in zip(group, values))
+            names.append(name)
+            problems.append(f"  - the example inputs give {name} different sizes: {listed}")
+            fixes.append(f"    {name} = {values[0]}")
+    if problems:
+        raise ConstraintsExceededError(
+            f"Constraints violated ({', '.join(names)})! The captured program holds only for some of "
+            "the declared sizes:\n" + "\n".join(problems) + "\nSuggested fixes:\n" + "\n".join(fixes))
 
 
 # ----------------------------------------------------------------------------- suggested fixes
