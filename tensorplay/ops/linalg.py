@@ -511,14 +511,23 @@ def _sum_labels(x, labels: tuple, keep: set):
     return tp.sum(x, drop), tuple(lb for lb in labels if lb in keep)
 
 
+def _permute(x, order: tuple):
+    return x if order == tuple(range(len(order))) else tp.permute(x, order)
+
+
+def _broadcast(x, shape: tuple):
+    """``expand`` where some dim of extent 1 must grow (extents of 1 are always plain ints)."""
+    grow = any(isinstance(d, int) and d == 1 and not is_one(s) for d, s in zip(x.shape, shape))
+    return tp.expand(x, shape) if grow else x
+
+
 def _arrange(x, labels: tuple, groups: list, sizes: dict, expand: tuple):
     """Permute ``x`` to ``groups`` order, broadcast the labels in ``expand`` to full size, then merge
     every group after the first (kept as batch dims) into one dim."""
-    order = [labels.index(lb) for group in groups for lb in group]
-    x = tp.permute(x, tuple(order))
+    x = _permute(x, tuple(labels.index(lb) for group in groups for lb in group))
     ordered = [lb for group in groups for lb in group]
-    shape = [sizes[lb] if lb in expand else x.shape[i] for i, lb in enumerate(ordered)]
-    x = tp.expand(x, tuple(shape))
+    shape = tuple(sizes[lb] if lb in expand else x.shape[i] for i, lb in enumerate(ordered))
+    x = _broadcast(x, shape)
     batch = shape[:len(groups[0])]
     merged, start = [], len(groups[0])
     for group in groups[1:]:
@@ -528,10 +537,11 @@ def _arrange(x, labels: tuple, groups: list, sizes: dict, expand: tuple):
 
 
 def _product(extents):
-    out = 1
+    """Product of extents (1 for none), without a leading ``1 *`` on symbolic sizes."""
+    out = None
     for e in extents:
-        out = out * e
-    return out
+        out = e if out is None else out * e
+    return 1 if out is None else out
 
 
 @einsum.def_decomposition
@@ -558,8 +568,8 @@ def _(equation, *operands):
         terms = [(tp.reshape(product, out_shape), (*batch, *left, *right)), *rest]
     x, labels = terms[0]
     x, labels = _sum_labels(x, labels, output)
-    x = tp.permute(x, tuple(labels.index(lb) for lb in spec.output))
-    return tp.expand(x, tuple(sizes[lb] for lb in spec.output))
+    x = _permute(x, tuple(labels.index(lb) for lb in spec.output))
+    return _broadcast(x, tuple(sizes[lb] for lb in spec.output))
 
 
 @einsum.def_backward

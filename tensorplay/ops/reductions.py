@@ -7,7 +7,9 @@ bool (uint8 for uint8 input). Floating sums accumulate in float64, so float32 re
 correctly rounded rather than degraded by long sequential sums.
 
 The primitives (what lowering compiles) are ``sum``, ``prod``, ``amax``, ``amin``, ``argmax``,
-``argmin`` and the scans ``cumsum``/``cumprod``; every other reduction has a decomposition.
+``argmin`` and the scans ``cumsum``/``cumprod``; every other reduction has a decomposition. One
+known gap: traced, the ``var``/``std`` decompositions divide by ``n - correction`` unclamped, so a
+correction of at least the (symbolic) count gives negative or zero divisors where eager gives inf/nan.
 
 >>> import tensorplay as tp
 >>> x = tp.tensor([[1.0, 5.0, 2.0], [4.0, 0.0, 6.0]])
@@ -26,7 +28,6 @@ import operator
 import warnings
 
 import numpy as np
-import sympy
 
 import tensorplay as tp  # bound while tensorplay initialises; used only at call time
 
@@ -78,8 +79,9 @@ def reduced_shape(shape, dims, keepdim: bool) -> tuple:
 
 
 def _product(extents):
-    """Product of extents, an int when they all are (a sympy expression otherwise)."""
-    return functools.reduce(operator.mul, extents, 1)
+    """Product of extents (1 for none): an int when all are ints, else a symbolic size."""
+    extents = list(extents)
+    return functools.reduce(operator.mul, extents) if extents else 1
 
 
 def _long_if_integral(dt: _dtype.dtype) -> _dtype.dtype:
@@ -508,7 +510,8 @@ def _moment_parts(x, dim, unbiased, keepdim, correction):
     count = _product(x.shape[d] for d in dims)
     centred = tp.sub(x, tp.div(tp.sum(x, dim, True), count))
     divisor = count - c
-    divisor = max(divisor, 0) if isinstance(divisor, int | float) else sympy.Max(divisor, 0)
+    if isinstance(divisor, int | float):
+        divisor = max(divisor, 0)  # a traced (symbolic) count is not clamped: see the module notes
     return dim, dims, centred, divisor
 
 
