@@ -185,3 +185,27 @@ def test_matmul_argument_types():
 def test_addmm_beta_zero_ignores_nan_input():
     out = tp.addmm(tp.full((2, 2), float("nan")), tp.eye(2), tp.eye(2), beta=0)
     assert out.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_decompositions_trace_with_symbolic_sizes_and_rerun_at_other_sizes():
+    """Traced with a dynamic batch, the decompositions (symbolic counts, reshapes and products of
+    symbolic extents) give the eager ops' results at another batch size."""
+    from tensorplay.graph.tracer import trace
+
+    def decomposed(x, w):
+        return (tp.einsum.decomposition("bij,jk->bik", x, w), tp.einsum.decomposition("...i,i", x, w[:, 0]),
+                tp.einsum.decomposition("bii->bi", x[:, :, :3]), tp.linear.decomposition(x, tp.t(w)),
+                tp.mean.decomposition(x, (0, 1)), tp.var.decomposition(x, 0), tp.logsumexp.decomposition(x, 1),
+                tp.norm.decomposition(x, 2, 0), tp.max.decomposition(x, 0)[1])
+
+    def eager(x, w):
+        return (tp.einsum("bij,jk->bik", x, w), tp.einsum("...i,i", x, w[:, 0]), tp.einsum("bii->bi", x[:, :, :3]),
+                tp.linear(x, tp.t(w)), tp.mean(x, (0, 1)), tp.var(x, 0), tp.logsumexp(x, 1), tp.norm(x, 2, 0),
+                tp.max(x, 0).indices)
+
+    module = trace(decomposed, (tp.randn(2, 3, 4), tp.randn(4, 5)), dynamic={"x": {0: "batch"}})
+    for batch in (3, 6):
+        x, w = tp.randn(batch, 3, 4), tp.randn(4, 5)
+        for got, want in zip(module(x, w), eager(x, w), strict=True):
+            assert got.dtype is want.dtype and tuple(got.shape) == tuple(want.shape)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
