@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 
-import tensorplay
 import tensorplay as tp
 from tensorplay._tensor import Tensor
 from tensorplay.ops import REGISTRY
