@@ -284,6 +284,8 @@ class _StaticDim(Dim):
         return _StaticDim(self.value * scale + offset)
 
 
+_DimHint, _DimHintType = DimHint, DimHintType  # the reference's private names, for ported code
+
 Dim.AUTO = DimHint(DimHintType.AUTO)
 Dim.STATIC = DimHint(DimHintType.STATIC)
 Dim.DYNAMIC = DimHint(DimHintType.DYNAMIC)

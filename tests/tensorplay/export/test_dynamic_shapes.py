@@ -9,6 +9,7 @@ import dataclasses
 import doctest
 import json
 
+import numpy as np
 import pytest
 import sympy
 from hypothesis import given
@@ -23,7 +24,10 @@ from tensorplay.export.dynamic_shapes import (
     DimHint,
     DimHintType,
     _StaticDim,
+    check_dynamic_shapes,
     dims,
+    normalize_dynamic_shapes,
+    refine_dynamic_shapes_from_suggested_fixes,
 )
 
 # ----------------------------------------------------------------------------- Dim
@@ -316,3 +320,186 @@ def test_derived_ranges_and_names_match_torch():
             assert (a.max is None) == (hi is None)
             if hi is not None:
                 assert a.max == b.max
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+
+def test_normalize_none_list_and_dict():
+    batch = Dim("batch")
+    assert normalize_dynamic_shapes(["x"], None) == {}
+    out = normalize_dynamic_shapes(["input"], ({0: batch},))
+    assert out == {"input": {0: batch}} and out["input"][0] is batch
+    assert normalize_dynamic_shapes(["a", "b", "c"], [None, (batch, 8), None]) == {"b": (batch, 8)}
+    spec = {"t": {0: batch, 1: 8}}
+    out = normalize_dynamic_shapes(["t", "u"], spec)
+    assert out["t"][0] is batch and out["t"][1] == 8
+
+
+def test_normalize_rejects_bad_keys_and_lengths():
+    with pytest.raises(ValueError, match="does not match any argument.*'x', 'y'"):
+        normalize_dynamic_shapes(["x", "y"], {"z": {0: Dim("d")}})
+    with pytest.raises(ValueError, match="3 entries"):
+        normalize_dynamic_shapes(["x", "y"], (None, None, None))
+    with pytest.raises(TypeError, match="dynamic_shapes"):
+        normalize_dynamic_shapes(["x"], Dim("d"))
+
+
+@pytest.mark.parametrize("arg_spec", [{-1: Dim("d")}, {"0": Dim("d")}, {1.0: Dim("d")}, {True: None}])
+def test_normalize_axis_keys(arg_spec):
+    with pytest.raises(TypeError, match="axes"):
+        normalize_dynamic_shapes(["x"], {"x": arg_spec})
+
+
+@pytest.mark.parametrize("arg_spec", ["batch", 3, Dim("d"), 2.5])
+def test_normalize_argument_value_types(arg_spec):
+    with pytest.raises(TypeError, match="expected a dict"):
+        normalize_dynamic_shapes(["x"], {"x": arg_spec})
+
+
+@pytest.mark.parametrize("leaf", ["batch", 2.0, True, object()])
+def test_normalize_leaf_types(leaf):
+    with pytest.raises(TypeError, match="int or Dim"):
+        normalize_dynamic_shapes(["x"], {"x": {0: leaf}})
+    with pytest.raises(TypeError, match="int or Dim"):
+        normalize_dynamic_shapes(["x"], [(None, leaf)])
+
+
+def test_normalize_accepts_hints_nested_containers_and_rejects_negative_static():
+    d = Dim("d")
+    spec = {"xs": [{0: d}, (d, Dim.AUTO)], "y": Dim.DYNAMIC}
+    assert normalize_dynamic_shapes(["xs", "y"], spec) == spec
+    with pytest.raises(ValueError, match="non-negative static size"):
+        normalize_dynamic_shapes(["x"], {"x": {0: -2}})
+
+
+# ----------------------------------------------------------------------------- checks against examples
+
+
+def _arr(*shape):
+    return np.zeros(shape, dtype=np.float32)
+
+
+def test_check_returns_one_constraint_per_declared_axis():
+    n = Dim("n", min=2, max=10)
+    x, y = _arr(4, 3), _arr(9, 3)
+    out = check_dynamic_shapes({"x": {0: n, 1: 3}, "y": (2 * n + 1, None)}, {"x": x, "y": y})
+    got = [(c.source is x, c.source is y, c.dim, c.name, c.min, c.max, c.root, c.scale, c.offset)
+           for c in out]
+    assert got == [(True, False, 0, "n", 2, 10, None, 1, 0), (True, False, 1, None, 3, 3, None, 1, 0),
+                   (False, True, 0, "2*n + 1", 5, 21, "n", 2, 1)]
+
+
+def test_check_accepts_tensorplay_tensors_and_containers():
+    tp = pytest.importorskip("tensorplay")
+    d = Dim("d")
+    inputs = {"xs": [tp.zeros(5, 2), tp.zeros(5, 7)], "k": 3}
+    out = check_dynamic_shapes({"xs": [{0: d}, (d, Dim.AUTO)], "k": Dim.STATIC}, inputs)
+    assert [(c.dim, c.name) for c in out] == [(0, "d"), (0, "d"), (1, None)]
+    assert out[1].source is inputs["xs"][1]
+
+
+def test_check_axis_out_of_range_and_lengths():
+    with pytest.raises(ValueError, match="out of range"):
+        check_dynamic_shapes({"x": {2: Dim("d")}}, {"x": _arr(3, 4)})
+    with pytest.raises(ValueError, match="length 2"):
+        check_dynamic_shapes({"x": (Dim("d"),)}, {"x": _arr(3, 4)})
+    with pytest.raises(ValueError, match="does not match any argument"):
+        check_dynamic_shapes({"z": {0: Dim("d")}}, {"x": _arr(3)})
+
+
+def test_check_non_tensor_inputs():
+    with pytest.raises(ValueError, match="no dimensions"):
+        check_dynamic_shapes({"k": {0: Dim("d")}}, {"k": 3})
+    assert check_dynamic_shapes({"k": Dim.AUTO, "j": None}, {"k": 3, "j": "text"}) == []
+
+
+def test_check_static_size():
+    with pytest.raises(ValueError, match="input size 5 of dimension 1 .*expected static size 4"):
+        check_dynamic_shapes({"x": {1: 4}}, {"x": _arr(2, 5)})
+    assert check_dynamic_shapes({"x": {1: 5}}, {"x": _arr(2, 5)})[0].max == 5
+
+
+@pytest.mark.parametrize(("hint", "phrase"), [
+    (Dim.DYNAMIC(min=3), "violates min=3"), (Dim.AUTO(max=1), "violates max=1"),
+    (Dim.STATIC(min=4, max=9), "violates min=4"),
+])
+def test_check_hint_bounds(hint, phrase):
+    with pytest.raises(ValueError, match=phrase):
+        check_dynamic_shapes({"x": {0: hint}}, {"x": _arr(2, 5)})
+
+
+@pytest.mark.parametrize(("dim", "size", "fix"), [
+    (Dim("d", min=5), 3, "d = Dim('d', min=3)"),
+    (Dim("d", min=2, max=4), 9, "d = Dim('d', min=2, max=9)"),
+    (Dim("d", max=0), 1, "d = Dim('d', max=1)"),
+])
+def test_check_named_range_suggests_widening(dim, size, fix):
+    with pytest.raises(ValueError, match="Suggested fixes:") as info:
+        check_dynamic_shapes({"x": {0: dim}}, {"x": _arr(size)})
+    assert not isinstance(info.value, ConstraintsExceededError)
+    assert f"\n    {fix}" in str(info.value)
+
+
+def test_check_conflicting_definitions():
+    with pytest.raises(ValueError, match="conflicting definitions for symbolic dimension 'a'"):
+        check_dynamic_shapes({"x": {0: Dim("a")}, "y": {0: Dim("a", min=2)}}, {"x": _arr(3), "y": _arr(3)})
+    same_name = check_dynamic_shapes({"x": {0: Dim("a")}, "y": {0: Dim("a")}}, {"x": _arr(3), "y": _arr(3)})
+    assert [c.name for c in same_name] == ["a", "a"]
+
+
+def test_check_shared_dim_sizes_disagree():
+    d = Dim("d")
+    with pytest.raises(ConstraintsExceededError, match=r"Constraints violated \(d\)!") as info:
+        check_dynamic_shapes({"a": {0: d}, "b": {0: d}}, {"a": _arr(4, 2), "b": _arr(5, 2)})
+    text = str(info.value)
+    assert text.endswith("Suggested fixes:\n    d = 4")
+    assert "a.size()[0] = 4" in text and "b.size()[0] = 5" in text
+
+
+def test_check_range_error_fires_before_equality_error():
+    d = Dim("d", max=4)
+    with pytest.raises(ValueError, match="Suggested fixes") as info:
+        check_dynamic_shapes({"a": {0: d}, "b": {0: d}}, {"a": _arr(4), "b": _arr(6)})
+    assert not isinstance(info.value, ConstraintsExceededError)
+    assert "d = Dim('d', max=6)" in str(info.value)
+
+
+def test_check_derived_dims():
+    dx = Dim("dx")
+    spec = {"x": {0: dx}, "y": {0: dx + 1}, "z": {0: 2 * dx}}
+    assert len(check_dynamic_shapes(spec, {"x": _arr(4), "y": _arr(5), "z": _arr(8)})) == 3
+    with pytest.raises(ConstraintsExceededError, match="dx = 4$"):
+        check_dynamic_shapes(spec, {"x": _arr(4), "y": _arr(7), "z": _arr(8)})
+    with pytest.raises(ValueError, match="not 2\\*dx for any integer dx"):
+        check_dynamic_shapes(spec, {"x": _arr(4), "y": _arr(5), "z": _arr(9)})
+    with pytest.raises(ValueError, match="dx = Dim\\('dx', min=3\\)"):
+        check_dynamic_shapes({"x": {0: Dim("dx", min=5) + 1}}, {"x": _arr(4)})
+
+
+@given(lo=st.integers(0, 30), span=st.one_of(st.none(), st.integers(0, 30)), size=st.integers(0, 80))
+def test_range_fix_round_trips_through_refine(lo, span, size):
+    hi = None if span is None else lo + span
+    spec = {"x": {0: Dim("d", min=lo, max=hi)}}
+    inside = size >= lo and (hi is None or size <= hi)
+    try:
+        check_dynamic_shapes(spec, {"x": _arr(size)})
+        assert inside
+    except ValueError as exc:
+        assert not inside
+        refined = refine_dynamic_shapes_from_suggested_fixes(str(exc), spec)
+        new = refined["x"][0]
+        assert (new.min, new.max) == (min(lo, size), None if hi is None else max(hi, size))
+        assert check_dynamic_shapes(refined, {"x": _arr(size)})[0].name == "d"
+
+
+def test_equality_fix_round_trips_through_refine():
+    d = Dim("d")
+    spec = {"a": {0: d}, "b": {1: d}}
+    inputs = {"a": _arr(4, 2), "b": _arr(3, 5)}
+    with pytest.raises(ConstraintsExceededError) as info:
+        check_dynamic_shapes(spec, inputs)
+    refined = refine_dynamic_shapes_from_suggested_fixes(str(info.value), spec)
+    assert refined == {"a": {0: 4}, "b": {1: 4}}
+    with pytest.raises(ValueError, match="static size 4"):
+        check_dynamic_shapes(refined, inputs)
