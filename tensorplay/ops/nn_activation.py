@@ -190,7 +190,7 @@ def _d_hardsigmoid(x, y):
 
 def _d_hardswish(x, y):
     t = tp()
-    return t.where(x < -3, 0.0, t.where(x <= 3, x / 3 + 0.5, 1.0))
+    return t.where(x <= -3, 0.0, t.where(x >= 3, 1.0, x / 3 + 0.5))
 
 
 def _d_softsign(x, y):

@@ -133,7 +133,7 @@ def _sdpa_decomposition(query, key, value, attn_mask=None, dropout_p=0.0, is_cau
     top = t.where(t.isinf(top).logical_and(top < 0), 0.0, top)
     e = t.exp(scores - top)
     total = t.sum(e, -1, keepdim=True)
-    weights = t.where(total == 0, 0.0, e / total)
+    weights = e / t.where(total == 0, 1.0, total)  # a fully masked row has e == 0: its weights stay 0
     if dropout_p > 0:
         weights = t.native_dropout(weights, dropout_p, True)[0]
     return t.matmul(weights, value)

@@ -154,7 +154,18 @@ def _bce_decomposition(input, target, weight=None, reduction="mean"):
     return _reduce(loss, reduction)
 
 
-binary_cross_entropy.def_backward(backward_from_decomposition(binary_cross_entropy))
+@binary_cross_entropy.def_backward
+def _bce_backward(ctx, grad):
+    """PyTorch's formula ``(x - t) / max(x * (1 - x), 1e-12)``: finite even where the log is clamped."""
+    t = tp()
+    a = dict(zip(("weight", "reduction"), ctx.args[2:], strict=False), **ctx.kwargs)
+    input, target = ctx.args[0], ctx.args[1]
+    d = (input - target) / t.clamp_min((1 - input) * input, 1e-12)
+    if a.get("weight") is not None:
+        d = d * a["weight"]
+    if a.get("reduction", "mean") == "mean":
+        d = d / input.numel()
+    return (grad * d,) + (None,) * (len(ctx.args) - 1)
 
 
 def _bce_logits_meta(input, target, weight=None, reduction="mean", pos_weight=None):
