@@ -228,6 +228,8 @@ def run_eager(op: Op, args: tuple, kwargs: dict):
     else:
         raise TypeError(f"meta rule of {op.name} returned {type(out_meta).__name__}, expected TensorMeta(s)")
 
+    if kwargs.get("requires_grad") is True and isinstance(out, _Tensor):
+        out.requires_grad_(True)  # factories: tp.randn(3, requires_grad=True)
     hook = autograd_hook
     if hook is not None and op.backward is not None and is_grad_enabled():
         if any(t.requires_grad for t in _tensors(args, kwargs)):
