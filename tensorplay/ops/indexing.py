@@ -790,4 +790,8 @@ def _(ctx, grad):
 fill.def_decomposition(lambda input, value: REGISTRY["expand"](value.to(input.dtype), input.shape).clone()
                        if hasattr(value, "shape") else REGISTRY["full_like"](input, value))
 
-register_inplace(REGISTRY["zeros_like"], name="zero_")
+zero = register("zero", lambda input: np.zeros(np.shape(input)), lambda input: TensorMeta(input.shape, input.dtype),
+                doc="Zeros like ``input`` (the functional form of ``x.zero_()``, as ATen's ``zero``).")
+zero.def_backward(lambda ctx, grad: (grad.new_zeros(grad.shape),))
+zero.def_decomposition(lambda input: REGISTRY["zeros_like"](input))
+register_inplace(zero)

@@ -323,3 +323,10 @@ def _fill(rng):
         yield Sample((x, 1), ref=lambda x, v: np.full(x.shape, v))
         yield Sample((x, tp.tensor(0.0)), ref=lambda x, v: np.full(x.shape, v))
     yield Sample((make(rng, (3,), tp.int64), 2.7), ref=lambda x, v: np.full(x.shape, int(v)))
+
+
+@samples("zero")
+def _zero(rng):
+    for dt in (tp.float32, tp.int64, tp.bool, tp.bfloat16):
+        yield Sample((make(rng, (2, 3), dt),), ref=np.zeros_like, torch=lambda torch, x: x.clone().zero_())
+    yield Sample((make(rng, ()),), ref=np.zeros_like, torch=lambda torch, x: x.clone().zero_())
