@@ -85,14 +85,9 @@ class _ToFix(Transformer):
         return ConstantFix(int(items[0]))
 
     def relation(self, items: list) -> RelationFix:
-        scale, offset, root = 1, 0, ""
-        for item in items:
-            if isinstance(item, tuple):
-                kind, value = item
-                scale, offset = (value, offset) if kind == "scale" else (scale, value)
-            else:
-                root = str(item)
-        return RelationFix(root, scale, offset)
+        parts = dict(item for item in items if isinstance(item, tuple))  # ("scale", s), ("offset", k)
+        root = next(str(item) for item in items if not isinstance(item, tuple))
+        return RelationFix(root, parts.get("scale", 1), parts.get("offset", 0))
 
     def scale(self, items: list) -> tuple[str, int]:
         return "scale", int(items[0])
