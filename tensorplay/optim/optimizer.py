@@ -140,7 +140,7 @@ class Optimizer:
                 ids.append(index[id(p)])
             groups.append({**{k: v for k, v in group.items() if k != "params"}, "params": ids})
         state = {index[id(p)]: {k: (v.clone() if isinstance(v, Tensor) else copy.deepcopy(v)) for k, v in s.items()}
-                 for p, s in self.state.items() if id(p) in index}
+                 for p, s in self.state.items() if id(p) in index and s}
         return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
