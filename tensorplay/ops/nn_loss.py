@@ -161,11 +161,13 @@ def _bce_backward(ctx, grad):
     a = dict(zip(("weight", "reduction"), ctx.args[2:], strict=False), **ctx.kwargs)
     input, target = ctx.args[0], ctx.args[1]
     d = (input - target) / t.clamp_min((1 - input) * input, 1e-12)
+    d_target = t.clamp_min(t.log1p(-input), -100) - t.clamp_min(t.log(input), -100)
     if a.get("weight") is not None:
-        d = d * a["weight"]
+        d, d_target = d * a["weight"], d_target * a["weight"]
     if a.get("reduction", "mean") == "mean":
-        d = d / input.numel()
-    return (grad * d,) + (None,) * (len(ctx.args) - 1)
+        d, d_target = d / input.numel(), d_target / input.numel()
+    g_target = grad * d_target if isinstance(target, t.Tensor) and target.requires_grad else None
+    return (grad * d, g_target) + (None,) * (len(ctx.args) - 2)
 
 
 def _bce_logits_meta(input, target, weight=None, reduction="mean", pos_weight=None):
@@ -329,7 +331,8 @@ nll_loss = register("nll_loss", _nll_impl, _nll_meta,
                     doc="Negative log likelihood of class indices ``target`` under log-probabilities ``input`` "
                         "(``(N, C, *)`` or ``(C,)``), with class ``weight``, ``ignore_index`` and reductions "
                         "('mean' divides by the total weight).\n\n"
-                        ">>> tensorplay.nll_loss(tensorplay.tensor([[-1.0, -2.0]]), tensorplay.tensor([1])).item()\n2.0")
+                        ">>> tensorplay.nll_loss(tensorplay.tensor([[-1.0, -2.0]]), tensorplay.tensor([1]))"
+                        ".item()\n2.0")
 
 
 def _pick(logp, target, ignore_index):

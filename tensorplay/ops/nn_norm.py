@@ -490,7 +490,8 @@ def _normalize_impl(input, p=2.0, dim=1, eps=1e-12):
 
 normalize = register("normalize", _normalize_impl, _normalize_meta,
                      doc="``input / max(norm_p(input, dim), eps)``.\n\n"
-                         ">>> tensorplay.normalize(tensorplay.tensor([[3.0, 4.0]], dtype=tensorplay.float64)).tolist()\n"
+                         ">>> x = tensorplay.tensor([[3.0, 4.0]], dtype=tensorplay.float64)\n"
+                         ">>> tensorplay.normalize(x).tolist()\n"
                          "[[0.6, 0.8]]")
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .. import _dtype
-from ._nn_util import is_int, ntuple, require_float, tp, window_out_size
+from ._nn_util import backward_from_decomposition, is_int, ntuple, require_float, tp, window_out_size
 from ._registry import register
 from ._shapes import TensorMeta, holds
 
@@ -314,6 +314,9 @@ def _adaptive_avg_pool_decomposition(input, output_size):
         moved = out.transpose(-nd + axis, -1)
         out = tp().matmul(moved, weights.t()).transpose(-nd + axis, -1)
     return out
+
+
+adaptive_avg_pool.def_backward(backward_from_decomposition(adaptive_avg_pool))
 
 
 def _adaptive_max_pool_impl(input, output_size):

@@ -130,10 +130,15 @@ def _index(values, f):
     return torch.tensor(values) if f is TF else tp.tensor(values)
 
 
+# inputs PyTorch refuses to differentiate (running statistics, class and positive weights)
+NOT_DIFFERENTIABLE = {"batch_norm_eval": {1, 2}, "bce_logits": {2}, "cross_entropy": {1}}
+
+
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_matches_torch_forward_and_backward(name):
     call, arrays = CASES[name]
-    pairs = [_pair(a, grad=a.dtype.kind == "f") for a in arrays]
+    frozen = NOT_DIFFERENTIABLE.get(name, set())
+    pairs = [_pair(a, grad=a.dtype.kind == "f" and i not in frozen) for i, a in enumerate(arrays)]
     ours = call(F, *(p[0] for p in pairs))
     theirs = call(TF, *(p[1] for p in pairs))
     _check(ours, theirs, rtol=1e-4, atol=1e-5)
@@ -194,8 +199,9 @@ def test_sdpa_dropout_is_differentiable_through_its_mask():
      RuntimeError, ["to have 2 channels, but got 3 channels"]),
     (lambda: F.conv1d(tp.ones(1, 2, 8), tp.ones(4, 2, 3), padding="half"), None, ValueError, ["'half'"]),
     (lambda: F.conv1d(tp.ones(1, 2, 8), tp.ones(4, 2, 3), padding=(1, 2)), None, ValueError, ["padding", "(1, 2)"]),
-    (lambda: F.max_pool2d(tp.ones(1, 1, 4, 4), 2, padding=2), lambda: TF.max_pool2d(torch.ones(1, 1, 4, 4), 2, padding=2),
-     RuntimeError, ["pad should be at most half", "pad=2"]),
+    (lambda: F.max_pool2d(tp.ones(1, 1, 4, 4), 2, padding=2),
+     lambda: TF.max_pool2d(torch.ones(1, 1, 4, 4), 2, padding=2), RuntimeError,
+     ["pad should be at most half", "pad=2"]),
     (lambda: F.max_pool1d(tp.ones(2, 3, 4, 5), 2), None, RuntimeError, ["2D or 3D", "[2, 3, 4, 5]"]),
     (lambda: F.avg_pool2d(tp.ones(4, 4), 2), None, RuntimeError, ["3D or 4D", "[4, 4]"]),
     (lambda: F.layer_norm(tp.ones(2, 3), [2]), lambda: TF.layer_norm(torch.ones(2, 3), [2]), RuntimeError,
@@ -207,7 +213,8 @@ def test_sdpa_dropout_is_differentiable_through_its_mask():
     (lambda: F.interpolate(tp.ones(1, 1, 4), size=2, scale_factor=2.0), None, ValueError, ["only one of size"]),
     (lambda: F.interpolate(tp.ones(1, 1, 4), scale_factor=2.0, align_corners=True), None, ValueError,
      ["align_corners option can only be set"]),
-    (lambda: F.dropout(tp.ones(2), 1.5), lambda: TF.dropout(torch.ones(2), 1.5), ValueError, ["between 0 and 1", "1.5"]),
+    (lambda: F.dropout(tp.ones(2), 1.5), lambda: TF.dropout(torch.ones(2), 1.5), ValueError,
+     ["between 0 and 1", "1.5"]),
     (lambda: F.embedding(tp.tensor([0]), tp.ones(3, 2), padding_idx=5), None, AssertionError, ["Padding_idx"]),
     (lambda: F.fold(tp.ones(1, 5, 4), (3, 3), 2), None, RuntimeError, ["divisible by the product of kernel_size"]),
     (lambda: F.unfold(tp.ones(3, 4), 2), None, RuntimeError, ["3D or 4D", "[3, 4]"]),
