@@ -36,6 +36,7 @@ from .pooling import (
                          MaxPool1d,
                          MaxPool2d,
 )
+from .rnn import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
     "Module", "RemovableHandle", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
@@ -45,5 +46,5 @@ __all__ = [
     "GroupNorm", "RMSNorm", "Embedding", "Dropout", "Upsample", "ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU",
     "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh", "Hardsigmoid", "Hardswish", "Softplus", "Softmax",
     "LogSoftmax", "MSELoss", "L1Loss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
-    "BCEWithLogitsLoss", "KLDivLoss",
+    "BCEWithLogitsLoss", "KLDivLoss", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
 ]
