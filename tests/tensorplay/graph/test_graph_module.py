@@ -42,7 +42,7 @@ def _outer_graph():
 
 
 def _np(t):
-    return np.asarray(t.numpy())
+    return np.asarray(t.numpy(force=True))
 
 
 def test_copies_referenced_attributes_as_the_same_objects():
