@@ -11,7 +11,7 @@ recently created node), each output's gradients are summed before its node runs,
 >>> x.grad
 tensor([2., 4.])
 >>> tp.autograd.grad((x * 3).sum(), x)
-(tensor([3., 3., 3.]),)
+(tensor([3., 3.]),)
 """
 from __future__ import annotations
 

@@ -46,6 +46,10 @@ def _operator(op, reflected: bool, dunder: str):
         return invert
     if dunder in ("__neg__", "__abs__"):
         return lambda self: op(self)
+    if dunder == "__setitem__":
+        def setitem(self, key, value):
+            op(self, key, value)
+        return setitem
     if reflected:
         def rop(self, other):
             return op(other, self)

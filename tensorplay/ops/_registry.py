@@ -325,7 +325,7 @@ def _wrap(op: Op, value, meta: TensorMeta, args):
     if op.view:
         t = Tensor._from_storage(value, meta.dtype)
         base = args[0] if args and isinstance(args[0], Tensor) else None
-        if base is not None:
+        if base is not None and np.may_share_memory(value, base._data):
             t._base = base._base if base._base is not None else base
         _check_shape(op, t.shape, meta)
         return t

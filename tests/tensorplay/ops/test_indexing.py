@@ -99,8 +99,6 @@ def test_setitem_with_overlapping_source_reads_the_old_values():
     assert x.tolist() == [0, 0, 1, 2, 3]
 
 
-@pytest.mark.xfail(strict=True, reason="_binding binds __setitem__ like a binary operator (2 arguments); the "
-                   "lead's _binding.py must pass (key, value) to the 'setitem' op")
 def test_setitem_syntax():
     x = tp.zeros(3)
     x[1] = 5.0

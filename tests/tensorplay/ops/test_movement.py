@@ -88,8 +88,6 @@ def test_reshape_views_when_strides_allow_and_copies_otherwise():
     assert copied.tolist() == [0, 3, 1, 4, 2, 5]
 
 
-@pytest.mark.xfail(strict=True, reason="registry _wrap sets _base on every view-op result, copies included; "
-                   "needs np.may_share_memory check there (reported to the lead)")
 def test_reshape_copy_has_no_base():
     x = tp.arange(6.0).reshape(2, 3)
     assert x.t().reshape(6)._base is None
