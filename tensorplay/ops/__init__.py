@@ -5,7 +5,23 @@ binds the tensor methods and Python operators. See :mod:`tensorplay.ops._registr
 """
 from __future__ import annotations
 
-from . import creation, elementwise, linalg, movement, indexing, nn_activation, nn_attention, nn_conv, nn_loss, nn_norm, nn_pool, nn_resample, reductions  # noqa: F401  (registration side effects)
+# Registration side effects: one module per op family.
+from . import (  # noqa: F401
+    creation,
+    elementwise,
+    indexing,
+    linalg,
+    movement,
+    nn_activation,
+    nn_attention,
+    nn_conv,
+    nn_loss,
+    nn_norm,
+    nn_pool,
+    nn_resample,
+    reductions,
+    reorder,
+)
 from ._binding import bind_tensor_methods
 from ._registry import REGISTRY, Op, lookup, methods, register, register_inplace
 from ._shapes import TensorMeta, broadcast_shapes, deciding_with

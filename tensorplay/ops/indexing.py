@@ -26,7 +26,8 @@ import sympy
 from .. import _dtype
 from ._registry import REGISTRY, inplace_meta, register, register_inplace
 from ._shapes import TensorMeta, broadcast_shapes, holds, is_one, normalize_dim, sym_eq, unknown_extent
-from .movement import _static, pad, reshape
+from .movement import _static, reshape
+from .reorder import pad
 
 __all__ = ["parse_key"]
 
