@@ -21,3 +21,9 @@ def test_quickstart_runs_and_matches_numpy():
     assert result["shape"] == (3, 10)
     assert result["max_err"] < 1e-4
     assert np.isfinite(result["eager_ms"])
+
+
+def test_train_classifier_loss_goes_down():
+    history = _load("train_classifier").main(["--epochs", "3"])
+    assert len(history) == 3
+    assert history[-1] < history[0]
