@@ -249,6 +249,8 @@ def _run_inplace(op: Op, args: tuple, kwargs: dict):
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
     with no_grad():
         result = run_eager(op.inplace_of, args, kwargs)
+    # the formula may read the written tensor's old values (mul_'s gradient for its other operand)
+    original = _Tensor._from_storage(target._data.copy(), target.dtype) if tracking else None
     storage = _dtype.to_storage(_dtype.from_storage(result._data, result.dtype), target.dtype)
     try:
         target._data[...] = storage
@@ -260,7 +262,7 @@ def _run_inplace(op: Op, args: tuple, kwargs: dict):
         raise RuntimeError(str(exc)) from None
     target._version += 1
     if tracking:
-        hook(op, args, kwargs, (target,))
+        hook(op, args, kwargs, (target,), original=original)
     return target
 
 

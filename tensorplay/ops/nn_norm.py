@@ -544,7 +544,29 @@ def _cosine_decomposition(x1, x2, dim=1, eps=1e-8):
     return t.sum((x1 / n1) * (x2 / n2), dim)
 
 
-cosine_similarity.def_backward(backward_from_decomposition(cosine_similarity))
+@cosine_similarity.def_backward
+def _cosine_backward(ctx, grad):
+    """PyTorch's gradient: each norm is clamped to ``eps`` in value only, so the clamp passes the norm's
+    own gradient ``x / |x|`` (zero for a zero vector) instead of cutting it."""
+    from ..autograd.functional_helpers import sum_to_shape
+    t = tp()
+    x1, x2 = ctx.args[0], ctx.args[1]
+    dim = ctx.args[2] if len(ctx.args) > 2 else ctx.kwargs.get("dim", 1)
+    eps = ctx.args[3] if len(ctx.args) > 3 else ctx.kwargs.get("eps", 1e-8)
+    shape = broadcast_shapes(x1.shape, x2.shape)
+    d = normalize_dim(dim, len(shape))
+    a, b = x1.expand(*shape), x2.expand(*shape)
+    n1 = t.sqrt(t.sum(a * a, d, keepdim=True))
+    n2 = t.sqrt(t.sum(b * b, d, keepdim=True))
+    c1, c2 = t.clamp_min(n1, eps), t.clamp_min(n2, eps)
+    u1, u2 = a / c1, b / c2
+    y = t.sum(u1 * u2, d, keepdim=True)
+    g = grad.unsqueeze(d)
+    dir1 = t.where(n1 == 0, 0.0, a / t.where(n1 == 0, 1.0, n1))  # d|x1|/dx1, zero at the origin
+    dir2 = t.where(n2 == 0, 0.0, b / t.where(n2 == 0, 1.0, n2))
+    g1 = sum_to_shape(g * (u2 - y * dir1) / c1, x1.shape) if x1.requires_grad else None
+    g2 = sum_to_shape(g * (u1 - y * dir2) / c2, x2.shape) if x2.requires_grad else None
+    return (g1, g2) + (None,) * (len(ctx.args) - 2)
 
 
 def _pairwise_meta(x1, x2, p=2.0, eps=1e-6, keepdim=False):
