@@ -32,9 +32,35 @@ from .graph_signature import (
     OutputKind,
 )
 
-__all__ = ["CallSpec", "ExportedProgram", "ModuleCallEntry", "ModuleCallSignature", "Verifier"]
+__all__ = ["CallSpec", "EqualityConstraint", "ExportedProgram", "ModuleCallEntry", "ModuleCallSignature", "Verifier"]
 
 CallSpec = collections.namedtuple("CallSpec", ["in_spec", "out_spec"])
+
+
+@dataclass(frozen=True)
+class EqualityConstraint:
+    """Input sites ``(argument name, axis)`` that share one named ``Dim``.
+
+    >>> EqualityConstraint([("b", 0), ("a", 0)], name="batch").dim_pairs
+    (('b', 0), ('a', 0))
+    """
+
+    sites: tuple
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            sites = tuple((str(arg), int(axis)) for arg, axis in self.sites)
+        except (TypeError, ValueError):
+            raise TypeError(f"EqualityConstraint: expected sites as (argument name, axis) pairs, got "
+                            f"{self.sites!r}") from None
+        if len(sites) < 2:
+            raise ValueError(f"EqualityConstraint needs at least two sites, got {len(sites)}: {sites}")
+        object.__setattr__(self, "sites", sites)
+
+    @property
+    def dim_pairs(self) -> tuple:
+        return self.sites
 
 
 @dataclass
@@ -334,15 +360,15 @@ class ExportedProgram:
     def serialize(self, opset_version: Any = None, pickle_protocol: int = 4) -> Any:
         """The program as an archive artifact (see ``tensorplay.export.serde``)."""
         from . import serde
-        return serde.serialize(self, opset_version=opset_version)
+        return serde.serialize_program(self, opset_version)
 
     @classmethod
     def deserialize(cls, artifact: Any, state_dict: dict | None = None, constants: dict | None = None,
                     example_inputs: Any = None) -> ExportedProgram:
         """Rebuild a program from :meth:`serialize`'s artifact."""
         from . import serde
-        return serde.deserialize(artifact, state_dict=state_dict, constants=constants,
-                                 example_inputs=example_inputs)
+        return serde.deserialize_program(artifact, state_dict=state_dict, constants=constants,
+                                         example_inputs=example_inputs)
 
     def __deepcopy__(self, memo: dict) -> ExportedProgram:
         root = self.graph_module.root

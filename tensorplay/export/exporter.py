@@ -1,0 +1,543 @@
+"""`export`: capture a model or function into an :class:`ExportedProgram`.
+
+Capture traces the callable once on example inputs (sizes declared dynamic become symbols), lifts
+the module state into leading placeholders (``p_*``, ``b_*``, ``c_*``), settles the guards that
+Python control flow forced on sizes, records in-place updates of state and input containers as
+mutation outputs, and inserts runtime assertions for the declared shape contract.
+
+>>> import tensorplay as tp
+>>> from tensorplay.export import Dim, export
+>>> batch = Dim("batch", min=1)
+>>> prog = export(tp.nn.Linear(3, 2), tp.ones(4, 3), dynamic_shapes={"input": {0: batch}})
+>>> prog.range_constraints
+{'batch': {'min': 1, 'max': None}}
+>>> tuple(prog(tp.ones(7, 3)).shape)
+(7, 2)
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import operator
+from collections.abc import Iterable
+from typing import Any
+
+import sympy
+
+from .. import Tensor
+from ..autograd.grad_mode import no_grad
+from ..graph import GraphCaptureError, GraphModule
+from ..graph._pytree import tree_flatten
+from ..graph.proxy import Proxy, SymProxy
+from ..graph.shape_env import ShapeEnv
+from ..graph.tracer import Tracer, _copy, bind_arguments
+from ..nn import Module, Parameter
+from ..random import fork_rng
+from . import assertions
+from .dynamic_shapes import Dim as _Dim
+from .dynamic_shapes import (
+    DimHint,
+    DimHintType,
+    _DerivedDim,
+    _StaticDim,
+    check_dynamic_shapes,
+    normalize_dynamic_shapes,
+)
+from .exported_program import EqualityConstraint, ExportedProgram, ModuleCallEntry, ModuleCallSignature
+from .graph_signature import (
+    ConstantArgument,
+    ExportGraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    SymIntArgument,
+    TensorArgument,
+)
+from .settle import DeclaredSymbol, Source, encode, render, settle
+
+__all__ = ["ExportTracer", "export", "export_for_training"]
+
+_INPLACE_OPERATORS = (operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.setitem)
+_PREFIX = {"parameter": "p_", "buffer": "b_", "constant": "c_"}
+
+
+def _is_inplace(node) -> bool:
+    if node.op == "call_method":
+        return node.target.endswith("_") and not node.target.endswith("__")
+    return node.op == "call_function" and node.target in _INPLACE_OPERATORS
+
+
+class ExportTracer(Tracer):
+    """A :class:`Tracer` that lifts module state into placeholders and records module calls."""
+
+    def __init__(self, shape_env: ShapeEnv | None = None) -> None:
+        super().__init__(shape_env)
+        self.state_specs: list[tuple[str, str, str, bool | None]] = []  # (placeholder, target, kind, persistent)
+        self.module_calls: list[dict] = []
+
+    def state_proxy(self, path: str, value: Tensor, kind: str) -> Proxy:
+        """A ``p_``/``b_``/``c_`` placeholder instead of a ``get_attr`` of module state."""
+        node = self.graph.placeholder(_PREFIX[kind] + path.replace(".", "_"))
+        example = value if kind == "parameter" else _copy(value)
+        return self.tensor_proxy(node, example)
+
+    def lift_state(self, root: Module) -> None:
+        """Create the state placeholders in spec order: per module, parameters, buffers, constants."""
+        for path, module in root.named_modules():
+            prefix = f"{path}." if path else ""
+            non_persistent = getattr(module, "_non_persistent_buffers_set", set())
+            items = [(n, v, "parameter", None) for n, v in module._parameters.items()]
+            items += [(n, v, "buffer", n not in non_persistent) for n, v in module._buffers.items()]
+            items += [(n, v, "constant", None) for n, v in vars(module).items()
+                      if isinstance(v, Tensor) and not n.startswith("_") and not isinstance(v, Parameter)]
+            for name, value, kind, persistent in items:
+                if value is None or id(value) in self._state:
+                    continue
+                proxy = self.state_proxy(prefix + name, value, kind)
+                self._state[id(value)] = proxy
+                self.state_specs.append((proxy.node.name, prefix + name, kind, persistent))
+
+    def _record_calls(self, module: Module, path: str):
+        original = module.forward
+        tracer = self
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            tracer.module_stack.append((path, type(module).__qualname__))
+            try:
+                result = original(*args, **kwargs)
+            finally:
+                tracer.module_stack.pop()
+            in_leaves, in_spec = tree_flatten((args, kwargs))
+            out_leaves, out_spec = tree_flatten(result)
+            tracer.module_calls.append({"path": path, "inputs": [tracer._leaf_arg(v) for v in in_leaves],
+                                        "outputs": [tracer._leaf_arg(v) for v in out_leaves],
+                                        "in_spec": in_spec, "out_spec": out_spec})
+            return result
+        module.__dict__["forward"] = forward
+        return lambda: module.__dict__.pop("forward", None)
+
+    def _leaf_arg(self, value: Any) -> Any:
+        if isinstance(value, Proxy):
+            return TensorArgument(value.node.name)
+        if isinstance(value, SymProxy):
+            return SymIntArgument(value.node.name)
+        return ConstantArgument("", value if not isinstance(value, Tensor) else None)
+
+    def input_proxy(self, name: str, value: Any, dynamic: dict | None):
+        """Like :meth:`Tracer.input_proxy`, with symbolic extents for container elements too."""
+        if isinstance(value, Tensor) or not isinstance(value, list | tuple | dict) or not dynamic:
+            return super().input_proxy(name, value, dynamic)
+        node = self.graph.placeholder(name)
+        node.meta["val"] = None
+        node.meta["example_value"] = value
+        keys = list(value.keys() if isinstance(value, dict) else range(len(value)))
+        items = {}
+        for k in keys:
+            v = value[k]
+            if isinstance(v, Tensor):
+                item = self.graph.call_function(operator.getitem, (node, k))
+                shape = list(v.shape)
+                for axis, sym in (dynamic.get(k) or {}).items():
+                    shape[axis] = sym
+                items[k] = self.tensor_proxy(item, _copy(v), tuple(shape))
+            else:
+                items[k] = v
+        return items if isinstance(value, dict) else type(value)(items[k] for k in keys)
+
+    @contextlib.contextmanager
+    def patched_assert(self):
+        """Route ``tp._assert`` on traced tensors into the graph (a check that runs with the program)."""
+        import tensorplay
+
+        original = tensorplay._assert
+        tracer = self
+
+        def traced_assert(condition: Any, message: str) -> None:
+            if isinstance(condition, Proxy):
+                tracer.graph.call_function(assertions.assert_tensor, (condition.node, message))
+                return None
+            return original(condition, message)
+        tensorplay._assert = traced_assert
+        try:
+            yield
+        finally:
+            tensorplay._assert = original
+
+
+# ----------------------------------------------------------------------------- dynamic shapes
+def _spec_for(model: Any, args: tuple, kwargs: dict, dynamic_shapes: Any) -> Any:
+    from .shapes_collection import AdditionalInputs, ShapesCollection
+
+    if isinstance(dynamic_shapes, ShapesCollection | AdditionalInputs):
+        return dynamic_shapes.dynamic_shapes(model, args, kwargs)
+    return dynamic_shapes
+
+
+def _axis_items(spec: Any, value: Any) -> list:
+    if isinstance(spec, dict):
+        return list(spec.items())
+    if isinstance(spec, list | tuple):
+        return list(enumerate(spec))
+    if isinstance(spec, DimHint):
+        return [(axis, spec) for axis in range(len(value.shape))]
+    return []
+
+
+class _Declarations:
+    """Symbols for declared dims and the sites (input axes) they describe."""
+
+    def __init__(self, env: ShapeEnv) -> None:
+        self.env = env
+        self.symbols: dict[sympy.Symbol, DeclaredSymbol] = {}
+        self.sites: list[dict] = []  # {arg, key, axis, spec, size, label}
+
+    def dims_for(self, arg: str, key: Any, value: Tensor, spec: Any) -> dict:
+        dims = {}
+        path = arg if key is None else f"{arg}[{key!r}]"
+        for axis, leaf in _axis_items(spec, value):
+            if leaf is None:
+                continue
+            size = int(value.shape[axis])
+            label = f"{path}.size()[{axis}]"
+            site = {"arg": arg, "key": key, "axis": axis, "spec": leaf, "size": size, "label": label}
+            self.sites.append(site)
+            if isinstance(leaf, DimHint):
+                if leaf.type is DimHintType.STATIC:
+                    continue
+                kind = "auto" if leaf.type is DimHintType.AUTO else "dynamic"
+                sym = self.env.create_symbol(label, hint=size, lo=leaf.min or 0, hi=leaf.max, kind=kind)
+                self.symbols[sym] = DeclaredSymbol(sym, label, kind)
+                site.update(symbol=sym, scale=1, offset=0)
+                dims[axis] = sym
+            elif isinstance(leaf, _StaticDim) or type(leaf) is int:
+                continue
+            else:
+                root = leaf.root if isinstance(leaf, _DerivedDim) else leaf
+                scale, offset = (leaf.scale, leaf.offset) if isinstance(leaf, _DerivedDim) else (1, 0)
+                sym = self.env.create_symbol(root.name, hint=(size - offset) // scale, lo=root.min, hi=root.max,
+                                             kind="named")
+                self.symbols.setdefault(sym, DeclaredSymbol(sym, root.name, "named", root))
+                site.update(symbol=sym, scale=scale, offset=offset)
+                dims[axis] = scale * sym + offset
+        return dims
+
+
+# ----------------------------------------------------------------------------- export
+def export(model: Any, *args: Any, dynamic_shapes: Any = None, strict: bool = False,
+           preserve_module_call_signature: Iterable[str] = (), **kwargs: Any) -> ExportedProgram:
+    """Capture ``model(*args, **kwargs)`` into an :class:`ExportedProgram` (API-SPEC 1.1).
+
+    ``dynamic_shapes`` declares which input extents may vary (a dict keyed by argument name, a
+    list aligned with the arguments, a ``ShapesCollection`` or ``AdditionalInputs``).
+
+    >>> import tensorplay as tp
+    >>> prog = export(lambda x, scale=2.0: x * scale, tp.ones(3))
+    >>> prog.example_inputs["scale"], prog(tp.ones(3)).tolist()
+    (2.0, [2.0, 2.0, 2.0])
+    """
+    if not callable(model):
+        raise TypeError(f"model must be callable, got {type(model).__name__}")
+    is_module = isinstance(model, Module)
+    fn = model.forward if is_module else model
+    bound = bind_arguments(fn, args, kwargs)
+    names = list(bound.signature.parameters)
+    preserved = _check_preserved(model, preserve_module_call_signature)
+    spec = normalize_dynamic_shapes(names, _spec_for(model, args, kwargs, dynamic_shapes))
+    check_dynamic_shapes(spec, dict(bound.arguments))
+
+    tracer = ExportTracer()
+    if is_module:
+        tracer.reserved_names = {n for n in dir(model) if n.startswith("_tensor_constant")}
+    decl = _Declarations(tracer.shape_env)
+    with fork_rng(), no_grad(), tracer.patched_assert():
+        if is_module:
+            tracer.lift_state(model)
+        proxies = {}
+        for name, value in bound.arguments.items():
+            arg_spec = spec.get(name)
+            if isinstance(value, Tensor):
+                dims = decl.dims_for(name, None, value, arg_spec)
+            elif isinstance(value, list | tuple | dict) and arg_spec is not None and not isinstance(arg_spec,
+                                                                                                   DimHint):
+                keys = value.keys() if isinstance(value, dict) else range(len(value))
+                sub = arg_spec if isinstance(arg_spec, dict) else dict(enumerate(arg_spec))
+                dims = {k: decl.dims_for(name, k, value[k], sub.get(k)) for k in keys
+                        if isinstance(value[k], Tensor) and sub.get(k) is not None}
+            else:
+                dims = None
+            proxies[name] = tracer.input_proxy(name, value, dims)
+        call = inspect.BoundArguments(bound.signature, proxies)  # type: ignore[arg-type]
+        if is_module:
+            with tracer.patched_module(model):
+                result = model(*call.args, **call.kwargs)
+        else:
+            result = model(*call.args, **call.kwargs)
+    return _finish(model, tracer, decl, bound, spec, result, args, kwargs, preserved)
+
+
+def export_for_training(model: Any, *args: Any, dynamic_shapes: Any = None, **kwargs: Any) -> ExportedProgram:
+    """Same as :func:`export` (training-mode behaviour is whatever the model's mode is).
+
+    >>> import tensorplay as tp
+    >>> export_for_training(tp.nn.ReLU(), tp.ones(2)).graph_signature.user_inputs
+    ('input',)
+    """
+    return export(model, *args, dynamic_shapes=dynamic_shapes, **kwargs)
+
+
+def _check_preserved(model: Any, paths: Iterable[str]) -> list[str]:
+    paths = list(paths or ())
+    if not paths:
+        return []
+    known = [p for p, _ in model.named_modules()] if isinstance(model, Module) else []
+    unknown = [p for p in paths if p not in known]
+    if unknown:
+        raise GraphCaptureError(f"preserve_module_call_signature names unknown submodules {unknown}; the model "
+                                f"has {[p for p in known if p]}")
+    return paths
+
+
+def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, result, args, kwargs,
+            preserved) -> ExportedProgram:
+    graph = tracer.graph
+    kept = settle(tracer.shape_env, decl.symbols)
+    leaves, out_spec = tree_flatten(result)
+    user_nodes = [tracer.to_node(v) for v in leaves]
+    mutations = _mutations(graph, tracer)
+    placeholders = {n.name: n for n in graph.placeholders}
+    site_nodes = _site_nodes(graph, placeholders, decl)
+    _insert_assertions(graph, decl, site_nodes, kept)
+    out_values = [node for node, _, _ in mutations] + user_nodes
+    graph.output(tuple(out_values))
+    graph.eliminate_dead_code(is_impure_node=lambda n: n.op == "call_function"
+                              and getattr(n.target, "__module__", None) == assertions.__name__)
+
+    input_specs = []
+    constants = {}
+    for name, target, kind, persistent in tracer.state_specs:
+        arg = TensorArgument(name)
+        if kind == "parameter":
+            input_specs.append(InputSpec(InputKind.PARAMETER, arg, target))
+        elif kind == "buffer":
+            input_specs.append(InputSpec(InputKind.BUFFER, arg, target, persistent=persistent))
+            if not persistent:
+                constants[target] = _resolve(model, target)
+        else:
+            input_specs.append(InputSpec(InputKind.CONSTANT_TENSOR, arg, target))
+            constants[target] = _resolve(model, target)
+    user_names = list(bound.arguments)
+    for name in user_names:
+        input_specs.append(InputSpec(InputKind.USER_INPUT, _arg_for(placeholders[name])))
+    output_specs = [OutputSpec(kind, TensorArgument(node.name), target) for node, kind, target in mutations]
+    for value in user_nodes:
+        arg = _arg_for(value) if hasattr(value, "op") else ConstantArgument("", value)
+        output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, arg))
+    _set_defaults(graph, user_names, bound)
+
+    root = model if isinstance(model, Module) else {}
+    gm = GraphModule(root, graph, graph_attrs=dict(tracer.constants))
+    in_spec = tree_flatten((tuple(args), dict(kwargs)))[1]
+    gm.meta.update({
+        "constants": constants, "user_signature": user_names, "in_spec": in_spec, "out_spec": out_spec,
+        "state_targets": [t for _, t, _, _ in tracer.state_specs], "num_mutations": len(mutations),
+        "fixed_inputs": [n for n in user_names if not isinstance(bound.arguments[n], Tensor)],
+        "module_calls": [{"path": c["path"], "inputs": [a.name for a in c["inputs"]],
+                          "outputs": [a.name for a in c["outputs"]]} for c in tracer.module_calls],
+        "shape_env": tracer.shape_env,
+    })
+    call_graph = _module_call_graph(graph, output_specs, in_spec, out_spec, tracer.module_calls, preserved)
+    program = ExportedProgram(
+        gm, ExportGraphSignature(input_specs, output_specs), dict(bound.arguments), spec, call_graph,
+        _range_constraints(decl), _equality_constraints(decl))
+    program.validate()
+    return program
+
+
+def _resolve(root: Any, target: str) -> Any:
+    obj = root
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _arg_for(node) -> Any:
+    val = node.meta.get("val")
+    if isinstance(val, sympy.Basic) or isinstance(node.meta.get("example_value"), int):
+        return SymIntArgument(node.name)
+    return TensorArgument(node.name)
+
+
+def _set_defaults(graph, user_names: list[str], bound) -> None:
+    """Give the trailing simple-valued user placeholders their example values as defaults."""
+    simple = (int, float, bool, str, type(None))
+    placeholders = {n.name: n for n in graph.placeholders}
+    for name in reversed(user_names):
+        value = bound.arguments[name]
+        if not isinstance(value, simple):
+            break
+        placeholders[name].args = (value,)
+
+
+# ----------------------------------------------------------------------------- mutations
+def _base_of(node):
+    """Follow in-place chains and container reads back to a placeholder: ``(placeholder, via_getitem)``."""
+    via_item = False
+    while True:
+        if _is_inplace(node) and node.args and hasattr(node.args[0], "op"):
+            node = node.args[0]
+        elif node.op == "call_function" and node.target is operator.getitem and hasattr(node.args[0], "op") \
+                and node.args[0].op == "placeholder":
+            via_item = True
+            node = node.args[0]
+        else:
+            break
+    return (node, via_item) if node.op == "placeholder" else (None, False)
+
+
+def _mutations(graph, tracer: ExportTracer) -> list[tuple[Any, OutputKind, str]]:
+    """``(last in-place node, kind, target)`` per mutated state or input container, in order."""
+    kinds = {name: (target, kind) for name, target, kind, _ in tracer.state_specs}
+    found: dict[str, tuple[Any, OutputKind, str]] = {}
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        if not _is_inplace(node):
+            continue
+        base, via_item = _base_of(node)
+        if base is None:
+            continue
+        if base.name in kinds:
+            target, kind = kinds[base.name]
+            out_kind = OutputKind.PARAMETER_MUTATION if kind == "parameter" else OutputKind.BUFFER_MUTATION
+            found.pop(base.name, None)
+            found[base.name] = (node, out_kind, target)
+        elif via_item:
+            item = node.args[0]
+            while item.op != "call_function" or item.target is not operator.getitem:
+                item = item.args[0]
+            found.pop(f"{base.name}[{item.args[1]!r}]", None)
+            found[f"{base.name}[{item.args[1]!r}]"] = (node, OutputKind.USER_INPUT_MUTATION, base.name)
+            for user in list(item.users):  # later reads see the mutated value
+                if user is not node and order.get(user, -1) > order[node]:
+                    user.replace_input_with(item, node)
+    return list(found.values())
+
+
+# ----------------------------------------------------------------------------- assertions
+def _site_nodes(graph, placeholders: dict, decl: _Declarations) -> dict:
+    """Site label -> the node holding that input tensor (placeholder or container getitem)."""
+    result = {}
+    for site in decl.sites:
+        node = placeholders[site["arg"]]
+        if site["key"] is not None:
+            node = next(u for u in node.users if u.op == "call_function" and u.target is operator.getitem
+                        and u.args[1] == site["key"])
+        result[site["label"]] = node
+    return result
+
+
+def _insert_assertions(graph, decl: _Declarations, site_nodes: dict, kept) -> None:
+    anchors: dict[str, dict] = {}
+    for site in decl.sites:
+        node = site_nodes[site["label"]]
+        leaf = site["spec"]
+        where = site["arg"] if site["key"] is None else site["label"].rsplit(".size()", 1)[0]
+        if isinstance(leaf, DimHint):
+            if leaf.min is not None or leaf.max is not None:
+                graph.call_function(assertions.assert_dim_range,
+                                    (node, where, site["axis"], leaf.min, leaf.max, site["label"]))
+            continue
+        if type(leaf) is int or isinstance(leaf, _StaticDim):
+            value = leaf if type(leaf) is int else leaf.value
+            graph.call_function(assertions.assert_dim_range, (node, where, site["axis"], value, value,
+                                                              site["label"]))
+            continue
+        lo, hi = leaf.min, leaf.max
+        if lo or hi is not None:
+            graph.call_function(assertions.assert_dim_range, (node, where, site["axis"], lo or None, hi, leaf.name))
+        anchor = anchors.get(leaf.name)
+        if anchor is None:
+            anchors[leaf.name] = dict(site, node=node, where=where)
+        else:
+            graph.call_function(assertions.assert_dim_equal, (node, where, site["axis"], anchor["node"],
+                                                              anchor["where"], anchor["axis"], leaf.name))
+    for site in decl.sites:
+        leaf = site["spec"]
+        if isinstance(leaf, _DerivedDim) and leaf.root.name in anchors:
+            root = anchors[leaf.root.name]
+            where = site["arg"] if site["key"] is None else site["label"].rsplit(".size()", 1)[0]
+            graph.call_function(assertions.assert_dim_relation,
+                                (site_nodes[site["label"]], where, site["axis"], root["node"], root["where"],
+                                 root["axis"], leaf.scale, leaf.offset, leaf.name))
+    sources = _symbol_sources(decl, site_nodes)
+    for guard in kept:
+        syms = sorted(guard.fact.free_symbols, key=str)
+        if any(s not in sources for s in syms):
+            continue
+        index = {s: i for i, s in enumerate(syms)}
+        values = []
+        src_tuples = []
+        for s in syms:
+            src = sources[s]
+            if src.node not in values:
+                values.append(src.node)
+            src_tuples.append((values.index(src.node), src.axis, src.scale, src.offset, decl.symbols[s].label))
+        graph.call_function(assertions.assert_guard, (tuple(values), tuple(src_tuples),
+                                                      encode(guard.fact, index), render(guard.fact)))
+
+
+def _symbol_sources(decl: _Declarations, site_nodes: dict) -> dict:
+    sources = {}
+    for site in decl.sites:
+        sym = site.get("symbol")
+        if sym is None:
+            continue
+        src = Source(site_nodes[site["label"]], site["label"], site["axis"], site["scale"], site["offset"])
+        if sym not in sources or (src.scale, src.offset) == (1, 0) != (sources[sym].scale, sources[sym].offset):
+            sources[sym] = src
+        decl.symbols[sym].sources.append(src)
+    return sources
+
+
+# ----------------------------------------------------------------------------- bookkeeping
+def _range_constraints(decl: _Declarations) -> dict:
+    result = {}
+    for site in decl.sites:
+        leaf = site["spec"]
+        if isinstance(leaf, _Dim) and not isinstance(leaf, _StaticDim):
+            if isinstance(leaf, _DerivedDim):
+                result.setdefault(leaf.root.name, {"min": leaf.root.min, "max": leaf.root.max})
+            result.setdefault(leaf.name, {"min": leaf.min, "max": leaf.max})
+    return result
+
+
+def _equality_constraints(decl: _Declarations) -> list:
+    by_name: dict[str, list] = {}
+    for site in decl.sites:
+        leaf = site["spec"]
+        if isinstance(leaf, _Dim) and not isinstance(leaf, _StaticDim) and site["key"] is None:
+            pair = (site["arg"], site["axis"])
+            if pair not in by_name.setdefault(leaf.name, []):
+                by_name[leaf.name].append(pair)
+    return [EqualityConstraint(tuple(sorted(sites, key=repr)), name=name)
+            for name, sites in by_name.items() if len(sites) >= 2]
+
+
+def _module_call_graph(graph, output_specs, in_spec, out_spec, calls: list[dict], preserved: list[str]) -> list:
+    placeholders = [n.name for n in graph.placeholders]
+    root_sig = ModuleCallSignature([TensorArgument(n) for n in placeholders],
+                                   [s.arg for s in output_specs if s.kind is OutputKind.USER_OUTPUT],
+                                   in_spec, out_spec, placeholders)
+    entries = [ModuleCallEntry("", root_sig)]
+    seen = set()
+    for call in calls:
+        key = (call["path"], tuple(getattr(a, "name", None) for a in call["inputs"]),
+               tuple(getattr(a, "name", None) for a in call["outputs"]))
+        if key in seen:
+            continue
+        seen.add(key)
+        entries.append(ModuleCallEntry(call["path"], ModuleCallSignature(
+            call["inputs"], call["outputs"], call["in_spec"], call["out_spec"])))
+    present = {e.fqn for e in entries}
+    entries += [ModuleCallEntry(p) for p in preserved if p not in present]
+    return entries
