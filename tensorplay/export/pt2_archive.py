@@ -1,0 +1,387 @@
+"""The ``.pt2`` zip container: a validating reader and writer, weight roles and multi-model helpers.
+
+Layout (API-SPEC section 3)::
+
+    archive_format                      "pt2"
+    archive_version                     "1"
+    models/<name>.json                  the program document (schema_version inside)
+    data/weights/<name>/<i>             parameters and persistent buffers, raw little-endian bytes
+    data/constants/<name>/<i>           lifted constants, non-persistent buffers, graph tensors
+    data/sample_inputs/<name>/<i>       tensors of the example inputs
+    data/native/<name>/<triple>/<file>  compiled native code (reserved for the runtime)
+    extra/<file>                        user files
+
+The reader checks every entry before anything uses it: names (no traversal, no duplicates, only
+the layout above), sizes declared against sizes read, a total size cap, compression ratios and
+encryption. A bad archive raises ``ValueError`` and nothing else.
+
+>>> import io
+>>> buf = io.BytesIO()
+>>> with PT2ArchiveWriter(buf) as w:
+...     w.write_string("extra/note.txt", "hi")
+>>> with PT2ArchiveReader(buf) as r:
+...     r.read_string("extra/note.txt"), r.archive_version
+('hi', '1')
+>>> is_pt2_package(buf.getvalue())
+True
+"""
+from __future__ import annotations
+
+import bz2
+import enum
+import io
+import lzma
+import os
+import re
+import struct
+import zipfile
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "PT2ArchiveContents", "PT2ArchiveReader", "PT2ArchiveWriter", "WeightType",
+    "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "weight_type_of",
+]
+
+ARCHIVE_FORMAT = "pt2"
+ARCHIVE_VERSION = "1"
+MAX_MEMBERS = 200_000
+MAX_TOTAL_BYTES = 1 << 40
+MAX_TEXT_BYTES = 1 << 28
+MAX_RATIO = 1100  # deflate cannot compress better than ~1032:1; more means a lie or a bomb
+_SEGMENT = r"[^/\\\x00-\x1f:*?\"<>|]+"
+_MODEL = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
+_LAYOUT = re.compile(
+    rf"^(archive_format|archive_version|models/{_MODEL}\.json|data/(weights|constants|sample_inputs)/{_MODEL}/\d+"
+    rf"|data/native/{_MODEL}/{_SEGMENT}(/{_SEGMENT})*|extra/{_SEGMENT}(/{_SEGMENT})*)$")
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, struct.error, zlib.error,
+               lzma.LZMAError, NotImplementedError, RuntimeError, OverflowError, UnicodeDecodeError, ValueError,
+               IndexError, KeyError, TypeError, MemoryError)
+_ = bz2  # bz2 errors are OSErrors
+
+
+class WeightType(enum.IntEnum):
+    """Role a packaged weight plays in the captured program."""
+
+    PARAMETER = 0
+    BUFFER = 1
+    OPTIONAL_STATE = 2
+    USER_INPUT = 3
+    USER_OUTPUT = 4
+    PARAMETER_MUTATION = 5
+    BUFFER_MUTATION = 6
+    USER_INPUT_MUTATION = 7
+    GRADIENT_TO_PARAMETER = 8
+    GRADIENT_TO_USER_INPUT = 9
+
+
+def weight_type_of(spec: Any) -> WeightType:
+    """The :class:`WeightType` of an input or output spec.
+
+    >>> from tensorplay.export.graph_signature import InputKind, InputSpec, TensorArgument
+    >>> weight_type_of(InputSpec(InputKind.BUFFER, TensorArgument("b_rm"), "rm", persistent=False))
+    <WeightType.OPTIONAL_STATE: 2>
+    """
+    from .graph_signature import InputKind, OutputKind
+
+    kind = spec.kind
+    if kind is InputKind.PARAMETER:
+        return WeightType.PARAMETER
+    if kind is InputKind.BUFFER:
+        return WeightType.BUFFER if spec.persistent else WeightType.OPTIONAL_STATE
+    if kind in (InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ, InputKind.TOKEN):
+        return WeightType.OPTIONAL_STATE
+    if kind is InputKind.USER_INPUT:
+        return WeightType.USER_INPUT
+    by_output = {OutputKind.USER_OUTPUT: WeightType.USER_OUTPUT, OutputKind.LOSS_OUTPUT: WeightType.USER_OUTPUT,
+                 OutputKind.TOKEN: WeightType.USER_OUTPUT}
+    if kind in by_output:
+        return by_output[kind]
+    return WeightType[kind.name]
+
+
+def group_weights(ep: Any) -> dict[WeightType, dict[str, Any]]:
+    """The program's lifted state grouped by role: ``{WeightType: {target: tensor}}``.
+
+    Parameters go under ``PARAMETER``, persistent buffers under ``BUFFER``, constants and
+    non-persistent buffers under ``OPTIONAL_STATE``.
+    """
+    from .graph_signature import InputKind
+
+    groups: dict[WeightType, dict[str, Any]] = {}
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind in (InputKind.USER_INPUT, InputKind.TOKEN, InputKind.CUSTOM_OBJ):
+            continue
+        groups.setdefault(weight_type_of(spec), {})[spec.target] = ep._state_value(spec.target)
+    return groups
+
+
+def check_entry_name(name: Any, what: str = "archive entry") -> str:
+    """``name`` if it is a safe relative name inside the archive, else ``ValueError``.
+
+    >>> check_entry_name("extra/../../etc/passwd")
+    Traceback (most recent call last):
+    ...
+    ValueError: unsafe archive entry name 'extra/../../etc/passwd': expected a relative path without '..', \
+'.', empty parts, backslashes or drive letters
+    """
+    parts = name.split("/") if isinstance(name, str) else []
+    if not parts or len(name) > 1024 or any(p in ("", ".", "..") or not re.fullmatch(_SEGMENT, p) for p in parts):
+        raise ValueError(f"unsafe {what} name {name!r}: expected a relative path without '..', '.', empty parts, "
+                         "backslashes or drive letters")
+    return name
+
+
+# ------------------------------------------------------------------------------------ writer
+
+class PT2ArchiveWriter:
+    """Write a ``.pt2`` zip to a path or a writable binary buffer; the format records are added on close.
+
+    Tensor payloads are stored uncompressed (so readers can memory-map them), text is deflated.
+    """
+
+    def __init__(self, f: Any) -> None:
+        if isinstance(f, str | os.PathLike):
+            self._zip = zipfile.ZipFile(os.fspath(f), "w")
+        elif hasattr(f, "write"):
+            self._zip = zipfile.ZipFile(f, "w")
+        else:
+            raise TypeError(f"expected a path or a writable binary buffer, got {type(f).__name__}")
+        self._names: set[str] = set()
+        self._closed = False
+
+    def __enter__(self) -> PT2ArchiveWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def has_record(self, name: str) -> bool:
+        return name in self._names
+
+    def write_bytes(self, name: str, data: bytes | bytearray | memoryview, *, compress: bool = False) -> None:
+        """Add entry ``name`` (checked against the archive layout) holding ``data``."""
+        check_entry_name(name)
+        if name in self._names:
+            raise ValueError(f"archive entry {name!r} written twice")
+        if name not in ("archive_format", "archive_version") and not _LAYOUT.match(name):
+            raise ValueError(f"archive entry {name!r} does not fit the pt2 layout (models/, data/, extra/)")
+        info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+        info.compress_type = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+        info.external_attr = 0o644 << 16
+        self._zip.writestr(info, bytes(data))
+        self._names.add(name)
+
+    def write_string(self, name: str, text: str) -> None:
+        """Add a UTF-8 text entry (compressed)."""
+        if not isinstance(text, str):
+            raise TypeError(f"write_string expected str for {name!r}, got {type(text).__name__}")
+        self.write_bytes(name, text.encode("utf-8"), compress=True)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if "archive_format" not in self._names:
+                self.write_bytes("archive_format", ARCHIVE_FORMAT.encode())
+            if "archive_version" not in self._names:
+                self.write_bytes("archive_version", ARCHIVE_VERSION.encode())
+        finally:
+            self._zip.close()
+
+
+# ------------------------------------------------------------------------------------ reader
+
+class PT2ArchiveReader:
+    """Open a ``.pt2`` zip (path, bytes or readable buffer) and validate its directory.
+
+    Checked on open: the zip directory parses, entry names are unique, safe and fit the layout,
+    no entry is encrypted or uses an unknown compression, declared sizes stay under
+    ``max_total_bytes`` and compression ratios are plausible, and ``archive_format`` says ``pt2``
+    with a supported ``archive_version``. Reads check the bytes against the declared sizes.
+    """
+
+    def __init__(self, f: Any, *, max_total_bytes: int = MAX_TOTAL_BYTES) -> None:
+        self._path: str | None = None
+        if isinstance(f, bytes | bytearray | memoryview):
+            source: Any = io.BytesIO(bytes(f))
+        elif isinstance(f, str | os.PathLike):
+            self._path = os.fspath(f)
+            source = self._path
+        elif hasattr(f, "read") and hasattr(f, "seek"):
+            source = f
+        else:
+            raise TypeError(f"expected a path, bytes or a readable seekable binary buffer, got {type(f).__name__}")
+        try:
+            if hasattr(source, "seek"):
+                source.seek(0)
+            self._zip = zipfile.ZipFile(source, "r")
+            infos = self._zip.infolist()
+        except FileNotFoundError:
+            raise
+        except _ZIP_ERRORS as exc:
+            raise ValueError(f"not a readable pt2 archive (zip directory): {exc}") from None
+        try:
+            self._infos = self._check_directory(infos, max_total_bytes)
+            fmt = self.read_bytes("archive_format", limit=64)
+            if fmt.strip() != ARCHIVE_FORMAT.encode():
+                raise ValueError(f"archive_format says {fmt[:20]!r}; expected {ARCHIVE_FORMAT!r}")
+            version = self.read_bytes("archive_version", limit=64).decode("ascii", "replace").strip()
+            if version != ARCHIVE_VERSION:
+                raise ValueError(f"unsupported archive_version {version!r}; this tensorplay reads {ARCHIVE_VERSION!r}")
+            self.archive_version = version
+        except BaseException:
+            self._zip.close()
+            raise
+
+    @staticmethod
+    def _check_directory(infos: list[zipfile.ZipInfo], max_total_bytes: int) -> dict[str, zipfile.ZipInfo]:
+        if len(infos) > MAX_MEMBERS:
+            raise ValueError(f"archive has {len(infos)} entries; at most {MAX_MEMBERS} are allowed")
+        by_name: dict[str, zipfile.ZipInfo] = {}
+        total = 0
+        for info in infos:
+            name = info.orig_filename
+            check_entry_name(name)
+            if name in by_name:
+                raise ValueError(f"archive entry {name!r} appears twice")
+            if not _LAYOUT.match(name):
+                raise ValueError(f"unexpected archive entry {name!r}: not part of the pt2 layout")
+            if info.flag_bits & 0x1:
+                raise ValueError(f"archive entry {name!r} is encrypted")
+            if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+                raise ValueError(f"archive entry {name!r} uses unsupported compression {info.compress_type}")
+            if info.file_size < 0 or info.compress_size < 0:
+                raise ValueError(f"archive entry {name!r} declares a negative size")
+            if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+                raise ValueError(f"stored archive entry {name!r} declares {info.file_size} bytes but holds "
+                                 f"{info.compress_size}")
+            if info.file_size > MAX_RATIO * max(info.compress_size, 1024):
+                raise ValueError(f"archive entry {name!r} claims a compression ratio above {MAX_RATIO} (zip bomb?)")
+            total += info.file_size
+            if total > max_total_bytes:
+                raise ValueError(f"archive expands to more than {max_total_bytes} bytes")
+            by_name[name] = info
+        for required in ("archive_format", "archive_version"):
+            if required not in by_name:
+                raise ValueError(f"not a pt2 archive: the {required!r} record is missing")
+        return by_name
+
+    def __enter__(self) -> PT2ArchiveReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._zip.close()
+
+    def names(self) -> list[str]:
+        """Entry names, in archive order."""
+        return list(self._infos)
+
+    def iter_prefix(self, prefix: str) -> Iterator[str]:
+        return (n for n in self._infos if n.startswith(prefix))
+
+    def size(self, name: str) -> int:
+        """Declared (uncompressed) size of entry ``name``."""
+        return self._info(name).file_size
+
+    def _info(self, name: str) -> zipfile.ZipInfo:
+        info = self._infos.get(name)
+        if info is None:
+            raise ValueError(f"archive has no entry {name!r}")
+        return info
+
+    def read_bytes(self, name: str, *, limit: int | None = None) -> bytes:
+        """The bytes of entry ``name``; ``ValueError`` when they disagree with the directory or exceed ``limit``."""
+        info = self._info(name)
+        if limit is not None and info.file_size > limit:
+            raise ValueError(f"archive entry {name!r} is {info.file_size} bytes; at most {limit} expected")
+        try:
+            with self._zip.open(info) as fh:
+                data = fh.read(info.file_size + 1)
+        except _ZIP_ERRORS as exc:
+            raise ValueError(f"archive entry {name!r} is corrupt: {exc}") from None
+        if len(data) != info.file_size:
+            raise ValueError(f"archive entry {name!r} holds {len(data)} bytes but declares {info.file_size}")
+        return data
+
+    def read_string(self, name: str) -> str:
+        """A UTF-8 text entry (at most 256 MiB)."""
+        try:
+            return self.read_bytes(name, limit=MAX_TEXT_BYTES).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"archive entry {name!r} is not UTF-8 text: {exc}") from None
+
+    def memmap(self, name: str) -> np.ndarray | None:
+        """A copy-on-write ``np.memmap`` (uint8) over a stored entry of a file-backed archive, else None."""
+        info = self._info(name)
+        if self._path is None or info.compress_type != zipfile.ZIP_STORED or info.file_size == 0:
+            return None
+        try:
+            with open(self._path, "rb") as fh:
+                fh.seek(info.header_offset)
+                header = fh.read(30)
+                fh.seek(0, os.SEEK_END)
+                file_size = fh.tell()
+        except OSError as exc:
+            raise ValueError(f"cannot read archive entry {name!r}: {exc}") from None
+        if len(header) != 30 or header[:4] != b"PK\x03\x04":
+            raise ValueError(f"archive entry {name!r}: bad local header")
+        name_len, extra_len = struct.unpack("<HH", header[26:30])
+        offset = info.header_offset + 30 + name_len + extra_len
+        if offset + info.file_size > file_size:
+            raise ValueError(f"archive entry {name!r} runs past the end of the file")
+        return np.memmap(self._path, dtype=np.uint8, mode="c", offset=offset, shape=(info.file_size,))
+
+
+def is_pt2_package(f: Any) -> bool:
+    """True when ``f`` (bytes, a path or a buffer) is a zip whose ``archive_format`` record says ``pt2``.
+
+    >>> is_pt2_package(b"not a zip")
+    False
+    """
+    try:
+        with PT2ArchiveReader(f):
+            return True
+    except (ValueError, OSError):
+        return False
+
+
+# ------------------------------------------------------------------------------------ contents
+
+@dataclass
+class PT2ArchiveContents:
+    """What :func:`~tensorplay.export.load_pt2` returns.
+
+    ``tp_runners`` maps a model name to its native-code entries ``{triple: {file: bytes}}``.
+    """
+
+    exported_programs: dict[str, Any] = field(default_factory=dict)
+    tp_runners: dict[str, Any] = field(default_factory=dict)
+    extra_files: dict[str, Any] = field(default_factory=dict)
+
+
+def save_multimodal_pt2(f: Any, programs_dict: dict[str, Any], *, extra_files: dict[str, Any] | None = None,
+                        pickle_protocol: int = 4) -> Any:
+    """Save several programs in one archive, each under its name (weights namespaced per model)."""
+    if not isinstance(programs_dict, dict) or not programs_dict:
+        raise TypeError(f"save_multimodal_pt2 expected a non-empty dict name -> ExportedProgram, got "
+                        f"{type(programs_dict).__name__ if not isinstance(programs_dict, dict) else 'an empty dict'}")
+    from .save_load import package_pt2
+    return package_pt2(f, exported_programs=programs_dict, extra_files=extra_files, pickle_protocol=pickle_protocol)
+
+
+def load_multimodal_pt2(f: Any) -> dict[str, Any]:
+    """Load every program of an archive: ``{name: ExportedProgram}``; ``ValueError`` if there is none."""
+    from .save_load import load_pt2
+    programs = load_pt2(f).exported_programs
+    if not programs:
+        raise ValueError("the archive holds no exported program (no models/<name>.json entry)")
+    return programs

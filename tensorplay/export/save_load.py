@@ -1,0 +1,264 @@
+"""``save`` / ``load`` / ``package_pt2`` / ``load_pt2``: exported programs in ``.pt2`` archives, without pickle.
+
+>>> import io, tensorplay as tp  # doctest: +SKIP
+>>> from tensorplay.export import export, save, load  # doctest: +SKIP
+>>> ep = export(tp.nn.Linear(3, 2), tp.ones(4, 3))  # doctest: +SKIP
+>>> buf = io.BytesIO(); save(ep, buf, extra_files={"note.txt": "hello"})  # doctest: +SKIP
+>>> extra = {}; loaded = load(buf, extra_files=extra); extra  # doctest: +SKIP
+{'note.txt': 'hello'}
+
+See :mod:`tensorplay.export.pt2_archive` for the layout and what loading checks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+from . import serde
+from .pt2_archive import PT2ArchiveContents, PT2ArchiveReader, PT2ArchiveWriter, check_entry_name
+
+__all__ = ["load", "load_pt2", "package_pt2", "save"]
+
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+_TRIPLE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+def _exported_program_type() -> type:
+    from .exported_program import ExportedProgram
+    return ExportedProgram
+
+
+def _check_opset(opset_version: Any, what: str) -> None:
+    if opset_version is not None and (not isinstance(opset_version, dict) or not all(
+            isinstance(k, str) and type(v) is int for k, v in opset_version.items())):
+        raise TypeError(f"{what} must be None or a dict str -> int, got {opset_version!r}")
+
+
+def _check_protocol(pickle_protocol: Any) -> None:
+    if type(pickle_protocol) is not int:  # accepted for compatibility; archives never contain pickle
+        raise TypeError(f"pickle_protocol must be an int, got {type(pickle_protocol).__name__}")
+
+
+# ------------------------------------------------------------------------------------ writing
+
+def save(ep: Any, f: Any, *, extra_files: dict[str, Any] | None = None, opset_version: dict[str, int] | None = None,
+         pickle_protocol: int = 4) -> None:
+    """Save an ``ExportedProgram`` to a path or writable binary buffer (stored as model ``"model"``).
+
+    ``extra_files`` maps names to ``str`` or ``bytes`` stored under ``extra/``.
+    """
+    if not isinstance(ep, _exported_program_type()):
+        raise TypeError(f"The 'ep' parameter must be an ExportedProgram, got {type(ep).__name__}")
+    package_pt2(f, exported_programs={"model": ep}, extra_files=extra_files, opset_version=opset_version,
+                pickle_protocol=pickle_protocol)
+
+
+def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
+                extra_files: dict[str, Any] | None = None, opset_version: dict[str, int] | None = None,
+                pickle_protocol: int = 4, executorch_files: dict[str, bytes] | None = None) -> Any:
+    """Write programs, native code and extra files into one archive at ``f``; returns ``f`` (rewound).
+
+    ``exported_programs`` is one program (named ``"model"``) or a dict name -> program.
+    ``tp_files`` maps a model name to ``{"<target-triple>/<file>": bytes}`` of compiled native code,
+    stored under ``data/native/<name>/``; each triple needs a ``manifest.json`` (cpu name, features,
+    dialect text) so loaders on another CPU can tell whether the code fits.
+    """
+    ep_type = _exported_program_type()
+    _check_opset(opset_version, "opset_version")
+    _check_protocol(pickle_protocol)
+    if executorch_files:
+        raise ValueError("executorch_files are not supported: tensorplay archives hold tensorplay programs only")
+    if exported_programs is None and tp_files is None and not extra_files:
+        raise ValueError("package_pt2 needs something to package: exported_programs, tp_files or extra_files")
+    if isinstance(exported_programs, ep_type):
+        programs = {"model": exported_programs}
+    elif exported_programs is None:
+        programs = {}
+    elif isinstance(exported_programs, dict):
+        programs = dict(exported_programs)
+    else:
+        raise TypeError(f"exported_programs must be an ExportedProgram or a dict name -> ExportedProgram, got "
+                        f"{type(exported_programs).__name__}")
+    for name, program in programs.items():
+        if not isinstance(name, str) or not _MODEL_NAME.match(name):
+            raise ValueError(f"model name {name!r}: expected letters, digits, '_', '.', '-' (no '/')")
+        if not isinstance(program, ep_type):
+            raise TypeError(f"exported_programs[{name!r}] must be an ExportedProgram, got {type(program).__name__}")
+    native = _check_tp_files(tp_files)
+    extras = _check_extra_files(extra_files)
+    documents = {name: serde.program_to_document(p, opset_version) for name, p in programs.items()}
+    if isinstance(f, str | os.PathLike):
+        parent = os.path.dirname(os.fspath(f))
+        if parent and not os.path.isdir(parent):
+            raise FileNotFoundError(f"cannot save to {os.fspath(f)!r}: directory {parent!r} does not exist")
+    elif not hasattr(f, "write"):
+        raise TypeError(f"f must be a path or a writable binary buffer, got {type(f).__name__}")
+    with PT2ArchiveWriter(f) as writer:
+        for name, (doc, groups) in documents.items():
+            writer.write_string(f"models/{name}.json", json.dumps(doc, indent=1))
+            for group, tensors in groups.items():
+                for i, t in enumerate(tensors):
+                    writer.write_bytes(f"data/{group}/{name}/{i}", serde.encode_tensor(t)[1])
+        for path, data in native.items():
+            writer.write_bytes(path, data)
+        for path, data in extras.items():
+            writer.write_bytes(f"extra/{path}", data, compress=True)
+    if hasattr(f, "seek") and getattr(f, "seekable", lambda: True)():
+        f.seek(0)
+    return f
+
+
+def _as_bytes(value: Any, what: str) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"{what} must be str or bytes, got {type(value).__name__}")
+
+
+def _check_extra_files(extra_files: Any) -> dict[str, bytes]:
+    if extra_files is None:
+        return {}
+    if not isinstance(extra_files, dict):
+        raise TypeError(f"extra_files must be a dict name -> str/bytes, got {type(extra_files).__name__}")
+    return {check_entry_name(name, "extra file"): _as_bytes(value, f"extra_files[{name!r}]")
+            for name, value in extra_files.items()}
+
+
+def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
+    if tp_files is None:
+        return {}
+    if not isinstance(tp_files, dict):
+        raise TypeError(f"tp_files must be a dict model name -> {{'<triple>/<file>': bytes}}, got "
+                        f"{type(tp_files).__name__}")
+    out = {}
+    for name, files in tp_files.items():
+        if not isinstance(name, str) or not _MODEL_NAME.match(name):
+            raise ValueError(f"tp_files model name {name!r}: expected letters, digits, '_', '.', '-'")
+        if not isinstance(files, dict):
+            raise TypeError(f"tp_files[{name!r}] must be a dict '<triple>/<file>' -> bytes, got {type(files).__name__}")
+        triples = set()
+        for path, data in files.items():
+            check_entry_name(path, "native file")
+            triple, sep, _ = path.partition("/")
+            if not sep or not _TRIPLE.match(triple):
+                raise ValueError(f"tp_files[{name!r}] entry {path!r}: expected '<target-triple>/<file>'")
+            triples.add(triple)
+            out[f"data/native/{name}/{path}"] = _as_bytes(data, f"tp_files[{name!r}][{path!r}]")
+        for triple in triples:
+            if f"{triple}/manifest.json" not in files:
+                raise ValueError(f"tp_files[{name!r}]: target {triple!r} has no manifest.json (cpu name, cpu "
+                                 "features and dialect text the code was built for)")
+    return out
+
+
+# ------------------------------------------------------------------------------------ reading
+
+def load(f: Any, *, extra_files: dict[str, Any] | None = None,
+         expected_opset_version: dict[str, int] | None = None) -> Any:
+    """Load the program written by :func:`save`; ``extra_files`` (a dict) is updated in place with the
+    archive's extra files (as ``str``). ``ValueError`` when the archive holds no program."""
+    if extra_files is not None and not isinstance(extra_files, dict):
+        raise TypeError(f"extra_files must be a dict (filled in place), got {type(extra_files).__name__}")
+    contents = load_pt2(f, expected_opset_version=expected_opset_version)
+    if extra_files is not None:
+        extra_files.update(contents.extra_files)
+    programs = contents.exported_programs
+    if "model" in programs:
+        return programs["model"]
+    if len(programs) == 1:
+        return next(iter(programs.values()))
+    if not programs:
+        raise ValueError("the archive holds no exported program (no models/<name>.json entry)")
+    raise ValueError(f"the archive holds several programs {sorted(programs)} and none is called 'model'; "
+                     "use load_pt2 to get them all")
+
+
+def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, run_single_threaded: bool = False,
+             num_runners: int = 1, device_index: int = -1, load_weights_from_disk: bool = False) -> PT2ArchiveContents:
+    """Read every program, native-code entry and extra file of a ``.pt2`` archive, validating all of it.
+
+    ``load_weights_from_disk=True`` memory-maps (copy-on-write) the payloads of a file-backed
+    archive instead of reading them into memory. A malformed archive raises ``ValueError``.
+    """
+    _check_opset(expected_opset_version, "expected_opset_version")
+    for name, value in (("run_single_threaded", run_single_threaded), ("load_weights_from_disk",
+                                                                        load_weights_from_disk)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    if type(num_runners) is not int or num_runners < 1:
+        raise ValueError(f"num_runners must be a positive int, got {num_runners!r}")
+    if type(device_index) is not int or device_index < -1:
+        raise ValueError(f"device_index must be -1 (CPU) or a device number, got {device_index!r}")
+    with PT2ArchiveReader(f) as reader:
+        contents = PT2ArchiveContents()
+        names = reader.names()
+        models = [n[len("models/"):-len(".json")] for n in names if n.startswith("models/")]
+        for model in models:
+            contents.exported_programs[model] = _load_model(reader, model, expected_opset_version,
+                                                            load_weights_from_disk)
+        known = {f"models/{m}.json" for m in models}
+        for name in names:
+            if name.startswith("data/") and not name.startswith("data/native/"):
+                model = name.split("/")[2]
+                if f"models/{model}.json" not in known:
+                    raise ValueError(f"archive entry {name!r} belongs to no model")
+            elif name.startswith("data/native/"):
+                _, _, model, triple, rest = name.split("/", 4)
+                runners = contents.tp_runners.setdefault(model, {}).setdefault(triple, {})
+                runners[rest] = reader.read_bytes(name)
+            elif name.startswith("extra/"):
+                contents.extra_files[name[len("extra/"):]] = reader.read_string(name)
+        return contents
+
+
+def _load_model(reader: PT2ArchiveReader, model: str, expected_opset: dict[str, int] | None,
+                from_disk: bool) -> Any:
+    doc = serde.parse_json(reader.read_bytes(f"models/{model}.json", limit=1 << 28), f"models/{model}.json")
+    if not isinstance(doc, dict):
+        raise ValueError(f"models/{model}.json: expected a JSON object, got {type(doc).__name__}")
+    if expected_opset:
+        stored = doc.get("opset_version")
+        for key, version in expected_opset.items():
+            if not isinstance(stored, dict) or stored.get(key) != version:
+                found = stored.get(key) if isinstance(stored, dict) else None
+                raise ValueError(f"model {model!r}: expected opset {key!r} version {version}, the archive has {found}")
+    payloads = doc.get("payloads")
+    if not isinstance(payloads, dict) or set(payloads) != set(serde.GROUPS) or not all(
+            isinstance(v, list) for v in payloads.values()):
+        raise ValueError(f"models/{model}.json: expected a 'payloads' index with lists {list(serde.GROUPS)}")
+    tensors = {}
+    for group, entries in payloads.items():
+        prefix = f"data/{group}/{model}/"
+        present = set(reader.iter_prefix(prefix))
+        wanted = {f"{prefix}{i}" for i in range(len(entries))}
+        if present != wanted:
+            odd = sorted(present ^ wanted)[:3]
+            raise ValueError(f"model {model!r}: payload entries under {prefix} do not match the index "
+                             f"({len(entries)} listed); mismatched: {odd}")
+        for i, entry in enumerate(entries):
+            nbytes = serde.check_tensor_entry(entry, f"{prefix}{i}")[3]
+            if reader.size(f"{prefix}{i}") != nbytes:
+                raise ValueError(f"archive entry {prefix}{i} is {reader.size(prefix + str(i))} bytes; the index "
+                                 f"says {nbytes}")
+        tensors[group] = _payload_getter(reader, prefix, entries, from_disk and group != "sample_inputs")
+    return serde.document_to_program(doc, tensors)
+
+
+def _payload_getter(reader: PT2ArchiveReader, prefix: str, entries: list, from_disk: bool) -> Any:
+    cache: dict[int, Any] = {}
+
+    def get(i: int) -> Any:
+        if type(i) is not int or not 0 <= i < len(entries):
+            raise ValueError(f"malformed program document: no payload {i!r} under {prefix}")
+        if i not in cache:
+            name = f"{prefix}{i}"
+            mapped = reader.memmap(name) if from_disk else None
+            if mapped is not None:
+                cache[i] = serde.decode_tensor(entries[i], mapped, name, copy=False)
+            else:
+                cache[i] = serde.decode_tensor(entries[i], reader.read_bytes(name), name)
+        return cache[i]
+    return get

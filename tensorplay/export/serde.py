@@ -1,0 +1,975 @@
+"""Programs <-> JSON documents plus raw tensor payloads, with no pickle and no ``eval``.
+
+A graph is written as a list of nodes; each node argument is a JSON value, tagged with a
+``"$"`` key where JSON has no native form (tuples, slices, dtypes, nodes, sympy expressions,
+tensors, dims, tree specs). Call targets are stored by name only: op-registry names, ``operator``
+functions, a few builtins, method names, and functions put on the allow-list with
+:func:`allow_function`. Anything else is refused when saving, naming the node.
+
+Everything read back is validated before use; a malformed document raises ``ValueError``.
+
+>>> import operator
+>>> from tensorplay.graph import Graph
+>>> g = Graph()
+>>> x = g.placeholder("x")
+>>> _ = g.output(g.call_function(operator.getitem, (x, (slice(1, None), 0))))
+>>> table = TensorTable()
+>>> doc = encode_graph(g, table)
+>>> doc["nodes"][1]["args"]
+[{'$': 'node', 'v': 'x'}, {'$': 'tuple', 'v': [{'$': 'slice', 'v': [1, None, None]}, 0]}]
+>>> [n.format_node() for n in decode_graph(doc, {}).nodes][1]  # doctest: +ELLIPSIS
+'%getitem : [num_users=1] = call_function[target=operator.getitem](args = (%x, (slice(1, None, None), 0)), ...'
+
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import importlib
+import json
+import math
+import operator
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import sympy
+
+from .. import _dtype
+from .._tensor import Tensor, device
+from ..graph import Graph, Node
+from ..graph._pytree import TreeSpec, tree_flatten
+from ..graph.node import OPCODES
+from ..ops import REGISTRY, TensorMeta
+from ..ops._registry import Op
+
+__all__ = [
+    "SCHEMA_VERSION", "SerializedArtifact", "TensorTable", "allow_function", "decode_graph", "decode_tensor",
+    "decode_value", "deserialize_program", "encode_graph", "encode_tensor", "encode_value", "parse_sympy",
+    "serialize_program",
+]
+
+SCHEMA_VERSION = 1
+MAX_NDIM = 64
+MAX_ELEMENTS = 1 << 40
+MAX_DEPTH = 200
+MAX_EXPR_CHARS = 20_000
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _fail(what: str, got: Any) -> ValueError:
+    text = repr(got)
+    return ValueError(f"malformed program document: expected {what}, got {text[:120]}")
+
+
+# ------------------------------------------------------------------------------------ call targets
+
+_ALLOWED_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+_BUILTINS = ("getattr", "len", "min", "max", "abs", "int", "float", "bool", "round")
+_OPERATORS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "neg", "pos", "abs", "matmul", "getitem",
+              "setitem", "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "invert", "not_", "lshift",
+              "rshift", "iadd", "isub", "imul", "itruediv")
+
+
+# Modules whose ``__all__`` functions are graph targets by default (export's runtime assertions).
+_ALLOWED_MODULES = ("tensorplay.export.assertions",)
+
+
+def _module_function(module_name: str, name: str) -> Callable[..., Any] | None:
+    if module_name not in _ALLOWED_MODULES:
+        return None
+    module = importlib.import_module(module_name)
+    return getattr(module, name, None) if name in getattr(module, "__all__", ()) else None
+
+
+def allow_function(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Put a module-level function on the allow-list of graph targets an archive may name.
+
+    The function is stored as ``module.qualname``; loading resolves that name through this list
+    only (a ``tensorplay.*`` module is imported first so its functions can register).
+
+    >>> @allow_function
+    ... def clamp_check(x): return x
+    >>> _target_name(clamp_check)["kind"]
+    'function'
+    """
+    if not callable(fn):
+        raise TypeError(f"allow_function expected a callable, got {type(fn).__name__}")
+    name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}"
+    if "<" in name or not _DOTTED.match(name):
+        raise ValueError(f"allow_function expected an importable module-level function, got {name!r}")
+    _ALLOWED_FUNCTIONS[name] = fn
+    return fn
+
+
+def _target_name(target: Any, node_name: str = "?") -> dict[str, str]:
+    if isinstance(target, Op) and REGISTRY.get(target.name) is target:
+        return {"kind": "op", "name": target.name}
+    name = getattr(target, "__name__", None)
+    if isinstance(name, str):
+        if name in _OPERATORS and getattr(operator, name) is target:
+            return {"kind": "operator", "name": name}
+        if name in _BUILTINS and getattr(builtins, name) is target:
+            return {"kind": "builtin", "name": name}
+        module = getattr(target, "__module__", "")
+        full = f"{module}.{getattr(target, '__qualname__', name)}"
+        if _ALLOWED_FUNCTIONS.get(full) is target or (module in _ALLOWED_MODULES
+                                                       and _module_function(module, name) is target):
+            return {"kind": "function", "name": full}
+    raise ValueError(
+        f"cannot save node {node_name!r}: its target {target!r} is not an op-registry op, an operator/builtin "
+        "function or a function on the allow-list (tensorplay.export.serde.allow_function)")
+
+
+def _resolve_target(doc: Any, node_name: str) -> Callable[..., Any]:
+    if not isinstance(doc, dict) or set(doc) != {"kind", "name"} or not isinstance(doc["name"], str):
+        raise _fail(f"a target {{kind, name}} for node {node_name!r}", doc)
+    kind, name = doc["kind"], doc["name"]
+    if kind == "op":
+        if name not in REGISTRY:
+            raise ValueError(f"node {node_name!r} calls unknown op {name!r}; this archive needs a newer tensorplay")
+        return REGISTRY[name]
+    if kind == "operator" and name in _OPERATORS:
+        return getattr(operator, name)
+    if kind == "builtin" and name in _BUILTINS:
+        return getattr(builtins, name)
+    if kind == "function" and _DOTTED.match(name):
+        found = _module_function(*name.rsplit(".", 1))
+        if found is not None:
+            return found
+        if name not in _ALLOWED_FUNCTIONS:
+            module = name.rpartition(".")[0]
+            while module.startswith("tensorplay.") and module not in sys.modules:
+                try:
+                    importlib.import_module(module)
+                    break
+                except ImportError:
+                    module = module.rpartition(".")[0]
+        if name in _ALLOWED_FUNCTIONS:
+            return _ALLOWED_FUNCTIONS[name]
+    raise ValueError(f"node {node_name!r} names target {kind}:{name!r}, which is not on the allow-list")
+
+
+# ------------------------------------------------------------------------------------ sympy text
+
+_SYM_FUNCS: dict[str, Callable[..., Any]] = {
+    "Max": sympy.Max, "Min": sympy.Min, "floor": sympy.floor, "ceiling": sympy.ceiling, "Mod": sympy.Mod,
+    "Abs": sympy.Abs, "Eq": sympy.Eq, "Ne": sympy.Ne, "Lt": sympy.Lt, "Le": sympy.Le, "Gt": sympy.Gt,
+    "Ge": sympy.Ge, "And": sympy.And, "Or": sympy.Or, "Not": sympy.Not, "Piecewise": sympy.Piecewise,
+    "sqrt": sympy.sqrt, "Integer": sympy.Integer, "Rational": sympy.Rational,
+}
+_SYM_CONSTS = {"True": sympy.true, "False": sympy.false, "oo": sympy.oo, "zoo": sympy.zoo, "nan": sympy.nan}
+_BINOPS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.Mod: sympy.Mod, ast.BitAnd: sympy.And, ast.BitOr: sympy.Or, ast.FloorDiv: lambda a, b: sympy.floor(a / b),
+}
+_COMPARE = {ast.Eq: sympy.Eq, ast.NotEq: sympy.Ne, ast.Lt: sympy.Lt, ast.LtE: sympy.Le, ast.Gt: sympy.Gt,
+            ast.GtE: sympy.Ge}
+
+
+def parse_sympy(text: str, symbols: dict[str, sympy.Symbol]) -> sympy.Basic:
+    """Parse sympy's ``str()`` of a shape expression without ``eval`` (a small allow-listed grammar).
+
+    >>> s = sympy.Symbol("s0", integer=True, nonnegative=True)
+    >>> parse_sympy("Max(1, 2*s0 + 1)", {"s0": s}) == sympy.Max(1, 2 * s + 1)
+    True
+    """
+    if not isinstance(text, str) or len(text) > MAX_EXPR_CHARS:
+        raise _fail(f"a sympy expression string of at most {MAX_EXPR_CHARS} characters", text)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ValueError(f"malformed sympy expression {text[:80]!r}: {exc}") from None
+    try:
+        return _sym_node(tree.body, symbols, 0)
+    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError) as exc:
+        raise ValueError(f"malformed sympy expression {text[:80]!r}: {exc}") from None
+
+
+def _sym_node(node: ast.AST, symbols: dict[str, sympy.Symbol], depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise ValueError("expression nested too deeply")
+    rec = lambda n: _sym_node(n, symbols, depth + 1)  # noqa: E731
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float) and not isinstance(node.value, bool):
+        return sympy.Integer(node.value) if isinstance(node.value, int) else sympy.Float(node.value)
+    if isinstance(node, ast.Name):
+        if node.id in _SYM_CONSTS:
+            return _SYM_CONSTS[node.id]
+        if node.id in symbols:
+            return symbols[node.id]
+        raise ValueError(f"unknown symbol {node.id!r} (not in the document's symbol table)")
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+        return _BINOPS[type(node.op)](rec(node.left), rec(node.right))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+        base, exp = rec(node.left), rec(node.right)
+        if not (exp.is_Rational and abs(exp) <= 64):
+            raise ValueError(f"exponent {exp} out of range (|exponent| <= 64 allowed)")
+        return base**exp
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert | ast.Not):
+        value = rec(node.operand)
+        return -value if isinstance(node.op, ast.USub) else value if isinstance(node.op, ast.UAdd) \
+            else sympy.Not(value)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+        return _COMPARE[type(node.ops[0])](rec(node.left), rec(node.comparators[0]))
+    if isinstance(node, ast.Tuple):
+        return tuple(rec(e) for e in node.elts)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SYM_FUNCS \
+            and not node.keywords and len(node.args) <= 64:
+        return _SYM_FUNCS[node.func.id](*(rec(a) for a in node.args))
+    raise ValueError(f"unsupported syntax {ast.dump(node)[:60]}")
+
+
+_ASSUMPTIONS = frozenset({"integer", "nonnegative", "positive", "negative", "nonpositive", "real", "finite",
+                          "zero", "nonzero", "even", "odd", "rational", "commutative", "prime"})
+
+
+class _Symbols:
+    """The symbols met while encoding (name -> assumptions) or the table used while decoding."""
+
+    __slots__ = ("by_name",)
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, sympy.Symbol] = {}
+
+    def note(self, expr: sympy.Basic) -> str:
+        for sym in expr.free_symbols:
+            known = self.by_name.setdefault(sym.name, sym)
+            if known != sym:
+                raise ValueError(f"cannot save: two different symbols are both called {sym.name!r}")
+        return str(expr)
+
+    def to_json(self) -> dict[str, dict[str, bool]]:
+        return {name: dict(getattr(s, "_assumptions_orig", None) or s.assumptions0) for name, s in self.by_name.items()}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> _Symbols:
+        table = cls()
+        if not isinstance(doc, dict):
+            raise _fail("a symbol table object", doc)
+        for name, assumptions in doc.items():
+            if not _IDENT.match(name) or not isinstance(assumptions, dict) or not all(
+                    k in _ASSUMPTIONS and isinstance(v, bool) for k, v in assumptions.items()):
+                raise _fail("symbol name -> {assumption: bool}", {name: assumptions})
+            try:
+                table.by_name[name] = sympy.Symbol(name, **assumptions)
+            except (ValueError, TypeError, AttributeError) as exc:  # inconsistent assumptions
+                raise ValueError(f"malformed symbol {name!r}: {exc}") from None
+        return table
+
+
+# ------------------------------------------------------------------------------------ tensors
+
+class TensorTable:
+    """Tensors collected while encoding: ``refs[i]`` is the payload index of ``tensors[i]``.
+
+    >>> import tensorplay as tp
+    >>> table = TensorTable()
+    >>> table.add(tp.ones(2)), table.add(tp.zeros(3))
+    (0, 1)
+    """
+
+    __slots__ = ("tensors", "_ids")
+
+    def __init__(self) -> None:
+        self.tensors: list[Tensor] = []
+        self._ids: dict[int, int] = {}
+
+    def add(self, t: Tensor) -> int:
+        known = self._ids.get(id(t))
+        if known is None:
+            known = self._ids[id(t)] = len(self.tensors)
+            self.tensors.append(t)
+        return known
+
+
+def encode_tensor(t: Tensor) -> tuple[dict[str, Any], bytes]:
+    """Index entry (dtype, shape, strides in elements, nbytes) and little-endian bytes of ``t``.
+
+    >>> import tensorplay as tp
+    >>> entry, data = encode_tensor(tp.tensor([1, 2], dtype=tp.int16))
+    >>> entry, data
+    ({'dtype': 'int16', 'shape': [2], 'strides': [1], 'nbytes': 4, 'requires_grad': False}, b'\\x01\\x00\\x02\\x00')
+    """
+    if not isinstance(t, Tensor):
+        raise TypeError(f"expected a Tensor payload, got {type(t).__name__}")
+    arr = np.ascontiguousarray(t._data)
+    data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+    shape = [int(d) for d in arr.shape]
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.insert(0, step)
+        step *= max(d, 1)
+    entry = {"dtype": t.dtype.name, "shape": shape, "strides": strides, "nbytes": len(data),
+             "requires_grad": bool(t.requires_grad)}
+    return entry, data
+
+
+def check_tensor_entry(entry: Any, where: str) -> tuple[_dtype.dtype, tuple[int, ...], tuple[int, ...], int]:
+    """Validate an index entry; returns (dtype, shape, strides, nbytes). ``ValueError`` when malformed."""
+    if not isinstance(entry, dict):
+        raise _fail(f"a tensor index entry for {where}", entry)
+    dt_name = entry.get("dtype")
+    if not isinstance(dt_name, str) or dt_name not in {d.name for d in _dtype.ALL_DTYPES}:
+        raise ValueError(f"tensor {where}: unknown dtype {dt_name!r}")
+    shape, strides, nbytes = entry.get("shape"), entry.get("strides"), entry.get("nbytes")
+    for what, seq in (("shape", shape), ("strides", strides)):
+        if not isinstance(seq, list) or len(seq) > MAX_NDIM or not all(type(d) is int and d >= 0 for d in seq):
+            raise ValueError(f"tensor {where}: expected {what} to be a list of at most {MAX_NDIM} "
+                             f"non-negative ints, got {str(seq)[:80]}")
+    if len(shape) != len(strides):
+        raise ValueError(f"tensor {where}: shape {shape} and strides {strides} differ in length")
+    if any(d > MAX_ELEMENTS for d in shape) or math.prod(shape) > MAX_ELEMENTS:
+        raise ValueError(f"tensor {where}: absurd shape {shape} (more than {MAX_ELEMENTS} elements)")
+    if any(s > MAX_ELEMENTS for s in strides):
+        raise ValueError(f"tensor {where}: absurd strides {strides}")
+    dt = _dtype.from_name(dt_name)
+    span = 0 if 0 in shape else 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
+    if type(nbytes) is not int or nbytes != span * dt.itemsize:
+        raise ValueError(f"tensor {where}: expected nbytes == {span * dt.itemsize} for shape {shape}, "
+                         f"strides {strides} and dtype {dt_name}, got {nbytes!r}")
+    if not isinstance(entry.get("requires_grad", False), bool):
+        raise ValueError(f"tensor {where}: requires_grad must be a bool")
+    return dt, tuple(shape), tuple(strides), nbytes
+
+
+def decode_tensor(entry: Any, data: Any, where: str = "?", *, copy: bool = True) -> Tensor:
+    """Rebuild a tensor from a validated entry and its bytes (or an np.memmap of them when ``copy`` is False).
+
+    >>> import tensorplay as tp
+    >>> decode_tensor(*encode_tensor(tp.tensor([[1.5, 2.0]])))
+    tensor([[1.5000, 2.0000]])
+    """
+    dt, shape, strides, nbytes = check_tensor_entry(entry, where)
+    size = data.nbytes if isinstance(data, np.ndarray) else len(data)
+    if size != nbytes:
+        raise ValueError(f"tensor {where}: expected {nbytes} payload bytes, got {size}")
+    little = dt.storage.newbyteorder("<")
+    flat = np.frombuffer(data, dtype=little) if not isinstance(data, np.ndarray) else data.view(little)
+    if dt is _dtype.bool and flat.size and int(flat.view(np.uint8).max()) > 1:
+        raise ValueError(f"tensor {where}: bool payload holds bytes other than 0 and 1")
+    contiguous = list(strides) == [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    if 0 in shape:
+        arr = np.zeros(shape, dtype=dt.storage)
+    elif contiguous and not copy and little == dt.storage:
+        arr = flat.reshape(shape)  # a view (of an np.memmap when loading weights from disk)
+    else:
+        arr = np.lib.stride_tricks.as_strided(flat, shape, [s * dt.itemsize for s in strides], writeable=False)
+        arr = np.array(arr, dtype=dt.storage)
+    t = Tensor._from_storage(arr, dt)
+    t.requires_grad = bool(entry.get("requires_grad", False)) and dt.is_floating_point
+    return t
+
+
+# ------------------------------------------------------------------------------------ values
+
+def encode_value(value: Any, table: TensorTable, symbols: _Symbols | None = None, where: str = "value",
+                 depth: int = 0) -> Any:
+    """JSON form of a node argument / example input / metadata value (see the module docstring).
+
+    >>> encode_value({"k": (1.5, float("inf"))}, TensorTable())
+    {'$': 'dict', 'v': [['k', {'$': 'tuple', 'v': [1.5, {'$': 'float', 'v': 'inf'}]}]]}
+    """
+    from .dynamic_shapes import Dim as _Dim
+    from .dynamic_shapes import DimHint, _DerivedDim, _StaticDim
+
+    if depth > MAX_DEPTH:
+        raise ValueError(f"cannot save {where}: nested deeper than {MAX_DEPTH}")
+    symbols = symbols if symbols is not None else _Symbols()
+    enc = lambda v, w=where: encode_value(v, table, symbols, w, depth + 1)  # noqa: E731
+    t = type(value)
+    if value is None or t in (bool, int, str):
+        return value
+    if t is float:
+        return value if math.isfinite(value) else {"$": "float", "v": repr(value)}
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return enc(value.item())
+    if t is list:
+        return [enc(v) for v in value]
+    if t is tuple:
+        return {"$": "tuple", "v": [enc(v) for v in value]}
+    if t is dict:
+        return {"$": "dict", "v": [[enc(k), enc(v, f"{where}[{k!r}]")] for k, v in value.items()]}
+    if t is slice:
+        return {"$": "slice", "v": [enc(value.start), enc(value.stop), enc(value.step)]}
+    if value is Ellipsis:
+        return {"$": "ellipsis"}
+    if isinstance(value, Node):
+        return {"$": "node", "v": value.name}
+    if isinstance(value, _dtype.dtype):
+        return {"$": "dtype", "v": value.name}
+    if isinstance(value, device):
+        return {"$": "device", "v": str(value)}
+    if isinstance(value, sympy.Basic):
+        return {"$": "sym", "v": symbols.note(value)}
+    if isinstance(value, Tensor):
+        return {"$": "tensor", "v": table.add(value)}
+    if isinstance(value, TensorMeta):
+        return {"$": "tmeta", "shape": [enc(d) for d in value.shape], "dtype": value.dtype.name}
+    if isinstance(value, TreeSpec):
+        return {"$": "treespec", "v": value.to_json()}
+    if isinstance(value, DimHint):
+        return {"$": "dimhint", "type": value.type.value, "min": value.min, "max": value.max}
+    if isinstance(value, _StaticDim):
+        return {"$": "static_dim", "v": value.value}
+    if isinstance(value, _DerivedDim):
+        return {"$": "derived_dim", "root": enc(value.root), "scale": value.scale, "offset": value.offset}
+    if t is _Dim:
+        return {"$": "dim", "name": value.name, "min": value.min, "max": value.max}
+    if t.__name__ in _ARG_FIELDS and t.__module__ == "tensorplay.export.graph_signature":
+        return _arg_doc(value, lambda v, _group, w: enc(v, w))
+    leaves, spec = tree_flatten(value)
+    if not spec.is_leaf():
+        try:
+            spec_json = spec.to_json()
+        except TypeError as exc:
+            raise ValueError(f"cannot save {where}: {exc}") from None
+        return {"$": "pytree", "spec": spec_json, "leaves": [enc(v) for v in leaves]}
+    raise ValueError(f"cannot save {where}: values of type {t.__module__}.{t.__qualname__} have no JSON form "
+                     "(expected tensors, numbers, strings, containers, dtypes, slices or symbolic sizes)")
+
+
+class _Decoder:
+    """Decodes tagged JSON values; ``nodes`` resolves node references, ``tensors`` tensor references."""
+
+    __slots__ = ("symbols", "tensors", "nodes")
+
+    def __init__(self, symbols: _Symbols, tensors: Callable[[int], Tensor] | None = None,
+                 nodes: dict[str, Node] | None = None) -> None:
+        self.symbols, self.tensors, self.nodes = symbols, tensors, nodes
+
+    def __call__(self, doc: Any, depth: int = 0) -> Any:
+        from .dynamic_shapes import Dim, DimHint, DimHintType, _DerivedDim, _StaticDim
+
+        if depth > MAX_DEPTH:
+            raise ValueError(f"malformed program document: values nested deeper than {MAX_DEPTH}")
+        rec = lambda v: self(v, depth + 1)  # noqa: E731
+        if doc is None or type(doc) in (bool, int, float, str):
+            return doc
+        if type(doc) is list:
+            return [rec(v) for v in doc]
+        if type(doc) is not dict or not isinstance(doc.get("$"), str):
+            raise _fail("a JSON value or a tagged object", doc)
+        tag, v = doc["$"], doc.get("v")
+        if tag == "tuple" and type(v) is list:
+            return tuple(rec(e) for e in v)
+        if tag == "dict" and type(v) is list and all(type(kv) is list and len(kv) == 2 for kv in v):
+            out = {}
+            for k, val in v:
+                key = rec(k)
+                if not isinstance(key, str | int | float | bool | tuple | type(None)):
+                    raise _fail("a hashable dict key", key)
+                out[key] = rec(val)
+            return out
+        if tag == "slice" and type(v) is list and len(v) == 3:
+            return slice(*(rec(e) for e in v))
+        if tag == "ellipsis":
+            return Ellipsis
+        if tag == "float" and v in ("nan", "inf", "-inf"):
+            return float(v)
+        if tag == "node" and isinstance(v, str) and self.nodes is not None:
+            if v not in self.nodes:
+                raise ValueError(f"malformed program document: reference to undefined node {v[:60]!r}")
+            return self.nodes[v]
+        if tag == "dtype" and isinstance(v, str):
+            return _dtype.from_name(v)
+        if tag == "device" and v == "cpu":
+            return device("cpu")
+        if tag == "sym":
+            return parse_sympy(v, self.symbols.by_name)
+        if tag == "tensor" and type(v) is int and self.tensors is not None:
+            return self.tensors(v)
+        if tag == "tmeta" and type(doc.get("shape")) is list and isinstance(doc.get("dtype"), str):
+            if len(doc["shape"]) > MAX_NDIM:
+                raise _fail(f"at most {MAX_NDIM} dims", doc["shape"])
+            dims = [rec(d) for d in doc["shape"]]
+            if not all(type(d) is int or isinstance(d, sympy.Expr) or d is None for d in dims):
+                raise _fail("tensor extents (ints or sympy expressions)", dims)
+            return TensorMeta(tuple(dims), _dtype.from_name(doc["dtype"]))
+        if tag == "treespec" and isinstance(v, str):
+            try:
+                return TreeSpec.from_json(v)
+            except (TypeError, KeyError, AttributeError, RecursionError) as exc:
+                raise ValueError(f"malformed tree spec: {exc}") from None
+        if tag == "pytree" and isinstance(doc.get("spec"), str) and type(doc.get("leaves")) is list:
+            spec = rec({"$": "treespec", "v": doc["spec"]})
+            if spec.num_leaves != len(doc["leaves"]):
+                raise _fail(f"{spec.num_leaves} pytree leaves", len(doc["leaves"]))
+            try:
+                return spec.unflatten([rec(e) for e in doc["leaves"]])
+            except (TypeError, KeyError, AttributeError) as exc:
+                raise ValueError(f"malformed pytree value: {exc}") from None
+        if tag == "arg":
+            return _arg_of(doc, self)
+        try:
+            if tag == "dimhint":
+                return DimHint(DimHintType(doc.get("type")), doc.get("min"), doc.get("max"), _factory=False)
+            if tag == "static_dim":
+                return _StaticDim(v)
+            if tag == "dim" and isinstance(doc.get("name"), str):
+                return Dim(doc["name"], min=doc.get("min"), max=doc.get("max"))
+            if tag == "derived_dim":
+                return _DerivedDim(rec(doc.get("root")), doc.get("scale"), doc.get("offset"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"malformed dimension spec {str(doc)[:80]}: {exc}") from None
+        raise _fail("a known tagged value", doc)
+
+
+def decode_value(doc: Any, tensors: Callable[[int], Tensor] | None = None,
+                 symbols: dict[str, Any] | None = None) -> Any:
+    """Inverse of :func:`encode_value` (node references are not allowed here).
+
+    >>> decode_value({'$': 'tuple', 'v': [1, {'$': 'float', 'v': 'nan'}]})
+    (1, nan)
+    """
+    return _Decoder(_Symbols.from_json(symbols or {}), tensors)(doc)
+
+
+# ------------------------------------------------------------------------------------ graphs
+
+_META_KEYS = ("val", "stack_trace", "nn_module_stack")
+
+
+def encode_graph(graph: Graph, table: TensorTable, symbols: _Symbols | None = None) -> dict[str, Any]:
+    """JSON form of ``graph``: ``{"nodes": [...], "symbols": {...}}`` (tensors go to ``table``)."""
+    symbols = symbols if symbols is not None else _Symbols()
+    nodes = []
+    for n in graph.nodes:
+        where = f"node {n.name!r}"
+        if n.op == "call_function":
+            target: Any = _target_name(n.target, n.name)
+        elif n.op == "call_module":
+            raise ValueError(f"cannot save {where}: call_module nodes need the module object; inline it first")
+        else:
+            target = n.target
+        meta = {}
+        for key in _META_KEYS:
+            if key in n.meta:
+                try:
+                    meta[key] = encode_value(n.meta[key], table, symbols, f"{where} meta[{key!r}]")
+                except ValueError:
+                    if key != "val":
+                        raise
+        nodes.append({"name": n.name, "op": n.op, "target": target,
+                      "args": encode_value(list(n.args), table, symbols, f"{where} args"),
+                      "kwargs": encode_value(dict(n.kwargs), table, symbols, f"{where} kwargs"), "meta": meta})
+    return {"nodes": nodes, "symbols": symbols.to_json()}
+
+
+def decode_graph(doc: Any, tensors: Callable[[int], Tensor] | dict[int, Tensor],
+                 symbols: _Symbols | None = None) -> Graph:
+    """Rebuild a :class:`Graph` from :func:`encode_graph` output, validating every node."""
+    if not isinstance(doc, dict) or type(doc.get("nodes")) is not list:
+        raise _fail("a graph object with a 'nodes' list", doc)
+    if symbols is None:
+        symbols = _Symbols.from_json(doc.get("symbols", {}))
+    lookup = tensors if callable(tensors) else tensors.__getitem__
+    graph = Graph()
+    defined: dict[str, Node] = {}
+    decode = _Decoder(symbols, lookup, defined)
+    for item in doc["nodes"]:
+        if not isinstance(item, dict) or set(item) != {"name", "op", "target", "args", "kwargs", "meta"}:
+            raise _fail("a node object {name, op, target, args, kwargs, meta}", item)
+        name, op = item["name"], item["op"]
+        if not isinstance(name, str) or not _IDENT.match(name) or name in defined:
+            raise _fail("a new node name (a Python identifier)", name)
+        if op not in OPCODES:
+            raise _fail(f"a node op among {OPCODES}", op)
+        target = _decode_target(op, item["target"], name)
+        args, kwargs = decode(item["args"]), decode(item["kwargs"])
+        if type(args) is not list or type(kwargs) is not dict or not all(isinstance(k, str) for k in kwargs):
+            raise _fail(f"node {name!r} args as a list and kwargs as a str-keyed dict", (args, kwargs))
+        if target is getattr and (len(args) != 2 or not isinstance(args[1], str) or args[1].startswith("_")):
+            raise ValueError(f"node {name!r}: getattr may only read a public attribute, got {args[1:]!r}")
+        try:
+            node = graph.create_node(op, target, tuple(args), kwargs, name=name)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"malformed program document: node {name!r}: {exc}") from None
+        if node.name != name:
+            raise ValueError(f"malformed program document: node name {name!r} is reserved")
+        defined[name] = node
+        meta = item["meta"]
+        if not isinstance(meta, dict) or not set(meta) <= set(_META_KEYS):
+            raise _fail(f"node meta with keys among {_META_KEYS}", meta)
+        for key, value in meta.items():
+            node.meta[key] = decode(value)
+    outputs = [n for n in graph.nodes if n.op == "output"]
+    if len(outputs) != 1 or outputs[0] is not list(graph.nodes)[-1]:
+        raise ValueError("malformed program document: a graph needs exactly one output node, at the end")
+    return graph
+
+
+def _decode_target(op: str, doc: Any, name: str) -> Any:
+    if op == "call_function":
+        return _resolve_target(doc, name)
+    if not isinstance(doc, str) or not _DOTTED.match(doc) or len(doc) > 1000:
+        raise _fail(f"a dotted-name target for {op} node {name!r}", doc)
+    if op == "call_method" and (doc.startswith("_") or "." in doc):
+        raise ValueError(f"node {name!r}: call_method may only call a public method, got {doc!r}")
+    if op == "call_module":
+        raise ValueError(f"node {name!r}: call_module nodes cannot be loaded (no module objects in archives)")
+    if op == "get_attr" and any(part.startswith("__") for part in doc.split(".")):
+        raise ValueError(f"node {name!r}: get_attr may not read dunder attributes, got {doc!r}")
+    return doc
+
+
+def parse_json(data: bytes | str, what: str) -> Any:
+    """``json.loads`` that turns every failure (bad UTF-8, bad syntax, deep nesting) into ``ValueError``."""
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError, TypeError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{what} is not valid JSON: {str(exc)[:120]}") from None
+
+
+@dataclasses.dataclass
+class SerializedArtifact:
+    """What :func:`serialize_program` returns: the JSON program and three tensor bundles (bytes)."""
+
+    exported_program: bytes
+    state_dict: bytes
+    constants: bytes
+    example_inputs: bytes
+
+
+
+# ------------------------------------------------------------------------------------ programs
+
+PROGRAM_FORMAT = "tensorplay.exported_program"
+GROUPS = ("weights", "constants", "sample_inputs")
+_ARG_FIELDS = {"TensorArgument": ("name",), "TokenArgument": ("name",), "SymIntArgument": ("name",),
+               "SymFloatArgument": ("name",), "SymBoolArgument": ("name",), "ConstantArgument": ("name", "value"),
+               "CustomObjArgument": ("name", "class_fqn")}
+
+
+def _is_weight(spec: Any) -> bool:
+    from .graph_signature import InputKind
+    return spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and bool(spec.persistent))
+
+
+def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) -> tuple[dict, dict[str, list]]:
+    """``(document, {group: [tensors]})`` for an ``ExportedProgram``; payload ``i`` of a group is tensor ``i``.
+
+    Groups: ``weights`` (parameters, persistent buffers), ``constants`` (lifted constants,
+    non-persistent buffers, tensors inside the graph) and ``sample_inputs`` (example inputs).
+    """
+    from .graph_signature import InputKind
+    from .pt2_archive import weight_type_of
+
+    if opset_version is not None and (not isinstance(opset_version, dict) or not all(
+            isinstance(k, str) and type(v) is int for k, v in opset_version.items())):
+        raise TypeError(f"opset_version must be a dict str -> int, got {opset_version!r}")
+    tables = {g: TensorTable() for g in GROUPS}
+    symbols = _Symbols()
+    enc = lambda v, group, where: encode_value(v, tables[group], symbols, where)  # noqa: E731
+    sig = ep.graph_signature
+    state = []
+    for spec in sig.input_specs:
+        if spec.kind is InputKind.CUSTOM_OBJ:
+            raise ValueError(f"cannot save input {spec.arg.name!r}: custom objects have no archive form")
+        if spec.kind in (InputKind.USER_INPUT, InputKind.TOKEN):
+            continue
+        value = ep._state_value(spec.target)
+        if not isinstance(value, Tensor):
+            raise ValueError(f"cannot save state {spec.target!r}: expected a Tensor, got {type(value).__name__}")
+        group = "weights" if _is_weight(spec) else "constants"
+        state.append({"target": spec.target, "group": group, "ref": tables[group].add(value),
+                      "weight_type": int(weight_type_of(spec)), "parameter": type(value).__name__ == "Parameter"})
+    gm = ep.graph_module
+    meta = {}
+    for key, value in gm.meta.items():
+        if key == "constants":
+            continue  # rebuilt from the state records
+        if key == "shape_env":
+            value = _shape_env_to_value(value)
+        meta[key] = enc(value, "constants", f"graph_module.meta[{key!r}]")
+    doc = {
+        "format": PROGRAM_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "opset_version": dict(opset_version or {}),
+        "graph": encode_graph(ep.graph, tables["constants"], symbols),
+        "graph_attrs": enc(dict(gm._graph_attrs), "constants", "graph constants"),
+        "input_specs": [{"kind": s.kind.name, "arg": _arg_doc(s.arg, enc), "target": s.target,
+                         "persistent": s.persistent} for s in sig.input_specs],
+        "output_specs": [{"kind": s.kind.name, "arg": _arg_doc(s.arg, enc), "target": s.target}
+                         for s in sig.output_specs],
+        "state": state,
+        "meta": meta,
+        "example_inputs": enc(dict(ep.example_inputs), "sample_inputs", "example_inputs"),
+        "dynamic_shapes": enc(dict(ep.dynamic_shapes), "constants", "dynamic_shapes"),
+        "range_constraints": enc(dict(ep.range_constraints), "constants", "range_constraints"),
+        "equality_constraints": [{"sites": enc(tuple(c.sites), "constants", "equality_constraints"),
+                                  "name": c.name} for c in ep.equality_constraints],
+        "module_call_graph": [_call_entry_doc(e, enc) for e in ep.module_call_graph],
+        "verifier": getattr(ep.verifier, "dialect", "STABLE"),
+    }
+    doc["symbols"] = symbols.to_json()
+    groups = {g: tables[g].tensors for g in GROUPS}
+    doc["payloads"] = {g: [encode_tensor(t)[0] for t in groups[g]] for g in GROUPS}
+    return doc, groups
+
+
+def _arg_doc(arg: Any, enc: Callable[..., Any]) -> dict[str, Any]:
+    kind = type(arg).__name__
+    if kind not in _ARG_FIELDS:
+        raise ValueError(f"cannot save argument {arg!r}: unknown argument type {kind}")
+    out: dict[str, Any] = {"$": "arg", "type": kind, "name": arg.name}
+    if kind == "ConstantArgument":
+        out["value"] = enc(arg.value, "constants", f"constant argument {arg.name!r}")
+    if kind == "CustomObjArgument":
+        out["class_fqn"] = arg.class_fqn
+    return out
+
+
+def _arg_of(d: Any, decode: Callable[[Any], Any]) -> Any:
+    from . import graph_signature as gs
+
+    if not isinstance(d, dict) or d.get("type") not in _ARG_FIELDS or not isinstance(d.get("name"), str):
+        raise _fail("an argument record {type, name}", d)
+    cls = getattr(gs, d["type"])
+    if d["type"] == "ConstantArgument":
+        return cls(d["name"], decode(d.get("value")))
+    if d["type"] == "CustomObjArgument":
+        return cls(d["name"], str(d.get("class_fqn")))
+    return cls(d["name"])
+
+
+def _call_entry_doc(entry: Any, enc: Callable[..., Any]) -> dict[str, Any]:
+    sig = entry.signature
+    if sig is None:
+        return {"fqn": entry.fqn, "signature": None}
+    return {"fqn": entry.fqn, "signature": {
+        "inputs": [_arg_doc(a, enc) for a in sig.inputs], "outputs": [_arg_doc(a, enc) for a in sig.outputs],
+        "in_spec": enc(sig.in_spec, "constants", "in_spec"), "out_spec": enc(sig.out_spec, "constants", "out_spec"),
+        "forward_arg_names": sig.forward_arg_names}}
+
+
+def _shape_env_to_value(env: Any) -> dict[str, Any]:
+    symbols = [{"symbol": i.symbol, "hint": i.hint, "lo": i.lo, "hi": i.hi, "kind": i.kind, "reason": i.reason,
+                "sources": [tuple(s) for s in i.sources]} for i in env.symbols.values()]
+    guards = [{"fact": g.fact, "reason": g.reason, "where": g.where} for g in env.guards]
+    return {"$shape_env": 1, "symbols": symbols, "guards": guards}
+
+
+def _shape_env_from_value(value: Any) -> Any:
+    from ..graph.shape_env import Guard, ShapeEnv, SymbolInfo
+
+    if not isinstance(value, dict) or value.get("$shape_env") != 1:
+        raise _fail("a shape environment record", value)
+    env = ShapeEnv()
+    try:
+        for s in value["symbols"]:
+            if not isinstance(s["symbol"], sympy.Symbol):
+                raise _fail("a symbol", s["symbol"])
+            env.symbols[s["symbol"]] = SymbolInfo(s["symbol"], s["hint"], s["lo"], s["hi"], s["kind"], s["reason"],
+                                                  [tuple(x) for x in s["sources"]])
+        env.guards = [Guard(g["fact"], g["reason"], g["where"]) for g in value["guards"]]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed shape environment record: {exc!r}") from None
+    return env
+
+
+def _req(doc: dict, key: str, kind: type | tuple[type, ...]) -> Any:
+    value = doc.get(key)
+    if not isinstance(value, kind):
+        raise _fail(f"{key!r} of type {getattr(kind, '__name__', kind)}", value)
+    return value
+
+
+def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
+                        state_dict: dict | None = None, constants: dict | None = None,
+                        example_inputs: Any = None) -> Any:
+    """Rebuild an ``ExportedProgram`` from a validated document; ``tensors[group](i)`` yields payload ``i``.
+
+    ``state_dict`` / ``constants`` (target -> tensor) and ``example_inputs`` replace stored values.
+    """
+    from ..graph import GraphModule
+    from ..nn import Module, Parameter
+    from . import graph_signature as gs
+    from .exported_program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
+
+    if not isinstance(doc, dict) or doc.get("format") != PROGRAM_FORMAT:
+        raise _fail(f"a {PROGRAM_FORMAT!r} document", str(doc)[:80])
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"unsupported program schema_version {doc.get('schema_version')!r}; this tensorplay "
+                         f"reads version {SCHEMA_VERSION}")
+    symbols = _Symbols.from_json(doc.get("symbols", {}))
+    dec = {g: _Decoder(symbols, tensors[g]) for g in GROUPS}
+    graph = decode_graph(_req(doc, "graph", dict), tensors["constants"], symbols)
+
+    def arg_of(d: Any) -> Any:
+        return _arg_of(d, dec["constants"])
+
+    try:
+        inputs = [gs.InputSpec(gs.InputKind[s["kind"]], arg_of(s["arg"]), s["target"], s["persistent"])
+                  for s in _req(doc, "input_specs", list)]
+        outputs = [gs.OutputSpec(gs.OutputKind[s["kind"]], arg_of(s["arg"]), s["target"])
+                   for s in _req(doc, "output_specs", list)]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed graph signature record: {exc!r}") from None
+    for spec in inputs:
+        if spec.target is not None and (not isinstance(spec.target, str) or not _DOTTED.match(spec.target)):
+            raise _fail("a dotted state target", spec.target)
+    state_values: dict[str, Tensor] = {}
+    kinds = {s.target: s for s in inputs if s.target is not None}
+    for rec in _req(doc, "state", list):
+        if not isinstance(rec, dict) or rec.get("target") not in kinds or rec.get("group") not in GROUPS[:2] \
+                or type(rec.get("ref")) is not int or not isinstance(rec.get("parameter"), bool):
+            raise _fail("a state record {target, group, ref, weight_type, parameter}", rec)
+        target = rec["target"]
+        override = (state_dict if rec["group"] == "weights" else constants) or {}
+        value = override.get(target) if target in override else tensors[rec["group"]](rec["ref"])
+        if not isinstance(value, Tensor):
+            raise TypeError(f"state {target!r}: expected a Tensor, got {type(value).__name__}")
+        if rec["parameter"] and not isinstance(value, Parameter):
+            value = Parameter(value, requires_grad=value.requires_grad)
+        state_values[target] = value
+    root = Module()
+    graph_constants = {}
+    for target, value in state_values.items():
+        spec = kinds[target]
+        *path, leaf = target.split(".")
+        owner = root
+        for part in path:
+            child = owner._modules.get(part)
+            if child is None:
+                child = Module()
+                owner.add_module(part, child)
+            owner = child
+        if isinstance(value, Parameter):
+            owner.register_parameter(leaf, value)
+        elif spec.kind is gs.InputKind.BUFFER:
+            owner.register_buffer(leaf, value, persistent=bool(spec.persistent))
+        else:
+            object.__setattr__(owner, leaf, value)
+        if not _is_weight(spec):
+            graph_constants[target] = value
+    missing = [s.target for s in inputs if s.target is not None and s.kind is not gs.InputKind.USER_INPUT
+               and s.target not in state_values]
+    if missing:
+        raise ValueError(f"malformed program document: no stored value for the lifted state {missing}")
+    graph_attrs = dec["constants"](doc.get("graph_attrs", {"$": "dict", "v": []}))
+    if not isinstance(graph_attrs, dict) or not all(isinstance(k, str) and _IDENT.match(k) for k in graph_attrs):
+        raise _fail("graph constants keyed by identifiers", graph_attrs)
+    try:
+        gm = GraphModule(root, graph, graph_attrs=graph_attrs)
+    except Exception as exc:  # GraphError and friends: the document names attributes that do not exist
+        raise ValueError(f"malformed program document: {exc}") from None
+    meta = _req(doc, "meta", dict)
+    for key, value in meta.items():
+        gm.meta[key] = dec["constants"](value)
+    if "shape_env" in gm.meta:
+        gm.meta["shape_env"] = _shape_env_from_value(gm.meta["shape_env"])
+    gm.meta["constants"] = graph_constants
+    examples = dec["sample_inputs"](doc.get("example_inputs", {"$": "dict", "v": []}))
+    equality = []
+    for rec in _req(doc, "equality_constraints", list):
+        from . import dynamic_shapes
+        cls = getattr(dynamic_shapes, "EqualityConstraint", None) or _find_equality_class()
+        try:
+            equality.append(cls(dec["constants"](rec["sites"]), name=rec["name"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed equality constraint record: {exc!r}") from None
+    calls = []
+    for rec in _req(doc, "module_call_graph", list):
+        if not isinstance(rec, dict) or not isinstance(rec.get("fqn"), str):
+            raise _fail("a module call entry {fqn, signature}", rec)
+        sig = rec.get("signature")
+        if sig is not None:
+            try:
+                sig = ModuleCallSignature([arg_of(a) for a in sig["inputs"]], [arg_of(a) for a in sig["outputs"]],
+                                          dec["constants"](sig["in_spec"]), dec["constants"](sig["out_spec"]),
+                                          sig["forward_arg_names"])
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"malformed module call signature: {exc!r}") from None
+        calls.append(ModuleCallEntry(rec["fqn"], sig))
+    try:
+        program = ExportedProgram(
+            gm, gs.ExportGraphSignature(inputs, outputs), examples if example_inputs is None else example_inputs,
+            dec["constants"](doc.get("dynamic_shapes")), calls, dec["constants"](doc.get("range_constraints")),
+            equality)
+    except (TypeError, KeyError) as exc:
+        raise ValueError(f"malformed program document: {exc}") from None
+    try:
+        program.validate()
+    except Exception as exc:  # GraphLintError / GraphCaptureError: the document contradicts itself
+        raise ValueError(f"malformed program document: {exc}") from None
+    return program
+
+
+def _find_equality_class() -> type:
+    import tensorplay.export as package
+    cls = getattr(package, "EqualityConstraint", None)
+    if cls is None:
+        raise ValueError("this tensorplay has no EqualityConstraint class to load equality constraints into")
+    return cls
+
+
+def _bundle(group: list[Tensor]) -> bytes:
+    return b"".join(encode_tensor(t)[1] for t in group)
+
+
+def _unbundle(data: Any, entries: Any, group: str) -> Callable[[int], Tensor]:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"serialized {group} must be bytes, got {type(data).__name__}")
+    if not isinstance(entries, list):
+        raise _fail(f"a payload index list for {group}", entries)
+    offsets, pos = [], 0
+    for i, entry in enumerate(entries):
+        nbytes = check_tensor_entry(entry, f"{group}/{i}")[3]
+        offsets.append(pos)
+        pos += nbytes
+    if pos != len(data):
+        raise ValueError(f"serialized {group}: the index describes {pos} bytes, got {len(data)}")
+    view = memoryview(data)
+    cache: dict[int, Tensor] = {}
+
+    def get(i: int) -> Tensor:
+        if not 0 <= i < len(entries):
+            raise ValueError(f"malformed program document: {group} payload {i} does not exist")
+        if i not in cache:
+            nbytes = entries[i]["nbytes"]
+            cache[i] = decode_tensor(entries[i], view[offsets[i]:offsets[i] + nbytes], f"{group}/{i}")
+        return cache[i]
+    return get
+
+
+def serialize_program(ep: Any, opset_version: dict[str, int] | None = None) -> SerializedArtifact:
+    """The program as a :class:`SerializedArtifact` (JSON document + weights/constants/example-input bytes).
+
+    >>> import tensorplay as tp  # doctest: +SKIP
+    >>> ep.deserialize(ep.serialize())(tp.ones(2, 3))  # doctest: +SKIP
+    """
+    from .exported_program import ExportedProgram
+
+    if not isinstance(ep, ExportedProgram):
+        raise TypeError(f"serialize_program expected an ExportedProgram, got {type(ep).__name__}")
+    doc, groups = program_to_document(ep, opset_version)
+    return SerializedArtifact(json.dumps(doc).encode(), _bundle(groups["weights"]), _bundle(groups["constants"]),
+                              _bundle(groups["sample_inputs"]))
+
+
+def deserialize_program(artifact: SerializedArtifact, state_dict: dict | None = None, constants: dict | None = None,
+                        example_inputs: Any = None) -> Any:
+    """Inverse of :func:`serialize_program`; ``state_dict``/``constants`` (by target) and ``example_inputs``
+    replace the stored values when given. Malformed artifacts raise ``ValueError``."""
+    if not isinstance(artifact, SerializedArtifact):
+        raise TypeError(f"deserialize expected a SerializedArtifact, got {type(artifact).__name__}")
+    for name, given in (("state_dict", state_dict), ("constants", constants)):
+        if given is not None and not isinstance(given, dict):
+            raise TypeError(f"{name} must be a dict target -> Tensor, got {type(given).__name__}")
+    doc = parse_json(artifact.exported_program, "the serialized program")
+    payloads = doc.get("payloads") if isinstance(doc, dict) else None
+    if not isinstance(payloads, dict):
+        raise _fail("a program document with a 'payloads' index", str(doc)[:80])
+    tensors = {g: _unbundle(getattr(artifact, "state_dict" if g == "weights" else
+                                    "example_inputs" if g == "sample_inputs" else g), payloads.get(g), g)
+               for g in GROUPS}
+    return document_to_program(doc, tensors, state_dict, constants, example_inputs)
+
+
+serialize = serialize_program
+deserialize = deserialize_program
