@@ -1,0 +1,624 @@
+"""``kernel`` dialect -> LLVM IR -> a native :class:`runtime.abi.Executable`.
+
+:func:`emit_llvm` turns the one function of a kernel-level module into the two entry points of the
+:mod:`runtime.abi` convention: ``<prefix>_prepare`` binds the symbols from the input dims and runs
+every shape check (see :mod:`lowering.codegen_prepare`), ``<prefix>_run`` runs the loop nests.
+
+How ops are lowered:
+
+* the loop nest lives in ``<prefix>.body`` whose buffer pointers are ``noalias`` parameters; index
+  expressions become ``i64`` arithmetic (:mod:`lowering.codegen_expr`) over ``inbounds`` GEPs;
+* ``kernel.for {parallel = true}`` (outermost only) is outlined into ``<prefix>.par<k>`` and split
+  into ``num_threads`` contiguous chunks run by a fork-join over ``pthread_create``/``pthread_join``
+  (the calling thread runs chunk 0; small loops stay on one thread);
+* ``kernel.reduce`` is a loop with a ``phi`` accumulator (``reassoc`` float add/mul so it vectorizes);
+* scalar ops follow numpy per dtype (:mod:`lowering.codegen_scalar`), transcendentals through
+  :mod:`lowering.llvm_math`;
+* ``kernel.gemm`` calls one :func:`lowering.gemm.emit_gemm` instance per distinct configuration,
+  its packing scratch placed after the planned workspace;
+* ``kernel.alloc`` is the workspace pointer plus the slot's byte offset.
+
+512-bit vectors come from the feature string :mod:`runtime.target` gives LLVM (``-prefer-256-bit``).
+
+Example::
+
+    >>> import numpy as np
+    >>> from dialect import parse
+    >>> m = parse('''func @k(%x: buffer<[s0], f32>, %y: buffer<[s0], f32>) -> () where {s0 in [1, 4096]} {
+    ...   kernel.for {iv = i0, parallel = true, upper = s0} {
+    ...     %0 = kernel.load %x {index = [i0]} : f32
+    ...     %1 = kernel.exp %0 : f32
+    ...     kernel.store %1, %y {index = [i0]}
+    ...   }
+    ...   kernel.return
+    ... }
+    ... ''')
+    >>> exe = compile_kernel_module(m)
+    >>> exe(np.zeros(3, np.float32))[0].tolist()
+    [1.0, 1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import llvmlite.ir as ir
+import sympy
+
+from dialect.ir import Function, Module, Operation, Value
+from dialect.kernel_ops import COMBINES
+from dialect.shapes import elem_dtype
+from dialect.types import BufferType, DType, IndexType
+
+from runtime.abi import Executable, Signature, TensorSpec
+
+from .codegen_expr import I1, I32, I64, PTR, CodegenError, ExprEmitter, i64
+from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
+from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps, register_type
+from .gemm import DEFAULT_SHAPE, Epilogue, emit_gemm
+
+__all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
+
+MAX_THREADS = 64
+#: Iterations of innermost work per thread below which a parallel loop is not split.
+PARALLEL_GRAIN = 32768
+_ALIGN = 64
+_UNARY = {"neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
+          "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "sign", "reciprocal", "logical_not",
+          "bitwise_not", "isnan", "isinf", "isfinite"}
+
+
+def gemm_scratch_expr(m: Any, n: Any, k: Any) -> sympy.Expr:
+    """:func:`lowering.gemm.scratch_bytes` as a sympy expression of symbolic ``m, n, k``.
+
+    >>> from lowering.gemm import scratch_bytes
+    >>> int(gemm_scratch_expr(100, 70, 33)) == scratch_bytes(100, 70, 33)
+    True
+    """
+    s = DEFAULT_SHAPE
+    m, n, k = (sympy.sympify(x) for x in (m, n, k))
+    kc = sympy.Min(s.kc, k)
+    a = sympy.ceiling(sympy.Min(m, s.mc) / s.mr) * s.mr * kc
+    bf = sympy.ceiling(sympy.Min(n, s.nc) / s.nr) * s.nr * kc
+    return sympy.Max(4 * (sympy.ceiling(a / 16) * 16 + bf), 4 * k) + 2 * _ALIGN
+
+
+def _round_up(e: sympy.Expr, m: int) -> sympy.Expr:
+    return sympy.ceiling(sympy.sympify(e) / m) * m
+
+
+class _Scope:
+    """What emitted code sees: builder, symbol emitter, scalar ops, and dialect value -> LLVM value."""
+
+    __slots__ = ("b", "em", "ops", "vals", "fn", "in_parallel")
+
+    def __init__(self, fn: ir.Function, b: ir.IRBuilder, em: ExprEmitter, fastmath: Sequence[str],
+                 vals: dict[Value, ir.Value], in_parallel: bool) -> None:
+        self.fn, self.b, self.em = fn, b, em
+        self.ops = ScalarOps(b, fastmath)
+        self.vals = vals
+        self.in_parallel = in_parallel
+
+
+class _Codegen:
+    def __init__(self, f: Function, prefix: str, num_outputs: int, fastmath: Sequence[str]) -> None:
+        self.f, self.prefix, self.fastmath = f, prefix, tuple(fastmath)
+        self.nin = len(f.args) - num_outputs
+        self.module = ir.Module(name=prefix)
+        self.plan: ShapePlan = plan_shapes(f, self.nin)
+        self.out_shapes = [f.args[i].type.shape for i in range(self.nin, len(f.args))]
+        bound = set(self.plan.symbols)
+        for i, shape in enumerate(self.out_shapes):
+            for d in shape:
+                if not sympy.sympify(d).free_symbols <= bound:
+                    raise CodegenError(f"output '{f.args[self.nin + i].name}' has dimension {d} whose symbols are "
+                                       "not determined by the input sizes")
+        self.gemms: dict[tuple, ir.Function] = {}
+        self.gemm_sizes: list[sympy.Expr] = []
+        self.par_count = 0
+        for op in f.walk():
+            if op.name == "kernel.gemm":
+                a = op.attributes
+                if any(s not in bound for x in ("m", "n", "k") for s in a[x].free_symbols):
+                    raise CodegenError("kernel.gemm: m, n and k must depend only on header symbols, got "
+                                       f"m={a['m']}, n={a['n']}, k={a['k']}")
+                self.gemm_sizes.append(gemm_scratch_expr(a["m"], a["n"], a["k"]))
+        plan_size = f.workspace.size if f.workspace is not None else sympy.Integer(0)
+        self.scratch_offset = _round_up(plan_size, _ALIGN)
+        scratch = sympy.Max(*self.gemm_sizes) if self.gemm_sizes else sympy.Integer(0)
+        self.workspace_size = self.scratch_offset + scratch if self.gemm_sizes else sympy.sympify(plan_size)
+
+    # ----------------------------------------------------------------- entry points
+    def emit(self) -> tuple[str, Signature]:
+        emit_prepare(self.module, f"{self.prefix}_prepare", self.plan, self.out_shapes,
+                     lambda em: em.emit(self.workspace_size))
+        body = self._emit_body()
+        self._emit_run(body)
+        f = self.f
+        specs = [TensorSpec(a.name or f"arg{i}", SIGNATURE_DTYPES[a.type.dtype], a.type.rank,
+                            tuple(str(d) for d in a.type.shape)) for i, a in enumerate(f.args)]
+        sig = Signature(tuple(specs[:self.nin]), tuple(specs[self.nin:]), tuple(self.plan.assertions),
+                        {"function": f.name, "prefix": self.prefix})
+        return str(self.module), sig
+
+    def _emit_run(self, body: ir.Function) -> None:
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR, I32]), f"{self.prefix}_run")
+        in_ptrs, out_ptrs, in_dims, ws, nthreads = fn.args
+        for a, n in zip(fn.args, ("in_ptrs", "out_ptrs", "in_dims", "workspace", "num_threads")):
+            a.name = n
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        em = ExprEmitter(b)
+
+        def dims(p: int) -> ir.Value:
+            return b.load(b.gep(in_dims, [i64(p)], inbounds=True, source_etype=I64), typ=I64)
+
+        self.plan.emit_binds(em, dims)
+        args = []
+        for i in range(len(self.f.args)):
+            base, k = (in_ptrs, i) if i < self.nin else (out_ptrs, i - self.nin)
+            args.append(b.load(b.gep(base, [i64(k)], inbounds=True, source_etype=PTR), typ=PTR))
+        args += [em.symbols[s] for s in self.plan.symbols] + [ws, nthreads]
+        b.call(body, args)
+        b.ret(ir.Constant(I32, 0))
+
+    def _emit_body(self) -> ir.Function:
+        f, syms = self.f, self.plan.symbols
+        ty = ir.FunctionType(ir.VoidType(), [PTR] * len(f.args) + [I64] * len(syms) + [PTR, I32])
+        fn = ir.Function(self.module, ty, f"{self.prefix}.body")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for i, a in enumerate(f.args):
+            fn.args[i].name = a.name or f"arg{i}"
+            fn.args[i].add_attribute("noalias")
+        n = len(f.args)
+        for k, s in enumerate(syms):
+            fn.args[n + k].name = str(s)
+        ws, nthreads = fn.args[-2], fn.args[-1]
+        ws.name, nthreads.name = "workspace", "num_threads"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        em = ExprEmitter(b, {s: fn.args[n + k] for k, s in enumerate(syms)})
+        vals: dict[Value, ir.Value] = {a: fn.args[i] for i, a in enumerate(f.args)}
+        self.ws, self.nthreads = ws, nthreads
+        self.tids = _opaque(b.alloca(ir.ArrayType(I64, MAX_THREADS), name="tids"))
+        self.created = _opaque(b.alloca(ir.ArrayType(ir.IntType(8), MAX_THREADS), name="created"))
+        sc = _Scope(fn, b, em, self.fastmath, vals, False)
+        self._block(sc, f.body.ops)
+        b.ret_void()
+        return fn
+
+    # ----------------------------------------------------------------- ops
+    def _block(self, sc: _Scope, ops: Sequence[Operation]) -> ir.Value | None:
+        """Emit ops in order; returns the value of a ``kernel.yield``."""
+        for op in ops:
+            name = op.name
+            if name == "kernel.yield":
+                return sc.vals[op.operands[0]]
+            if name in ("kernel.return", "tp.return") or name in ASSERTION_OPS:
+                continue
+            if name == "kernel.kernel":
+                self._block(sc, op.body.ops)
+            elif name == "kernel.for":
+                self._for(sc, op)
+            elif name == "kernel.reduce":
+                sc.vals[op.result] = self._reduce(sc, op)
+            elif name == "kernel.gemm":
+                self._gemm(sc, op)
+            else:
+                self._simple(sc, op)
+        return None
+
+    def _simple(self, sc: _Scope, op: Operation) -> None:
+        b, name, a = sc.b, op.name, op.attributes
+        if name == "kernel.alloc":
+            off = sc.em.emit(a["offset"])
+            sc.vals[op.result] = b.gep(self._ws(sc), [off], inbounds=True, source_etype=ir.IntType(8))
+            return
+        if name in SHAPE_VALUE_OPS:
+            sc.vals[op.result] = shape_value(op, sc.em, sc.vals, self._dim_of_input(sc), self.plan.positions,
+                                             lambda i, j: sc.em.emit(self.out_shapes[i - self.nin][j]))
+            return
+        if name == "kernel.load":
+            buf = op.operands[0]
+            sc.vals[op.result] = sc.ops.load(self._addr(sc, buf, a["index"]), buf.type.dtype)
+            return
+        if name == "kernel.store":
+            val, buf = op.operands
+            sc.ops.store(sc.vals[val], self._addr(sc, buf, a["index"]), buf.type.dtype)
+            return
+        rt = op.results[0].type if op.results else None
+        rdt = elem_dtype(rt) if rt is not None else None
+        if name == "kernel.constant":
+            sc.vals[op.result] = sc.ops.const(float(a["value"]), rdt)
+            return
+        if name == "kernel.where":
+            c, x, y = (sc.vals[v] for v in op.operands)
+            sc.vals[op.result] = b.select(c, x, y)
+            return
+        if name == "kernel.cast":
+            src = op.operands[0]
+            sc.vals[op.result] = sc.ops.cast(sc.vals[src], elem_dtype(src.type), a["dtype"])
+            return
+        if not name.startswith("kernel."):
+            raise CodegenError(f"cannot lower {name} in a kernel-level function")
+        short = name[len("kernel."):]
+        args = [sc.vals[v] for v in op.operands]
+        dt: DType = elem_dtype(op.operands[0].type) if op.operands else rdt
+        if short in _UNARY and len(args) == 1:
+            sc.vals[op.result] = sc.ops.unary(short, args[0], dt)
+        elif len(args) == 2:
+            sc.vals[op.result] = sc.ops.binary(short, args[0], args[1], dt)
+        else:
+            raise CodegenError(f"cannot lower {name} with {len(args)} operands")
+
+    def _dim_of_input(self, sc: _Scope):
+        def dims(p: int) -> ir.Value:
+            for (i, j), q in self.plan.positions.items():
+                if q == p:
+                    return sc.em.emit(self.f.args[i].type.shape[j])
+            raise CodegenError(f"no input dimension at position {p}")
+        return dims
+
+    def _ws(self, sc: _Scope) -> ir.Value:
+        return sc.vals.get("__ws__", self.ws) if isinstance(sc.vals, dict) else self.ws
+
+    def _addr(self, sc: _Scope, buf: Value, index: Sequence[sympy.Expr]) -> ir.Value:
+        t: BufferType = buf.type
+        flat = sympy.Integer(0)
+        for e, stride in zip(index, _strides(t.shape)):
+            flat += sympy.sympify(e) * stride
+        ptr = sc.vals[buf]
+        return sc.b.gep(ptr, [sc.em.emit(sympy.expand(flat))], inbounds=True, source_etype=_storage(t.dtype))
+
+    # ----------------------------------------------------------------- loops
+    def _loop(self, sc: _Scope, op: Operation, lower: ir.Value, upper: ir.Value, body, acc_init=None):
+        """Emit ``for iv in [lower, upper) step op.step``; ``body(sc, acc) -> next acc``; returns final acc."""
+        b, em, a = sc.b, sc.em, op.attributes
+        step = em.emit(a["step"])
+        pre = b.block
+        loop_bb = sc.fn.append_basic_block(f"{a['iv']}.loop")
+        exit_bb = sc.fn.append_basic_block(f"{a['iv']}.exit")
+        b.cbranch(b.icmp_signed("<", lower, upper), loop_bb, exit_bb)
+        b.position_at_end(loop_bb)
+        iv = b.phi(I64, name=str(a["iv"]))
+        iv.add_incoming(lower, pre)
+        acc = None
+        if acc_init is not None:
+            acc = b.phi(acc_init.type, name="acc")
+            acc.add_incoming(acc_init, pre)
+        em.push()
+        em.bind(a["iv"], iv, loop=True)
+        nxt_acc = body(sc, acc)
+        em.pop()
+        nxt = b.add(iv, step, name=f"{a['iv']}.next", flags=["nsw"])
+        latch = b.block
+        iv.add_incoming(nxt, latch)
+        if acc is not None:
+            acc.add_incoming(nxt_acc, latch)
+        b.cbranch(b.icmp_signed("<", nxt, upper), loop_bb, exit_bb)
+        b.position_at_end(exit_bb)
+        if acc is None:
+            return None
+        res = b.phi(acc_init.type, name="red")
+        res.add_incoming(acc_init, pre)
+        res.add_incoming(nxt_acc, latch)
+        return res
+
+    def _for(self, sc: _Scope, op: Operation) -> None:
+        a = op.attributes
+        if a["parallel"] and not sc.in_parallel and not any(o.name == "kernel.gemm" for o in op.walk()):
+            self._parallel_for(sc, op)
+            return
+        lower, upper = sc.em.emit(a["lower"]), sc.em.emit(a["upper"])
+        self._loop(sc, op, lower, upper, lambda s, acc: self._block(s, op.body.ops))
+
+    def _reduce(self, sc: _Scope, op: Operation) -> ir.Value:
+        a = op.attributes
+        dt = elem_dtype(op.result.type)
+        init = sc.ops.const(float(a["init"]), dt)
+        combine = a["combine"]
+        if combine not in COMBINES:
+            raise CodegenError(f"kernel.reduce: unknown combine {combine!r}")
+
+        def body(s: _Scope, acc: ir.Value) -> ir.Value:
+            v = self._block(s, op.body.ops)
+            return self._combine(s, combine, acc, v, dt)
+
+        return self._loop(sc, op, sc.em.emit(a["lower"]), sc.em.emit(a["upper"]), body, init)
+
+    def _combine(self, sc: _Scope, combine: str, acc: ir.Value, v: ir.Value, dt: DType) -> ir.Value:
+        b = sc.b
+        if dt.is_float:
+            flags = tuple(sorted(set(self.fastmath) | {"reassoc"}))
+            if combine == "add":
+                return sc.ops.finish(b.fadd(acc, v, flags=flags), dt)
+            if combine == "mul":
+                return sc.ops.finish(b.fmul(acc, v, flags=flags), dt)
+        name = {"add": "add", "mul": "mul", "max": "maximum", "min": "minimum"}[combine]
+        return sc.ops.binary(name, acc, v, dt)
+
+    # ----------------------------------------------------------------- parallel loops
+    def _parallel_for(self, sc: _Scope, op: Operation) -> None:
+        """Outline the loop body into ``<prefix>.par<k>(env..., lo, hi)`` and fork-join over chunks."""
+        a = op.attributes
+        k = self.par_count
+        self.par_count += 1
+        inside = {id(o) for o in op.walk()}
+        env_vals: list[Value] = []
+        for o in op.walk():
+            for v in o.operands:
+                owner = v.owner
+                outer = (isinstance(owner, Operation) and id(owner) not in inside) or \
+                    (not isinstance(owner, Operation) and v in sc.vals)
+                if outer and v not in env_vals and v in sc.vals:
+                    env_vals.append(v)
+        env_syms = list(sc.em.symbols)
+        env = [sc.vals[v] for v in env_vals] + [sc.em.symbols[s] for s in env_syms] + [self._ws(sc)]
+        env_types = [x.type for x in env]
+        fty = ir.FunctionType(ir.VoidType(), env_types + [I64, I64])
+        par = ir.Function(self.module, fty, f"{self.prefix}.par{k}")
+        par.linkage = "internal"
+        par.attributes.add("nounwind")
+        for i, v in enumerate(env_vals):
+            if isinstance(v.type, BufferType) and v.is_block_arg:
+                par.args[i].add_attribute("noalias")
+        pb = ir.IRBuilder(par.append_basic_block("entry"))
+        n_v = len(env_vals)
+        pem = ExprEmitter(pb, {s: par.args[n_v + i] for i, s in enumerate(env_syms)}, sc.em.variant)
+        pvals: dict[Any, ir.Value] = {v: par.args[i] for i, v in enumerate(env_vals)}
+        pvals["__ws__"] = par.args[len(env) - 1]
+        psc = _Scope(par, pb, pem, self.fastmath, pvals, True)
+        self._loop(psc, op, par.args[-2], par.args[-1], lambda s, acc: self._block(s, op.body.ops))
+        pb.ret_void()
+        thunk = self._thunk(par, env_types, k)
+        self._fork_join(sc, op, par, thunk, env)
+
+    def _thunk(self, par: ir.Function, env_types: list[ir.Type], k: int) -> ir.Function:
+        st = ir.LiteralStructType(env_types + [I64, I64])
+        fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR]), f"{self.prefix}.par{k}.thunk")
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        args = [b.load(b.gep(fn.args[0], [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                             source_etype=st), typ=t) for i, t in enumerate(st.elements)]
+        b.call(par, args)
+        b.ret(ir.Constant(PTR, None))
+        self._thunk_struct = st
+        return fn
+
+    def _work(self, ops: Sequence[Operation]) -> sympy.Expr:
+        total = sympy.Integer(0)
+        known = set(self.plan.symbols)
+        for o in ops:
+            if o.name in ("kernel.for", "kernel.reduce"):
+                ext = sympy.sympify(o.attributes["upper"] - o.attributes["lower"])
+                if not ext.free_symbols <= known:
+                    ext = sympy.Integer(1)
+                total += ext * self._work(o.body.ops)
+            elif o.name == "kernel.kernel":
+                total += self._work(o.body.ops)
+            else:
+                total += 1
+        return total
+
+    def _fork_join(self, sc: _Scope, op: Operation, par: ir.Function, thunk: ir.Function,
+                   env: list[ir.Value]) -> None:
+        b, em, a = sc.b, sc.em, op.attributes
+        st = self._thunk_struct
+        lower, upper, step = em.emit(a["lower"]), em.emit(a["upper"]), em.emit(a["step"])
+        span = b.sub(upper, lower)
+        trip = b.select(b.icmp_signed(">", span, i64(0)), b.sdiv(b.add(span, b.sub(step, i64(1))), step), i64(0))
+        work = b.mul(trip, em.emit(sympy.Max(1, self._work(op.body.ops))))
+        by_work = b.add(b.sdiv(work, i64(PARALLEL_GRAIN)), i64(1))
+        n = b.sext(self.nthreads, I64)
+        for cap in (i64(MAX_THREADS), trip, by_work):
+            n = b.select(b.icmp_signed("<", cap, n), cap, n)
+        serial_bb, fork_bb, done_bb = (sc.fn.append_basic_block(f"par{par.name[-1]}.{x}")
+                                       for x in ("serial", "fork", "done"))
+        b.cbranch(b.icmp_signed("<=", n, i64(1)), serial_bb, fork_bb)
+        b.position_at_end(serial_bb)
+        b.call(par, env + [lower, upper])
+        b.branch(done_bb)
+        b.position_at_end(fork_bb)
+        args = self._entry_alloca(sc, ir.ArrayType(st, MAX_THREADS))
+        mod = self.module
+        create = mod.globals.get("pthread_create") or ir.Function(
+            mod, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
+        join = mod.globals.get("pthread_join") or ir.Function(mod, ir.FunctionType(I32, [I64, PTR]), "pthread_join")
+
+        def chunk_bound(t: ir.Value) -> ir.Value:  # lower + step * (trip * t / n), clamped to upper
+            it = b.sdiv(b.mul(trip, t), n)
+            v = b.add(lower, b.mul(step, it))
+            return b.select(b.icmp_signed("<", upper, v), upper, v)
+
+        def fill(t: ir.Value) -> ir.Value:
+            slot = b.gep(args, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(st, MAX_THREADS))
+            for i, x in enumerate(env + [chunk_bound(t), chunk_bound(b.add(t, i64(1)))]):
+                b.store(x, b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True, source_etype=st))
+            return slot
+
+        def spawn(t: ir.Value) -> None:
+            slot = fill(t)
+            tid = b.gep(self.tids, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(I64, MAX_THREADS))
+            rc = b.call(create, [tid, ir.Constant(PTR, None), thunk, slot])
+            ok = b.icmp_signed("==", rc, ir.Constant(I32, 0))
+            flag = b.gep(self.created, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(ir.IntType(8),
+                                                                                              MAX_THREADS))
+            b.store(b.zext(ok, ir.IntType(8)), flag)
+            with b.if_then(b.not_(ok)):
+                b.call(thunk, [slot])  # no thread could be made: run the chunk here
+
+        self._counted(sc, i64(1), n, spawn)
+        b.call(thunk, [fill(i64(0))])
+
+        def reap(t: ir.Value) -> None:
+            flag = b.gep(self.created, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(ir.IntType(8),
+                                                                                              MAX_THREADS))
+            with b.if_then(b.icmp_unsigned("!=", b.load(flag, typ=ir.IntType(8)), ir.Constant(ir.IntType(8), 0))):
+                tid = b.gep(self.tids, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(I64, MAX_THREADS))
+                b.call(join, [b.load(tid, typ=I64), ir.Constant(PTR, None)])
+
+        self._counted(sc, i64(1), n, reap)
+        b.branch(done_bb)
+        b.position_at_end(done_bb)
+
+    def _entry_alloca(self, sc: _Scope, ty: ir.Type) -> ir.Value:
+        b = sc.b
+        here = b.block
+        entry = sc.fn.entry_basic_block
+        b.position_at_start(entry)
+        slot = _opaque(b.alloca(ty))
+        b.position_at_end(here)
+        return slot
+
+    def _counted(self, sc: _Scope, start: ir.Value, end: ir.Value, body) -> None:
+        b = sc.b
+        pre = b.block
+        loop_bb, exit_bb = sc.fn.append_basic_block("t.loop"), sc.fn.append_basic_block("t.exit")
+        b.cbranch(b.icmp_signed("<", start, end), loop_bb, exit_bb)
+        b.position_at_end(loop_bb)
+        t = b.phi(I64)
+        t.add_incoming(start, pre)
+        body(t)
+        nxt = b.add(t, i64(1))
+        t.add_incoming(nxt, b.block)
+        b.cbranch(b.icmp_signed("<", nxt, end), loop_bb, exit_bb)
+        b.position_at_end(exit_bb)
+
+    # ----------------------------------------------------------------- gemm
+    def _gemm(self, sc: _Scope, op: Operation) -> None:
+        a, b, em = op.attributes, sc.b, sc.em
+        types = [v.type for v in op.operands]
+        if any(t.dtype.name != "f32" for t in types):
+            raise CodegenError(f"kernel.gemm is compiled for f32 buffers only, got {', '.join(map(str, types))}")
+        act = None if a["activation"] == "none" else a["activation"]
+        key = (a["trans_a"], a["trans_b"], a["bias"], act, a["residual"])
+        fn = self.gemms.get(key)
+        if fn is None:
+            fn = emit_gemm(self.module, f"{self.prefix}.gemm{len(self.gemms)}", trans_a=a["trans_a"],
+                           trans_b=a["trans_b"], epilogue=Epilogue(bias=a["bias"], activation=act,
+                                                                   residual=a["residual"]))
+            fn.linkage = "internal"
+            self.gemms[key] = fn
+        m, n, k = (em.emit(a[x]) for x in ("m", "n", "k"))
+        f32 = ir.FloatType()
+
+        def at(v: Value, off: Any) -> ir.Value:
+            return b.gep(sc.vals[v], [em.emit(off)], inbounds=True, source_etype=f32)
+
+        ops = op.operands
+        lda = m if a["trans_a"] else k
+        ldb = k if a["trans_b"] else n
+        null = ir.Constant(PTR, None)
+        extra = list(ops[3:])
+        bias = at(extra.pop(0), 0) if a["bias"] else null
+        resid = at(extra.pop(0), a["c_offset"]) if a["residual"] else null
+        scratch = b.gep(self._ws(sc), [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
+        b.call(fn, [i64(1), m, n, k, at(ops[0], a["a_offset"]), lda, i64(0), at(ops[1], a["b_offset"]), ldb, i64(0),
+                    at(ops[2], a["c_offset"]), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch])
+
+
+def _opaque(slot: ir.Instruction) -> ir.Instruction:
+    """Give an alloca the opaque ``ptr`` type (llvmlite types it ``T*``, which its store() then checks)."""
+    slot.type = PTR
+    return slot
+
+
+def _strides(shape: Sequence[Any]) -> list[sympy.Expr]:
+    out, acc = [], sympy.Integer(1)
+    for d in reversed(shape):
+        out.append(acc)
+        acc = acc * sympy.sympify(d)
+    return out[::-1]
+
+
+def _storage(dt: DType) -> ir.Type:
+    from .codegen_scalar import storage_type
+    return storage_type(dt)
+
+
+def _function(module: Module | Function, function: str | None) -> Function:
+    if isinstance(module, Function):
+        return module
+    if not isinstance(module, Module):
+        raise TypeError(f"expected a dialect Module or Function, got {type(module).__name__}")
+    if function is not None:
+        return module[function]
+    if len(module.functions) != 1:
+        names = [f.name for f in module.functions]
+        raise CodegenError(f"module has {len(names)} functions {names}; pass function= to choose one")
+    return module.functions[0]
+
+
+def _default_outputs(f: Function) -> int:
+    """Trailing buffer arguments written by kernel.store / kernel.gemm are the outputs."""
+    written: set[int] = set()
+    for op in f.walk():
+        target = op.operands[1] if op.name == "kernel.store" else op.operands[2] if op.name == "kernel.gemm" else None
+        if target is None:
+            continue
+        root = target
+        if root.is_block_arg and root.owner is f.body:
+            written.add(root.index)
+    n = 0
+    for i in range(len(f.args) - 1, -1, -1):
+        if i not in written:
+            break
+        n += 1
+    return n
+
+
+def emit_llvm(kernel_module: Module | Function, *, prefix: str = "tp_main", num_outputs: int | None = None,
+              function: str | None = None, fastmath: Sequence[str] = ("contract",)) -> tuple[str, Signature]:
+    """LLVM IR text of ``<prefix>_prepare``/``<prefix>_run`` for a kernel-level function, and its Signature.
+
+    ``num_outputs``: how many trailing buffer arguments are outputs (default: the trailing arguments the
+    function writes). ``fastmath``: flags on float arithmetic (reductions add ``reassoc``).
+
+    >>> from dialect import parse
+    >>> m = parse('''func @k(%x: buffer<[4], f32>, %y: buffer<[4], f32>) -> () {
+    ...   kernel.for {iv = i0, upper = 4} {
+    ...     %0 = kernel.load %x {index = [i0]} : f32
+    ...     kernel.store %0, %y {index = [i0]}
+    ...   }
+    ...   kernel.return
+    ... }
+    ... ''')
+    >>> text, sig = emit_llvm(m, prefix="copy")
+    >>> "copy_run" in text, [t.name for t in sig.outputs]
+    (True, ['y'])
+    """
+    f = _function(kernel_module, function)
+    for i, a in enumerate(f.args):
+        if not isinstance(a.type, BufferType):
+            raise CodegenError(f"argument {i} of @{f.name} must be a buffer, got {a.type}")
+    nout = _default_outputs(f) if num_outputs is None else num_outputs
+    if isinstance(nout, bool) or not isinstance(nout, int) or not 0 <= nout <= len(f.args):
+        raise ValueError(f"num_outputs must be an int in [0, {len(f.args)}], got {num_outputs!r}")
+    if not prefix.isidentifier():
+        raise ValueError(f"prefix must be a C identifier, got {prefix!r}")
+    for op in f.walk():
+        for r in op.results:
+            if isinstance(r.type, IndexType) or r.type is None:
+                continue
+    return _Codegen(f, prefix, nout, fastmath).emit()
+
+
+def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp_main",
+                          num_outputs: int | None = None, function: str | None = None,
+                          fastmath: Sequence[str] = ("contract",), num_threads: int | None = None,
+                          shape_error: type[BaseException] = RuntimeError, opt: int = 3,
+                          cache: bool = True) -> Executable:
+    """Compile a kernel-level function to native code behind the :mod:`runtime.abi` convention.
+
+    Options as in :func:`emit_llvm`, plus ``num_threads`` (default ``TENSORPLAY_NUM_THREADS`` or the
+    core count), ``shape_error`` (the exception class for failed shape checks), ``opt`` and ``cache``
+    (see :func:`runtime.jit.compile_ir`).
+    """
+    from runtime.jit import compile_ir
+    text, sig = emit_llvm(kernel_module, prefix=prefix, num_outputs=num_outputs, function=function,
+                          fastmath=fastmath)
+    lib = compile_ir(text, opt=opt, cache=cache, name=prefix)
+    return Executable(lib, prefix, sig, shape_error=shape_error, num_threads=num_threads)
+
+
+_ = I1  # re-exported type constants keep one definition in codegen_expr
