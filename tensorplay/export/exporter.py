@@ -307,11 +307,12 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
     mutations = _mutations(graph, tracer)
     placeholders = {n.name: n for n in graph.placeholders}
     site_nodes = _site_nodes(graph, placeholders, decl)
-    _insert_assertions(graph, decl, site_nodes, kept)
+    first = _first_computation(graph)
+    with graph.inserting_before(first) if first is not None else contextlib.nullcontext():
+        _insert_assertions(graph, decl, site_nodes, kept)
     out_values = [node for node, _, _ in mutations] + user_nodes
     graph.output(tuple(out_values))
-    graph.eliminate_dead_code(is_impure_node=lambda n: n.op == "call_function"
-                              and getattr(n.target, "__module__", None) == assertions.__name__)
+    graph.eliminate_dead_code()
 
     input_specs = []
     constants = {}
@@ -434,6 +435,20 @@ def _site_nodes(graph, placeholders: dict, decl: _Declarations) -> dict:
                         and u.args[1] == site["key"])
         result[site["label"]] = node
     return result
+
+
+def _first_computation(graph):
+    """The first node past the inputs (placeholders and their container reads); None at the end.
+
+    Shape assertions go there so that wrong sizes are reported before any op runs on them.
+    """
+    for node in graph.nodes:
+        is_input = node.op == "placeholder" or (
+            node.op == "call_function" and node.target is operator.getitem and hasattr(node.args[0], "op")
+            and node.args[0].op == "placeholder")
+        if not is_input:
+            return node
+    return None
 
 
 def _insert_assertions(graph, decl: _Declarations, site_nodes: dict, kept) -> None:
