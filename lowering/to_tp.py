@@ -1,0 +1,516 @@
+"""Traced graphs to the ``tp`` dialect: :func:`graph_to_tp`.
+
+Placeholders become function arguments (or, for module state listed in ``weights`` with
+``state_as="constants"``, ``tp.constant @name`` weight references); every primitive registry op maps
+to the ``tp`` op of the same meaning with explicit ``tp.cast`` where PyTorch's promotion converts
+operands; size reads become ``tp.dim`` / ``tp.symexpr``; the header carries every symbol's range
+and the equalities between input sites. Each op gets ``loc`` (the user's line) and ``origin`` (the
+graph node's name, for bisect). Ops the dialect cannot express are reported all at once.
+
+>>> import numpy as np, tensorplay as tp
+>>> from tensorplay.graph.tracer import trace
+>>> from dialect.interpret import run
+>>> gm = trace(lambda x: (x * 2).sum(0), (tp.ones(4, 3),), dynamic={"x": {0: "batch"}})
+>>> module, binding = graph_to_tp(gm)
+>>> print(module)  # doctest: +NORMALIZE_WHITESPACE
+func @main(%x: tensor<[s0, 3], f32>) -> (tensor<[3], f32>) where {s0 in [0, inf]} {
+  %0 = tp.constant {origin = "mul", value = dense<2.0>} : tensor<[], f32>
+  %1 = tp.mul %x, %0 {origin = "mul"} : tensor<[s0, 3], f32>
+  %2 = tp.sum %1 {axes = [0], origin = "sum"} : tensor<[3], f32>
+  tp.return %2
+}
+>>> binding.symbols
+{'s0': 'batch'}
+>>> run(module, [np.ones((5, 3), np.float32)])[0].tolist()
+[10.0, 10.0, 10.0]
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import sympy
+
+from dialect import Builder, Function, Module, TensorType, Value, sym
+from dialect.attrs import Dense, WeightRef
+from dialect.opdef import OpError
+from dialect.symbolic import INF
+
+from . import to_tp_elementwise as _elementwise  # noqa: F401  (registers rules)
+from . import to_tp_indexing as _indexing  # noqa: F401
+from . import to_tp_movement as _movement  # noqa: F401
+from . import to_tp_nn as _nn  # noqa: F401
+from .to_tp_core import RULES, SYM_OPS, Cx, LoweringError, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
+
+__all__ = ["graph_to_tp", "Binding", "ArgSource", "LoweringError", "supported_ops"]
+
+#: Inline ``get_attr`` constants up to this many elements as ``dense<...>``; larger ones are weights.
+INLINE_LIMIT = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgSource:
+    """Where one function argument comes from: a graph placeholder (``key`` indexes into a container
+    placeholder, ``()`` for a plain tensor) or module state (``kind="state"``, ``name`` its path)."""
+
+    kind: str  # "input" | "state"
+    name: str
+    key: tuple = ()
+
+
+@dataclasses.dataclass
+class Binding:
+    """How the function relates to the graph: argument sources, outputs, symbols and weights.
+
+    ``arguments[i]`` feeds function argument ``i``; ``outputs`` is the graph's output structure with
+    each tensor leaf replaced by the index of the function result holding it (other leaves kept as
+    they are); ``symbols`` maps dialect symbol names to the graph's names; ``weights`` holds the
+    values of every ``tp.constant @name`` (pass them to :func:`dialect.interpret.run`);
+    ``state`` holds the values of state arguments by name.
+    """
+
+    arguments: list[ArgSource]
+    outputs: Any
+    symbols: dict[str, str]
+    weights: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+    def flat_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """Function arguments, in order, from user inputs by placeholder name (state filled in).
+
+        >>> Binding([ArgSource("input", "x")], 0, {}).flat_inputs({"x": np.zeros(2)})[0].shape
+        (2,)
+        """
+        out = []
+        for a in self.arguments:
+            if a.kind == "state":
+                out.append(self.state[a.name])
+                continue
+            if a.name not in inputs:
+                raise KeyError(f"missing input {a.name!r}; the function takes {[x.name for x in self.arguments]}")
+            v = inputs[a.name]
+            for k in a.key:
+                v = v[k]
+            out.append(_array(v))
+        return out
+
+    def unflatten(self, results: list[Any]) -> Any:
+        """The graph's output structure rebuilt from the function's results."""
+        def rebuild(spec: Any) -> Any:
+            if isinstance(spec, _Result):
+                return results[spec.index]
+            if isinstance(spec, (list, tuple)):
+                return type(spec)(rebuild(s) for s in spec)
+            if isinstance(spec, dict):
+                return {k: rebuild(v) for k, v in spec.items()}
+            return spec
+        return rebuild(self.outputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+    index: int
+
+    def __repr__(self) -> str:
+        return f"<result {self.index}>"
+
+
+def _array(v: Any) -> np.ndarray:
+    if hasattr(v, "__array__") and not isinstance(v, np.ndarray):
+        return np.array(v.__array__(), copy=True)
+    return np.asarray(v)
+
+
+def supported_ops() -> list[str]:
+    """Names of the registry ops :func:`graph_to_tp` converts.
+
+    >>> "add" in supported_ops() and "matmul" in supported_ops()
+    True
+    """
+    return sorted(RULES)
+
+
+def _fetch(gm: Any, target: str) -> Any:
+    v = gm
+    for atom in target.split("."):
+        v = getattr(v, atom)
+    return v
+
+
+def _weight_name(name: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return out if out and not out[0].isdigit() else "w_" + out
+
+
+class _Converter:
+    def __init__(self, gm: Any, name: str, weights: Mapping[str, Any] | None, state_as: str):
+        if state_as not in ("arguments", "constants"):
+            raise ValueError(f"state_as must be 'arguments' or 'constants', got {state_as!r}")
+        self.gm, self.graph = gm, gm.graph
+        self.name, self.state_as = name, state_as
+        self.weights = dict(weights or {})
+        self.env = gm.meta.get("shape_env") if hasattr(gm, "meta") else None
+        self.symmap: dict[sympy.Symbol, sympy.Expr] = {}
+        self.names: dict[str, str] = {}
+        self.values: dict[Any, Any] = {}
+        self.unsupported: list[tuple[str, str, str]] = []
+        self.module_weights: dict[str, TensorType] = {}
+        self.binding = Binding([], None, {})
+        self.bound_unknowns: set[str] = set()
+
+    # ------------------------------------------------------------------ symbols
+    def rename(self, e: Any) -> Any:
+        if isinstance(e, int) or e is None:
+            return e
+        e = sympy.sympify(e)
+        for s in e.free_symbols:
+            if s not in self.symmap:
+                self.new_symbol(s)
+        return e.xreplace(self.symmap)
+
+    def new_symbol(self, s: sympy.Symbol) -> sympy.Symbol:
+        info = self.env.symbols.get(s) if self.env is not None else None
+        unknown = info is not None and info.kind == "unknown"
+        prefix = "u" if unknown else "s"
+        n = sum(1 for v in self.names if v.startswith(prefix))
+        d = sym(f"{prefix}{n}")
+        self.symmap[s] = d
+        self.names[d.name] = str(s)
+        return d
+
+    def fresh_unknown(self) -> sympy.Symbol:
+        k = 0
+        while f"u{k}" in self.names:
+            k += 1
+        d = sym(f"u{k}")
+        self.names[d.name] = d.name
+        self.f.declare(d, 0, INF)
+        return d
+
+    def ttype(self, meta: Any) -> TensorType:
+        return TensorType([self.rename(d) for d in meta.shape], to_dialect_dtype(meta.dtype))
+
+    def out_meta(self, node: Any) -> Any:
+        val = node.meta.get("val")
+        if val is None:
+            return None
+        if isinstance(val, (list, tuple)):
+            return [self.ttype(m) if hasattr(m, "shape") else None for m in val]
+        return self.ttype(val) if hasattr(val, "shape") else None
+
+    # ------------------------------------------------------------------ driver
+    def convert(self) -> tuple[Module, Binding]:
+        nodes = list(self.graph.nodes)
+        args: list[tuple[str, TensorType]] = []
+        sources: list[ArgSource] = []
+        for node in nodes:
+            if node.op == "placeholder":
+                self.placeholder(node, args, sources)
+        for node in nodes:
+            if node.op == "get_attr" and self.state_as == "arguments" and self.is_state(node):
+                args.append((_weight_name(node.target), self.ttype(node.meta["val"])))
+                sources.append(ArgSource("state", node.target))
+                self.binding.state[node.target] = _array(_fetch(self.gm, node.target))
+                self.values[node] = ("arg", len(args) - 1)
+        f = Function(self.name, args)
+        self.binding.arguments = sources
+        for i, (a, (_, t)) in enumerate(zip(f.args, args)):
+            del t
+            for key, v in list(self.values.items()):
+                if v == ("arg", i):
+                    self.values[key] = a
+        self.f = f
+        self.header(f)
+        b = Builder(f)
+        self.cx = Cx(b, self.rename)
+        self.cx.bound = self.bound_unknowns
+        self.cx.fresh = self.fresh_unknown
+        results: list[Value] = []
+        for node in nodes:
+            if node.op == "placeholder":
+                continue
+            b.loc = short_loc(node.meta.get("stack_trace"))
+            self.cx.node, self.cx.op, self.cx.out = node, None, None
+            try:
+                if node.op == "output":
+                    self.binding.outputs = self.output(node.args[0], results)
+                elif node.op == "get_attr":
+                    if node not in self.values:
+                        self.values[node] = self.get_attr(node)
+                elif node.op in ("call_function", "call_method"):
+                    self.values[node] = self.call(node)
+                else:
+                    raise UnsupportedOp(f"graph op {node.op!r} is not convertible")
+            except UnsupportedOp as e:
+                self.unsupported.append((self.op_name(node), node.name, str(e)))
+                self.values[node] = _Poison(node.name)
+            except _PoisonUse:
+                self.values[node] = _Poison(node.name)
+            except OpError as e:
+                self.unsupported.append((self.op_name(node), node.name, f"dialect rejected the conversion: {e}"))
+                self.values[node] = _Poison(node.name)
+        if self.unsupported:
+            ops = sorted({op for op, _, _ in self.unsupported})
+            lines = [f"  {op} (node {n}): {why}" for op, n, why in self.unsupported]
+            raise LoweringError(f"cannot convert the graph to the tp dialect: {len(ops)} unsupported op(s) "
+                                f"({', '.join(ops)}):\n" + "\n".join(lines), self.unsupported)
+        b.loc = None
+        self.cx.node = None
+        b.ret(*results)
+        f.symbols = {s: r for s, r in f.symbols.items() if s.name in self.names}
+        self.binding.symbols = dict(self.names)
+        return Module([f], self.module_weights), self.binding
+
+    # ------------------------------------------------------------------ inputs and state
+    def is_state(self, node: Any) -> bool:
+        return not node.target.startswith("_tensor_constant")
+
+    def placeholder(self, node: Any, args: list, sources: list) -> None:
+        name = node.target
+        val = node.meta.get("val")
+        if name in self.weights and self.state_as == "constants":
+            wname = _weight_name(name)
+            value = _array(self.weights[name])
+            t = self.ttype(val) if val is not None else None
+            if t is None or t.symbols:
+                raise LoweringError(f"weight {name!r} must have a static shape, got {val}")
+            self.module_weights[wname] = t
+            self.binding.weights[wname] = value.astype(t.dtype.numpy)
+            self.values[node] = ("weight", wname, t)
+            return
+        if hasattr(val, "shape"):
+            args.append((_weight_name(name), self.ttype(val)))
+            sources.append(ArgSource("state" if name in self.weights else "input", name))
+            if name in self.weights:
+                self.binding.state[name] = _array(self.weights[name])
+            self.values[node] = ("arg", len(args) - 1)
+            return
+        example = node.meta.get("example_value")
+        items = {}
+        if isinstance(example, (list, tuple, dict)):
+            for user in node.users:
+                if user.op == "call_function" and user.target is operator.getitem and hasattr(
+                        user.meta.get("val"), "shape"):
+                    key = user.args[1]
+                    args.append((_weight_name(f"{name}_{key}"), self.ttype(user.meta["val"])))
+                    sources.append(ArgSource("input", name, (key,)))
+                    items[key] = ("arg", len(args) - 1)
+            self.values[node] = _Container(items, example)
+            return
+        self.values[node] = example if example is not None else val
+
+    def get_attr(self, node: Any) -> Any:
+        value = _array(_fetch(self.gm, node.target))
+        t = self.ttype(node.meta["val"])
+        if self.is_state(node) or value.size > INLINE_LIMIT:
+            wname = _weight_name(node.target)
+            self.module_weights[wname] = t
+            self.binding.weights[wname] = value.astype(t.dtype.numpy)
+            return self.cx.emit("tp.constant", result_types=[t], value=WeightRef(wname))
+        return self.cx.emit("tp.constant", result_types=[t], value=Dense(value.astype(t.dtype.numpy)))
+
+    def header(self, f: Function) -> None:
+        sites: dict[sympy.Symbol, tuple[int, int]] = {}
+        for i, a in enumerate(f.args):
+            for j, d in enumerate(a.type.shape):
+                if d.is_Symbol:
+                    if d in sites:
+                        f.equalities.append((sites[d], (i, j)))
+                    else:
+                        sites[d] = (i, j)
+        if self.env is None:
+            for d in self.symmap.values():
+                f.declare(d, 0, INF)
+            return
+        for s, info in self.env.symbols.items():
+            d = self.symmap.get(s) or self.new_symbol(s)
+            hi = INF if info.hi is None else info.hi
+            f.declare(d, max(info.lo, 0), hi)
+
+    # ------------------------------------------------------------------ ops
+    def op_name(self, node: Any) -> str:
+        from tensorplay.graph.proxy import TENSOR_OPERATORS
+        from tensorplay.ops import methods
+        from tensorplay.ops._registry import Op
+        t = node.target
+        if isinstance(t, Op):
+            return t.name
+        if node.op == "call_method":
+            op = methods().get(t)
+            return op.name if op is not None else ("to_dtype" if t == "to" else str(t))
+        if t in TENSOR_OPERATORS:
+            return TENSOR_OPERATORS[t]
+        return getattr(t, "__qualname__", str(t))
+
+    def arg(self, v: Any) -> Any:
+        from tensorplay.graph.node import Node
+        if isinstance(v, Node):
+            got = self.values[v]
+            if isinstance(got, _Poison):
+                raise _PoisonUse(got.name)
+            if isinstance(got, tuple) and got and got[0] == "weight":
+                got = self.cx.emit("tp.constant", result_types=[got[2]], value=WeightRef(got[1]))
+                self.values[v] = got
+            return got
+        if isinstance(v, (list, tuple)):
+            return type(v)(self.arg(a) for a in v)
+        if isinstance(v, dict):
+            return {k: self.arg(a) for k, a in v.items()}
+        if isinstance(v, slice):
+            return slice(self.arg(v.start), self.arg(v.stop), self.arg(v.step))
+        return v
+
+    def call(self, node: Any) -> Any:
+        from tensorplay.ops._registry import Op
+        t = node.target
+        args = self.arg(node.args)
+        kwargs = self.arg(node.kwargs)
+        if t is getattr and args[1] == "shape":
+            return _Shape(args[0])
+        if t is operator.getitem and isinstance(args[0], (_Shape, tuple, list, _Container)):
+            return self.getitem_special(node, args)
+        if node.op == "call_function" and t in SYM_OPS and not isinstance(args[0], Value) and not (
+                len(args) > 1 and isinstance(args[1], Value)):
+            return self.sym_arith(node, t, args)
+        if node.op == "call_function" and callable(t) and getattr(t, "__module__", "") == _ASSERTIONS:
+            return self.assertion(node, t, args, kwargs)
+        name = self.op_name(node)
+        rule = RULES.get(name)
+        if rule is None:
+            op = t if isinstance(t, Op) else None
+            raise UnsupportedOp(self.why_unsupported(name, op))
+        self.cx.out = self.out_meta(node)
+        self.cx.op = name
+        out = rule(self.cx, *args, **kwargs)
+        return self.conform(node, out)
+
+    def why_unsupported(self, name: str, op: Any) -> str:
+        from tensorplay.ops import REGISTRY
+        op = op or REGISTRY.get(name)
+        if op is None:
+            return "not a registry op"
+        if op.inplace_of is not None:
+            return "in-place op: functionalize the graph first"
+        if not op.primitive:
+            return "not a primitive: run tensorplay.graph.decompose.decompose(gm) first"
+        return "no tp lowering for this primitive yet"
+
+    def conform(self, node: Any, out: Any) -> Any:
+        meta = self.cx.out
+        if isinstance(out, Value) and isinstance(meta, TensorType):
+            return self.check(node, out, meta)
+        if isinstance(out, (tuple, list)) and isinstance(meta, list):
+            return type(out)(self.check(node, o, m) if isinstance(o, Value) and m is not None else o
+                             for o, m in zip(out, meta))
+        return out
+
+    def check(self, node: Any, v: Value, want: TensorType) -> Value:
+        got = v.type
+        if got.rank != want.rank:
+            raise UnsupportedOp(f"internal: lowered rank {got} differs from the graph's {want}")
+        facts = self.f.facts()
+        for i, (a, w) in enumerate(zip(got.shape, want.shape)):
+            if facts.equal(a, w) is True:
+                continue
+            orig = [s for s, d in self.symmap.items() if d == w]
+            if w.is_Symbol and w.name.startswith("u") and orig and w.name not in self.bound_unknowns:
+                # an extent the tracer could not express: the dialect's own expression stands for it
+                self.symmap[orig[0]] = a
+                self.names.pop(w.name, None)
+                continue
+            raise UnsupportedOp(f"internal: lowered type {got} differs from the graph's {want} at dim {i}")
+        if got.dtype != want.dtype:
+            v = self.cx.cast(v, want.dtype)
+        return v
+
+    # ------------------------------------------------------------------ sizes, containers, outputs
+    def getitem_special(self, node: Any, args: tuple) -> Any:
+        base, key = args
+        if isinstance(base, _Shape):
+            d = self.rename(node.meta["val"])
+            return SymVal(d, self.cx.emit("tp.dim", base.tensor, axis=key))
+        if isinstance(base, _Container):
+            got = base.items.get(key)
+            if isinstance(got, tuple) and got[0] == "arg":
+                return self.f.args[got[1]]
+            return base.example[key]
+        return base[key]
+
+    def sym_arith(self, node: Any, fn: Any, args: tuple) -> Any:
+        exprs, operands = [], []
+        for a in args:
+            if isinstance(a, SymVal):
+                operands.append(self.cx.index(a))
+                exprs.append(sympy.Symbol(f"_{len(operands) - 1}", integer=True))
+            elif isinstance(a, (int, np.integer)) and not isinstance(a, bool):
+                exprs.append(sympy.Integer(int(a)))
+            else:
+                raise UnsupportedOp(f"size arithmetic on {type(a).__name__} {a!r}")
+        local = SYM_OPS[fn](*exprs)
+        expr = self.rename(node.meta["val"])
+        local = local.xreplace({s: sym(s.name) for s in local.free_symbols})
+        return SymVal(expr, self.cx.emit("tp.symexpr", *operands, expr=local))
+
+    def assertion(self, node: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
+        from . import to_tp_assert
+        return to_tp_assert.lower_assertion(self.cx, fn, args, kwargs, self.rename)
+
+    def output(self, spec: Any, results: list[Value]) -> Any:
+        v = self.arg(spec)
+        return self.flatten_output(v, results)
+
+    def flatten_output(self, v: Any, results: list[Value]) -> Any:
+        if isinstance(v, Value):
+            results.append(v)
+            return _Result(len(results) - 1)
+        if isinstance(v, (list, tuple)):
+            return type(v)(self.flatten_output(a, results) for a in v)
+        if isinstance(v, dict):
+            return {k: self.flatten_output(a, results) for k, a in v.items()}
+        if isinstance(v, SymVal):
+            return v.expr
+        return v
+
+
+_ASSERTIONS = "tensorplay.export.assertions"
+
+
+class _Shape:
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Value):
+        self.tensor = tensor
+
+
+class _Container:
+    __slots__ = ("items", "example")
+
+    def __init__(self, items: dict, example: Any):
+        self.items, self.example = items, example
+
+
+class _Poison:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+class _PoisonUse(Exception):
+    pass
+
+
+def graph_to_tp(gm: Any, *, name: str = "main", weights: Mapping[str, Any] | None = None,
+                state_as: str = "arguments") -> tuple[Module, Binding]:
+    """Convert a traced (and decomposed) ``GraphModule`` into a ``tp`` module and its :class:`Binding`.
+
+    ``weights`` maps placeholder names of lifted module state to their values: with
+    ``state_as="constants"`` they become module weights referenced by ``tp.constant @name``, with
+    ``"arguments"`` function arguments (``binding.state`` holds their values). ``get_attr`` state of
+    plain traces follows the same option. Raises :class:`LoweringError` (a NotImplementedError)
+    listing every op of the graph the dialect cannot express.
+    """
+    return _Converter(gm, name, weights, state_as).convert()

@@ -1,0 +1,201 @@
+"""Conversion rules for data movement and reductions.
+
+Target shapes come from the graph's meta (already resolved ``-1`` and symbolic sizes), so a
+``reshape(x, n, -1)`` becomes ``tp.reshape %x {shape = [s0, 12]}``; negative pads crop with
+``tp.slice``; circular padding is a ``tp.concat`` of slices; reductions over ``dim=None`` name
+every axis.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+
+from dialect import I1, I64, Value
+
+from .to_tp_core import Cx, SymVal, UnsupportedOp, rule, to_dialect_dtype
+
+__all__: list[str] = []
+
+
+def _dims(args: Sequence[Any]) -> list[Any]:
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        return list(args[0])
+    return list(args)
+
+
+def _static_int(v: Any, what: str) -> int:
+    if isinstance(v, SymVal):
+        if v.expr.is_Integer:
+            return int(v.expr)
+        raise UnsupportedOp(f"{what} must be a static integer, got the size {v.expr}")
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise UnsupportedOp(f"{what} must be an integer, got {v!r}")
+    return v
+
+
+@rule("reshape", "view")
+def _reshape(cx: Cx, input: Value, *shape: Any) -> Value:
+    return cx.reshape(input, cx.out_shape())
+
+
+@rule("expand")
+def _expand(cx: Cx, input: Value, *sizes: Any) -> Value:
+    return cx.expand(input, cx.out_shape())
+
+
+@rule("permute")
+def _permute(cx: Cx, input: Value, *dims: Any) -> Value:
+    rank = input.type.rank
+    perm = [_static_int(d, "permute dim") % max(rank, 1) for d in _dims(dims)]
+    return cx.permute(input, perm)
+
+
+@rule("cat")
+def _cat(cx: Cx, tensors: Sequence[Any], dim: int = 0) -> Value:
+    dt = cx.out_dtype()
+    kept = [t for t in tensors if not (t.type.rank == 1 and t.type.shape[0] == 0)]
+    if not kept:
+        return cx.fill(0, dt, [0])
+    axis = dim % kept[0].type.rank
+    vals = [cx.cast(t, dt) for t in kept]
+    if len(vals) == 1:
+        return vals[0]
+    return cx.emit("tp.concat", *vals, axis=axis)
+
+
+@rule("pad")
+def _pad(cx: Cx, input: Value, pad: Sequence[Any], mode: str = "constant", value: Any = None) -> Value:
+    rank = input.type.rank
+    pad = [_static_int(p, "pad width") for p in _dims([pad])]
+    pairs = [(0, 0)] * rank
+    for k in range(len(pad) // 2):
+        pairs[rank - 1 - k] = (pad[2 * k], pad[2 * k + 1])
+    x = input
+    for d, (lo, hi) in enumerate(pairs):  # negative widths crop
+        if lo < 0 or hi < 0:
+            n = x.type.shape[d]
+            x = cx.slice(x, d, -lo if lo < 0 else 0, n + hi if hi < 0 else n)
+    widths = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
+    if not any(lo or hi for lo, hi in widths):
+        return x
+    if mode == "circular":
+        for d, (lo, hi) in enumerate(widths):
+            if lo or hi:
+                n = x.type.shape[d]
+                parts = ([cx.slice(x, d, n - lo, n)] if lo else []) + [x] + ([cx.slice(x, d, 0, hi)] if hi else [])
+                x = cx.emit("tp.concat", *parts, axis=d)
+        return x
+    if mode not in ("constant", "reflect", "replicate"):
+        raise UnsupportedOp(f"pad mode {mode!r}")
+    fill = 0.0 if value is None else float(value)
+    if isinstance(value, SymVal):
+        raise UnsupportedOp("pad value from a size")
+    return cx.emit("tp.pad", x, pads=widths, mode=mode, value=fill)
+
+
+# ---------------------------------------------------------------------------------- reductions
+
+
+def _axes(dim: Any, rank: int) -> list[int]:
+    if dim is None:
+        return list(range(rank))
+    dims = list(dim) if isinstance(dim, (list, tuple)) else [dim]
+    if not dims:
+        return list(range(rank))
+    return sorted({_static_int(d, "dim") % rank for d in dims})
+
+
+@rule("sum", "prod", "amax", "amin")
+def _reduce(cx: Cx, input: Value, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Value:
+    name = cx.node_op_name()
+    out = cx.out_dtype()
+    x = input
+    if name in ("sum", "prod"):
+        acc = cx.compute(out)
+        x = cx.cast(x, acc)
+    else:
+        x = cx.cast(x, cx.compute(x.type.dtype))
+    rank = x.type.rank
+    if rank == 0:
+        return x
+    axes = _axes(dim, rank)
+    if name in ("sum", "prod") and x.type.dtype == I1:
+        x = cx.cast(x, I64)
+    return cx.emit(f"tp.{name}", x, axes=axes, keepdim=bool(keepdim))
+
+
+@rule("argmax", "argmin")
+def _arg_reduce(cx: Cx, input: Value, dim: Any = None, keepdim: bool = False) -> Value:
+    x = input
+    if x.type.dtype == I1:
+        x = cx.cast(x, I64)
+    if dim is None:
+        if x.type.rank != 1:
+            x = cx.reshape(x, [x.type.numel()])
+        r = cx.emit(f"tp.{cx.node_op_name()}", x, axis=0)
+        return cx.reshape(r, cx.out_shape()) if keepdim or r.type.rank != len(cx.out_shape()) else r
+    if x.type.rank == 0:
+        return cx.fill(0, I64, [])
+    return cx.emit(f"tp.{cx.node_op_name()}", x, axis=_static_int(dim, "dim") % x.type.rank, keepdim=bool(keepdim))
+
+
+def _scan_input(cx: Cx, input: Value, dtype: Any) -> Value:
+    out = to_dialect_dtype(dtype) if dtype is not None else cx.out_dtype()
+    x = cx.cast(input, cx.compute(out))
+    return cx.cast(x, I64) if x.type.dtype == I1 else x
+
+
+@rule("cumsum")
+def _cumsum(cx: Cx, input: Value, dim: int, *, dtype: Any = None) -> Value:
+    x = _scan_input(cx, input, dtype)
+    if x.type.rank == 0:
+        return x
+    return cx.emit("tp.cumsum", x, axis=_static_int(dim, "dim") % x.type.rank)
+
+
+@rule("cumprod")
+def _cumprod(cx: Cx, input: Value, dim: int, *, dtype: Any = None) -> Value:
+    """Hillis-Steele scan: ceil(log2 n) rounds of ``x * shift(x, 2**k)`` (static extents only)."""
+    x = _scan_input(cx, input, dtype)
+    if x.type.rank == 0:
+        return x
+    axis = _static_int(dim, "dim") % x.type.rank
+    n = x.type.shape[axis]
+    if not n.is_Integer:
+        raise UnsupportedOp(f"cumprod along a dim of symbolic extent {n} (no tp scan for products)")
+    n, step = int(n), 1
+    while step < n:
+        pads = [(step, 0) if d == axis else (0, 0) for d in range(x.type.rank)]
+        shifted = cx.emit("tp.pad", cx.slice(x, axis, 0, n - step), pads=pads, value=1.0)
+        x = cx.emit("tp.mul", x, shifted)
+        step *= 2
+    return x
+
+
+@rule("sort")
+def _sort(cx: Cx, input: Value, dim: int = -1, descending: bool = False, stable: bool = False) -> Any:
+    x = input
+    if x.type.rank == 0:
+        return x, cx.fill(0, I64, [])
+    x = cx.cast(x, cx.compute(x.type.dtype))
+    if x.type.dtype == I1:
+        x = cx.cast(x, I64)
+    return cx.emit("tp.sort", x, axis=_static_int(dim, "dim") % x.type.rank, descending=bool(descending))
+
+
+@rule("topk")
+def _topk(cx: Cx, input: Value, k: Any, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
+    x = input
+    if x.type.rank == 0:
+        return x, cx.fill(0, I64, [])
+    x = cx.cast(x, cx.compute(x.type.dtype))
+    if x.type.dtype == I1:
+        x = cx.cast(x, I64)
+    kk = k.expr if isinstance(k, SymVal) else sympy.Integer(_static_int(k, "k"))
+    return cx.emit("tp.topk", x, k=kk, axis=_static_int(dim, "dim") % x.type.rank, largest=bool(largest))
+
+
+__all__ += []
+_ = I1

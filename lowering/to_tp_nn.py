@@ -1,0 +1,303 @@
+"""Conversion rules for contractions, convolutions, pooling, dropout, factories and nonzero.
+
+Pooling has no ``tp`` op: a window of ``k`` offsets becomes ``k`` strided ``tp.slice``\\ s of the
+padded input combined elementwise (``tp.maximum`` / ``tp.add``), e.g. ``max_pool(x, (2,))``::
+
+    %1 = tp.slice %x {axis = 2, start = 0, step = 2, stop = 7} : tensor<[s0, 3, 4], f32>
+    %2 = tp.slice %x {axis = 2, start = 1, step = 2, stop = 8} : tensor<[s0, 3, 4], f32>
+    %3 = tp.gt %2, %1 ...                          (first maximum wins, as eager)
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import sympy
+
+from dialect import F32, I1, I64, Value
+
+from .to_tp_core import Cx, SymVal, UnsupportedOp, rule, to_dialect_dtype
+
+__all__ = ["iota"]
+
+
+def _tuple(v: Any, n: int, what: str) -> list[int]:
+    vals = list(v) if isinstance(v, (list, tuple)) else [v] * n
+    if len(vals) == 1 and n > 1:
+        vals = vals * n
+    out = []
+    for x in vals:
+        if isinstance(x, SymVal) and x.expr.is_Integer:
+            x = int(x.expr)
+        if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
+            raise UnsupportedOp(f"{what} must be static integers, got {v!r}")
+        out.append(int(x))
+    if len(out) != n:
+        raise UnsupportedOp(f"{what} needs {n} entries, got {v!r}")
+    return out
+
+
+def iota(cx: Cx, n: Any, dtype: Any = I64) -> Value:
+    """``[0, 1, ..., n-1]`` for a static or symbolic ``n`` (a constant, or a ``tp.cumsum`` of ones)."""
+    n = sympy.sympify(n)
+    if n.is_Integer:
+        return cx.const(np.arange(int(n)), dtype)
+    ones = cx.expand(cx.const(1, I64), [n])
+    return cx.cast(cx.emit("tp.sub", cx.emit("tp.cumsum", ones, axis=0), cx.const(1, I64)), dtype)
+
+
+# ---------------------------------------------------------------------------------- contractions
+
+
+@rule("matmul")
+def _matmul(cx: Cx, input: Value, other: Value) -> Value:
+    dt = cx.out_dtype()
+    a, b = cx.cast(input, dt), cx.cast(other, dt)
+    if a.type.rank == 0 or b.type.rank == 0:
+        raise UnsupportedOp("matmul of a 0-d tensor")
+    a1, b1 = a.type.rank == 1, b.type.rank == 1
+    if a1:
+        a = cx.reshape(a, [1, a.type.shape[0]])
+    if b1:
+        b = cx.reshape(b, [b.type.shape[0], 1])
+    r = cx.emit("tp.matmul", a, b)
+    return cx.reshape(r, cx.out_shape()) if a1 or b1 else r
+
+
+def _conv_setup(cx: Cx, input: Value, weight: Value, bias: Any) -> tuple[Value, Value, Value | None, int, bool]:
+    dt = cx.out_dtype()
+    nd = weight.type.rank - 2
+    if nd not in (1, 2):
+        raise UnsupportedOp(f"{nd}-d convolution (tp.conv takes 1-d and 2-d)")
+    x, w = cx.cast(input, dt), cx.cast(weight, dt)
+    unbatched = x.type.rank == nd + 1
+    if unbatched:
+        x = cx.reshape(x, [1, *x.type.shape])
+    bb = cx.cast(bias, dt) if isinstance(bias, Value) else None
+    return x, w, bb, nd, unbatched
+
+
+@rule("conv")
+def _conv(cx: Cx, input: Value, weight: Value, bias: Any = None, stride: Any = 1, padding: Any = 0,
+          dilation: Any = 1, groups: int = 1) -> Value:
+    x, w, bias_v, nd, unbatched = _conv_setup(cx, input, weight, bias)
+    stride_, dilation_ = _tuple(stride, nd, "stride"), _tuple(dilation, nd, "dilation")
+    if isinstance(padding, str):
+        if padding == "valid":
+            pairs = [(0, 0)] * nd
+        else:
+            ks = [int(k) for k in w.type.shape[2:]]
+            pairs = [((d * (k - 1)) // 2, d * (k - 1) - (d * (k - 1)) // 2) for k, d in zip(ks, dilation_)]
+    else:
+        pairs = [(p, p) for p in _tuple(padding, nd, "padding")]
+    if any(lo != hi for lo, hi in pairs):
+        x = cx.emit("tp.pad", x, pads=[(0, 0), (0, 0), *pairs])
+        pairs = [(0, 0)] * nd
+    operands = [x, w] + ([bias_v] if bias_v is not None else [])
+    r = cx.emit("tp.conv", *operands, stride=stride_, padding=[lo for lo, _ in pairs], dilation=dilation_,
+                groups=int(groups))
+    return cx.reshape(r, cx.out_shape()) if unbatched else r
+
+
+@rule("conv_transpose")
+def _conv_transpose(cx: Cx, input: Value, weight: Value, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                    output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Value:
+    x, w, bias_v, nd, unbatched = _conv_setup(cx, input, weight, bias)
+    operands = [x, w] + ([bias_v] if bias_v is not None else [])
+    r = cx.emit("tp.conv_transpose", *operands, stride=_tuple(stride, nd, "stride"),
+                padding=_tuple(padding, nd, "padding"), dilation=_tuple(dilation, nd, "dilation"),
+                output_padding=_tuple(output_padding, nd, "output_padding"), groups=int(groups))
+    return cx.reshape(r, cx.out_shape()) if unbatched else r
+
+
+# ---------------------------------------------------------------------------------- pooling
+
+
+def _pool_params(kernel_size: Any, stride: Any, padding: Any, dilation: Any) -> tuple:
+    if not isinstance(kernel_size, (list, tuple)):
+        raise UnsupportedOp(f"kernel_size must be a tuple, got {kernel_size!r}")
+    nd = len(kernel_size)
+    kernel = _tuple(kernel_size, nd, "kernel_size")
+    stride_ = kernel if stride is None or (isinstance(stride, (list, tuple)) and not stride) else \
+        _tuple(stride, nd, "stride")
+    return nd, kernel, stride_, _tuple(padding, nd, "padding"), _tuple(dilation, nd, "dilation")
+
+
+def _windows(cx: Cx, x: Value, nd: int, kernel: list, stride: list, padding: list, dilation: list,
+             out_sizes: Sequence[Any], fill: float) -> tuple[list[tuple[int, ...]], list[Value]]:
+    """The input padded with ``fill`` and, per kernel offset, its strided slice of the output's shape."""
+    rank = x.type.rank
+    pads = [(0, 0)] * (rank - nd)
+    for axis in range(nd):
+        length = x.type.shape[rank - nd + axis]
+        if not length.is_Integer or not sympy.sympify(out_sizes[axis]).is_Integer:
+            raise UnsupportedOp(f"pooling over a spatial dim of symbolic extent {length}")
+        need = (int(out_sizes[axis]) - 1) * stride[axis] + dilation[axis] * (kernel[axis] - 1) + 1
+        pads.append((padding[axis], max(padding[axis], need - int(length) - padding[axis])))
+    xp = cx.emit("tp.pad", x, pads=pads, value=fill) if any(lo or hi for lo, hi in pads) else x
+    offsets, slices = [], []
+    for off in itertools.product(*(range(k) for k in kernel)):
+        v = xp
+        for axis, o in enumerate(off):
+            start = o * dilation[axis]
+            n = int(out_sizes[axis])
+            v = cx.slice(v, rank - nd + axis, start, start + (n - 1) * stride[axis] + 1, stride[axis])
+        offsets.append(off)
+        slices.append(v)
+    return offsets, slices
+
+
+@rule("max_pool")
+def _max_pool(cx: Cx, input: Value, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+              ceil_mode: bool = False) -> tuple:
+    nd, kernel, stride_, padding_, dilation_ = _pool_params(kernel_size, stride, padding, dilation)
+    x = input
+    dt = x.type.dtype
+    out_sizes = cx.out_shape()[-nd:]
+    fill = -math.inf if dt.is_float else float(np.iinfo(dt.numpy).min)
+    offsets, slices = _windows(cx, x, nd, kernel, stride_, padding_, dilation_, out_sizes, fill)
+    want_index = any(u.args[1] == 1 for u in cx.node.users if len(u.args) > 1)
+    best = slices[0]
+    pos = _window_positions(cx, x, nd, stride_, padding_, dilation_, out_sizes) if want_index else None
+    idx = pos(offsets[0]) if want_index else None
+    for off, v in zip(offsets[1:], slices[1:]):
+        better = cx.emit("tp.gt", v, best)
+        if dt.is_float:  # NaN wins (and the first NaN stays), as eager's argmax
+            nan_new = cx.emit("tp.logical_and", cx.emit("tp.isnan", v),
+                              cx.emit("tp.logical_not", cx.emit("tp.isnan", best)))
+            better = cx.emit("tp.logical_or", better, nan_new)
+        best = cx.emit("tp.where", better, v, best)
+        if want_index:
+            idx = cx.emit("tp.where", better, pos(off), idx)
+    return best, idx
+
+
+def _window_positions(cx: Cx, x: Value, nd: int, stride: list, padding: list, dilation: list,
+                      out_sizes: Sequence[Any]) -> Any:
+    """offset -> i64 tensor (broadcastable to the output) of the flat input-plane index it reads."""
+    lengths = [int(d) for d in x.type.shape[-nd:]]
+
+    def positions(off: tuple[int, ...]) -> Value:
+        total = np.zeros([int(o) for o in out_sizes], np.int64)
+        for axis in range(nd):
+            o = np.arange(int(out_sizes[axis])).reshape((-1,) + (1,) * (nd - 1 - axis))
+            total = total * lengths[axis] + (o * stride[axis] + off[axis] * dilation[axis] - padding[axis])
+        return cx.const(total, I64)
+    return positions
+
+
+@rule("avg_pool")
+def _avg_pool(cx: Cx, input: Value, kernel_size: Any, stride: Any = None, padding: Any = 0,
+              ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Value:
+    nd, kernel, stride_, padding_, _ = _pool_params(kernel_size, stride, padding, 1)
+    dt = cx.compute(input.type.dtype)
+    x = cx.cast(input, dt)
+    out_sizes = cx.out_shape()[-nd:]
+    _, slices = _windows(cx, x, nd, kernel, stride_, padding_, [1] * nd, out_sizes, 0.0)
+    total = slices[0]
+    for v in slices[1:]:
+        total = cx.emit("tp.add", total, v)
+    lengths = [int(d) for d in x.type.shape[-nd:]]
+    div = _divisor(lengths, [int(o) for o in out_sizes], kernel, stride_, padding_, count_include_pad,
+                   divisor_override)
+    return cx.emit("tp.div", total, cx.const(div, dt))
+
+
+def _divisor(lengths: list, outs: list, kernel: list, stride: list, padding: list, include_pad: bool,
+             override: Any) -> np.ndarray:
+    if override is not None:
+        return np.asarray(float(override))
+    div = np.ones((), np.float64)
+    for axis, (n, o, k, s, p) in enumerate(zip(lengths, outs, kernel, stride, padding)):
+        start = np.arange(o) * s - p
+        end = np.minimum(start + k, n + p)
+        size = (end - start) if include_pad else (np.minimum(end, n) - np.maximum(start, 0))
+        div = np.multiply.outer(div, size.astype(np.float64)) if axis else size.astype(np.float64)
+    return div
+
+
+# ---------------------------------------------------------------------------------- dropout, random
+
+
+def _seed(cx: Cx) -> Value:
+    return cx.const(cx.next_seed(), I64)
+
+
+@rule("native_dropout")
+def _dropout(cx: Cx, input: Value, p: float = 0.5, train: bool = True, generator: Any = None) -> tuple:
+    shape = input.type.shape
+    if not train or p == 0:
+        return input, cx.fill(True, I1, shape)
+    if p == 1:
+        return cx.fill(0, input.type.dtype, shape), cx.fill(False, I1, shape)
+    dt = cx.compute(input.type.dtype)
+    r = cx.emit("tp.random", _seed(cx), distribution="uniform", shape=list(shape), dtype=F32)
+    keep = cx.emit("tp.ge", r, cx.const(p, F32))
+    scaled = cx.emit("tp.div", cx.cast(input, dt), cx.const(1 - p, dt))
+    return cx.emit("tp.where", keep, scaled, cx.const(0, dt)), keep
+
+
+@rule("rand", "randn")
+def _random(cx: Cx, *size: Any, generator: Any = None, dtype: Any = None, **kw: Any) -> Value:
+    out = cx.out_dtype()
+    dist = "uniform" if cx.node_op_name() == "rand" else "normal"
+    r = cx.emit("tp.random", _seed(cx), distribution=dist, shape=list(cx.out_shape()),
+                dtype=out if out.is_float else F32)
+    return r
+
+
+# ---------------------------------------------------------------------------------- factories
+
+
+@rule("zeros")
+def _zeros(cx: Cx, *size: Any, dtype: Any = None, **kw: Any) -> Value:
+    return cx.fill(0, cx.out_dtype(), cx.out_shape())
+
+
+@rule("full")
+def _full(cx: Cx, size: Any, fill_value: Any, *, dtype: Any = None, **kw: Any) -> Value:
+    dt = cx.out_dtype()
+    return cx.fill(cx.tensor(fill_value, dt), dt, cx.out_shape())
+
+
+@rule("arange")
+def _arange(cx: Cx, *args: Any, dtype: Any = None, **kw: Any) -> Value:
+    start, end, step = (0, args[0], 1) if len(args) == 1 else ((*args, 1) if len(args) == 2 else args)
+    dt = cx.out_dtype()
+    floats = any(isinstance(v, float) for v in (start, end, step))
+    n = cx.out_shape()[0]
+    if all(isinstance(v, (int, float)) for v in (start, end, step)):
+        values = start + step * np.arange(int(n), dtype=np.float64 if floats else np.int64)
+        return cx.const(values, dt)
+    if isinstance(start, SymVal) or isinstance(step, SymVal) or floats:
+        raise UnsupportedOp("arange with a symbolic start or step, or float bounds with a symbolic end")
+    i = iota(cx, n, I64)
+    if step != 1:
+        i = cx.emit("tp.mul", i, cx.const(step, I64))
+    if start != 0:
+        i = cx.emit("tp.add", i, cx.const(start, I64))
+    return cx.cast(i, dt)
+
+
+# ---------------------------------------------------------------------------------- nonzero
+
+
+@rule("nonzero")
+def _nonzero(cx: Cx, input: Value, *, as_tuple: bool = False) -> Any:
+    x = input
+    rows = cx.out_shape(0)[0] if as_tuple else cx.out_shape()[0]
+    if not (isinstance(rows, sympy.Symbol) and rows.name.startswith("u")):
+        raise UnsupportedOp(f"nonzero with a row count the graph fixed to {rows}")
+    if x.type.rank == 0:
+        x = cx.reshape(x, [1])
+    cx.bound.add(rows.name)
+    idx = cx.emit("tp.nonzero", x, rows=rows)
+    if not as_tuple:
+        return idx if input.type.rank else cx.reshape(cx.slice(idx, 1, 0, 0), [rows, 0])
+    return tuple(cx.reshape(cx.slice(idx, 1, j, j + 1), [rows]) for j in range(max(input.type.rank, 1)))
+
+
+_ = to_dialect_dtype
