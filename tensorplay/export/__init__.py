@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 from typing import Any
 
+from .draft_export import draft_export
 from .dynamic_shapes import (
     Constraint,
     ConstraintsExceededError,
@@ -68,7 +69,6 @@ __all__ = [
 
 # Names defined by sibling modules, resolved on first use (the first candidate module that defines it).
 _LAZY: dict[str, tuple[str, ...]] = {
-    "draft_export": ("draft_export",),
     "CustomDecompTable": ("decomp",), "default_decompositions": ("decomp",),
     "FlatArgsAdapter": ("unflatten",), "UnflattenedModule": ("unflatten",),
     "register_dataclass": ("custom_obj",), "unflatten": ("unflatten",),

@@ -103,16 +103,16 @@ class ExportTracer(Tracer):
         tracer = self
 
         def forward(*args: Any, **kwargs: Any) -> Any:
+            in_leaves, in_spec = tree_flatten((args, kwargs))
+            record = {"path": path, "inputs": [tracer._leaf_arg(v) for v in in_leaves], "in_spec": in_spec}
+            tracer.module_calls.append(record)  # in call order: a parent before its children
             tracer.module_stack.append((path, type(module).__qualname__))
             try:
                 result = original(*args, **kwargs)
             finally:
                 tracer.module_stack.pop()
-            in_leaves, in_spec = tree_flatten((args, kwargs))
-            out_leaves, out_spec = tree_flatten(result)
-            tracer.module_calls.append({"path": path, "inputs": [tracer._leaf_arg(v) for v in in_leaves],
-                                        "outputs": [tracer._leaf_arg(v) for v in out_leaves],
-                                        "in_spec": in_spec, "out_spec": out_spec})
+            out_leaves, record["out_spec"] = tree_flatten(result)
+            record["outputs"] = [tracer._leaf_arg(v) for v in out_leaves]
             return result
         module.__dict__["forward"] = forward
         return lambda: module.__dict__.pop("forward", None)
@@ -546,6 +546,8 @@ def _module_call_graph(graph, output_specs, in_spec, out_spec, calls: list[dict]
     entries = [ModuleCallEntry("", root_sig)]
     seen = set()
     for call in calls:
+        if "outputs" not in call:  # the call raised and was caught by the model
+            continue
         key = (call["path"], tuple(getattr(a, "name", None) for a in call["inputs"]),
                tuple(getattr(a, "name", None) for a in call["outputs"]))
         if key in seen:

@@ -867,12 +867,12 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     examples = dec["sample_inputs"](doc.get("example_inputs", {"$": "dict", "v": []}))
     equality = []
     for rec in _req(doc, "equality_constraints", list):
-        from . import dynamic_shapes
-        cls = getattr(dynamic_shapes, "EqualityConstraint", None) or _find_equality_class()
-        try:
-            equality.append(cls(dec["constants"](rec["sites"]), name=rec["name"]))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"malformed equality constraint record: {exc!r}") from None
+        sites = dec["constants"](rec.get("sites")) if isinstance(rec, dict) else None
+        if not isinstance(sites, tuple) or len(sites) < 2 or not all(
+                isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int for p in sites) \
+                or not isinstance(rec.get("name"), str | type(None)):
+            raise _fail("an equality constraint {sites: ((arg, axis), ...), name}", rec)
+        equality.append(_equality_class()(sites, name=rec["name"]))
     calls = []
     for rec in _req(doc, "module_call_graph", list):
         if not isinstance(rec, dict) or not isinstance(rec.get("fqn"), str):
@@ -900,12 +900,9 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     return program
 
 
-def _find_equality_class() -> type:
-    import tensorplay.export as package
-    cls = getattr(package, "EqualityConstraint", None)
-    if cls is None:
-        raise ValueError("this tensorplay has no EqualityConstraint class to load equality constraints into")
-    return cls
+def _equality_class() -> type:
+    from . import exported_program
+    return exported_program.EqualityConstraint
 
 
 def _bundle(group: list[Tensor]) -> bytes:
