@@ -195,8 +195,10 @@ def _sym_node(node: ast.AST, symbols: dict[str, sympy.Symbol], depth: int) -> An
     if depth > MAX_DEPTH:
         raise ValueError("expression nested too deeply")
     rec = lambda n: _sym_node(n, symbols, depth + 1)  # noqa: E731
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float) and not isinstance(node.value, bool):
-        return sympy.Integer(node.value) if isinstance(node.value, int) else sympy.Float(node.value)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
+        value = node.value
+        return sympy.sympify(value) if type(value) is bool else sympy.Integer(value) if type(value) is int \
+            else sympy.Float(value)
     if isinstance(node, ast.Name):
         if node.id in _SYM_CONSTS:
             return _SYM_CONSTS[node.id]

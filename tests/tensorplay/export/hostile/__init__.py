@@ -1,0 +1,1 @@
+"""Helpers for the archive tests: a hand-built program and tools that damage archives."""
