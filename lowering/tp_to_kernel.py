@@ -137,7 +137,7 @@ class _Lowering:
             for op in convs.values():
                 if not has_buffer(op.operands[1]):
                     need.append(op.operands[1])
-            need += self.shared(mat, absorbed, produced, has_buffer)
+            need += self.shared(set(mat), absorbed, produced, has_buffer)[:1]
             for v in need:
                 if v not in mat:
                     mat.add(v)
@@ -169,6 +169,7 @@ class _Lowering:
                 continue
             if op.name in _NESTED or cost[v] > self.limit:
                 out.append(v)
+                mat.add(v)  # its producers now feed one nest only: this one
         return out
 
     # ------------------------------------------------------------------ building
