@@ -196,7 +196,7 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, num_
 
     if attn_mask is not None:
         attn_mask = attn_mask.unsqueeze(0) if attn_mask.shape[0] == 1 else \
-            attn_mask.reshape(bsz, num_heads, tgt_len, src_len)
+            attn_mask.reshape(bsz, num_heads, -1, src_len)
     q = q.reshape(bsz, num_heads, tgt_len, head_dim)
     k = k.reshape(bsz, num_heads, src_len, head_dim)
     v = v.reshape(bsz, num_heads, src_len, head_dim)

@@ -103,6 +103,8 @@ CASES = {
                                      {"key_padding_mask": "kpm", "attn_mask": "bool"}, {}),
     "no-weights-bool-masks": (dict(), "kv", {"key_padding_mask": "kpm", "attn_mask": "bool"},
                               {"need_weights": False}),
+    "no-weights-padding-mask-only": (dict(batch_first=True), "none", {"key_padding_mask": "kpm"},
+                                     {"need_weights": False}),
     "kdim-vdim-float-3d-mask-per-head": (dict(kdim=6, vdim=5), "none", {"attn_mask": "float3d"},
                                          {"average_attn_weights": False}),
     "bias-kv-zero-attn-float-kpm": (dict(add_bias_kv=True, add_zero_attn=True), "none",
