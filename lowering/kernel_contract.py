@@ -104,19 +104,16 @@ def match_epilogue(mm: Operation, pinned: set[Value]) -> GemmChain:
         if b is not None and b.type.shape[-1:] == shape[-1:] and all(d == 1 for d in b.type.shape[:-1]):
             ch.bias, ch.absorbed, ch.end = b, [y], u.result
             u = _sole_user(ch.end, pinned)
-    if u is not None:
-        act = None
-        if u.name == "tp.maximum" and _is_const(_other(u, ch.end), 0.0):
-            act, end, more = "relu", u.result, [ch.end]
-        elif u.name in ("tp.sigmoid", "tp.tanh"):
-            act, end, more = u.name[3:], u.result, [ch.end]
-        else:
-            got = _match_gelu(ch.end, pinned)
-            if got is not None:
-                act, (end, more) = "gelu", got
-        if act is not None:
-            ch.activation, ch.absorbed, ch.end = act, ch.absorbed + more, end
-            u = _sole_user(ch.end, pinned)
+    act = None
+    if u is not None and u.name == "tp.maximum" and _is_const(_other(u, ch.end), 0.0):
+        act, end, more = "relu", u.result, [ch.end]
+    elif u is not None and u.name in ("tp.sigmoid", "tp.tanh"):
+        act, end, more = u.name[3:], u.result, [ch.end]
+    elif (got := _match_gelu(ch.end, pinned)) is not None:
+        act, (end, more) = "gelu", got
+    if act is not None:
+        ch.activation, ch.absorbed, ch.end = act, ch.absorbed + more, end
+        u = _sole_user(ch.end, pinned)
     if u is not None and u.name == "tp.add" and u.result.type.shape == shape:
         r = _other(u, ch.end)
         if r is not None and r.type.shape == shape:
