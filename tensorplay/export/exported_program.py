@@ -396,7 +396,8 @@ def _unlift(program: ExportedProgram) -> GraphModule:
     env: dict = {}
     for spec, node in zip(sig.input_specs, program.graph.placeholders, strict=True):
         if spec.kind is InputKind.USER_INPUT:
-            new = graph.placeholder(node.name)
+            new = graph.placeholder(node.name, default_value=node.args[0]) if node.args else \
+                graph.placeholder(node.name)
         else:
             value = program._state_value(spec.target)
             *path, leaf = spec.target.split(".")
