@@ -29,6 +29,7 @@ import sympy
 
 from ..ops import REGISTRY, TensorMeta
 from ..ops._registry import Op, methods
+from .errors import GraphCaptureError
 from .graph import Graph
 from .graph_module import GraphModule
 from .node import Node, map_arg
@@ -196,11 +197,38 @@ class _DecomposingTracer(Tracer):
         super().__init__(shape_env)
         self.table = table
         self.depth = 0
+        self._scalar_operands = False
+
+    def to_meta(self, value):
+        # A size used as a number operand of an arithmetic op (``x / (n - 1)``): its value does not
+        # change the result's meta, so the meta rule sees the example number.
+        if self._scalar_operands and isinstance(value, SymProxy | sympy.Expr):
+            return self.to_example(value)
+        return super().to_meta(value)
+
+    def to_node(self, value):
+        if isinstance(value, sympy.Basic) and value.free_symbols:
+            raise GraphCaptureError(f"a decomposition passed the size {value} as a bare sympy expression; the graph "
+                                    f"cannot recompute it from the inputs (use the traced sizes, x.shape[i])")
+        return super().to_node(value)
+
+    def to_example(self, value):
+        if isinstance(value, SymProxy | sympy.Basic) and not isinstance(value, sympy.logic.boolalg.BooleanAtom):
+            expr = value.expr if isinstance(value, SymProxy) else value
+            number = self.shape_env.evaluate(expr)
+            if isinstance(number, float) and number.is_integer() and expr.is_integer is not False:
+                return int(number)  # sympy cannot always tell that Mod/floor of sizes is an integer
+            return number
+        return super().to_example(value)
 
     def call_op(self, op: Op, kind: str, target, args: tuple, kwargs: dict):
         rule = decomposition_of(op, self.table)
         if rule is None or self.depth >= _MAX_DEPTH:
-            return super().call_op(op, kind, target, args, kwargs)
+            self._scalar_operands = op.promote is not None
+            try:
+                return super().call_op(op, kind, target, args, kwargs)
+            finally:
+                self._scalar_operands = False
         self.depth += 1
         try:
             return rule(*args, **kwargs)
@@ -250,7 +278,8 @@ def decompose(gm: GraphModule, table: Mapping | Iterable | None = None) -> Graph
     ``table`` maps ops (or op names) to a replacement decomposition (a function with the op's
     signature) or to ``None`` to keep the op; a plain collection of ops / names keeps them all.
     ``gm`` is left untouched; guards the decompositions add are listed in
-    ``meta["decomposition_guards"]``.
+    ``meta["decomposition_guards"]``. An op whose decomposition needs tensor values (``one_hot``
+    without ``num_classes``) is kept, with the reason in ``meta["kept_ops"]`` (node name -> text).
 
     >>> import tensorplay as tp
     >>> from tensorplay.graph.tracer import trace
@@ -267,6 +296,7 @@ def decompose(gm: GraphModule, table: Mapping | Iterable | None = None) -> Graph
     tracer.reserved_names = set(gm._graph_attrs) | set(gm.__dict__.get("_modules", {}))
     graph = tracer.graph
     mapped: dict[Node, Any] = {}
+    kept: dict[str, str] = {}
 
     def as_value(new: Any) -> Any:
         if isinstance(new, Node):
@@ -288,8 +318,17 @@ def decompose(gm: GraphModule, table: Mapping | Iterable | None = None) -> Graph
         if op is not None and decomposition_of(op, table) is not None:
             args = map_arg(node.args, lambda n: as_value(mapped[n]))
             kwargs = map_arg(node.kwargs, lambda n: as_value(mapped[n]))
-            result = tracer.call_op(op, node.op, node.target, args, kwargs)
-            mapped[node] = tracer.to_node(result)
+            guards = len(env.guards)
+            try:
+                mapped[node] = tracer.to_node(tracer.call_op(op, node.op, node.target, args, kwargs))
+            except GraphCaptureError as exc:
+                if "values of a tensor" not in str(exc):
+                    raise
+                # The decomposition needs tensor values (one_hot without num_classes): keep the op.
+                _rollback(tracer, last, guards)
+                mapped[node] = graph.node_copy(node, mapped.__getitem__)
+                kept[node.name] = f"{op.name}: {exc}"
+                continue
             _inherit(graph, last, node)
         elif (node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[1], int)
               and isinstance(mapped.get(node.args[0]), tuple | list)):
@@ -304,11 +343,28 @@ def decompose(gm: GraphModule, table: Mapping | Iterable | None = None) -> Graph
     new.meta.update(gm.meta)
     new.meta["shape_env"] = env
     new.meta["decomposition_guards"] = list(env.guards[guards_before:])
+    new.meta["kept_ops"] = kept
     return new
 
 
 def _last_node(graph: Graph) -> Node | None:
     return next(iter(reversed(graph.nodes)), None)
+
+
+def _rollback(tracer: _DecomposingTracer, last: Node | None, guards: int) -> None:
+    """Erase the nodes recorded after ``last`` and forget the guards and cached sizes they brought."""
+    graph = tracer.graph
+    while True:
+        tail = _last_node(graph)
+        if tail is None or tail is last:
+            break
+        for user in list(tail.users):
+            user.args, user.kwargs = (), {}
+        graph.erase_node(tail)
+    del tracer.shape_env.guards[guards:]
+    tracer._shapes = {k: v for k, v in tracer._shapes.items() if not k._erased and not any(
+        isinstance(d, SymProxy) and d.node._erased for d in v)}
+    tracer._const_ids = {k: v for k, v in tracer._const_ids.items() if not v._erased}
 
 
 def _inherit(graph: Graph, last: Node | None, source: Node) -> None:
