@@ -1,6 +1,7 @@
 """Recurrent layers: ``RNN``, ``LSTM``, ``GRU`` (stacked, bidirectional, ``batch_first``, inter-layer
 dropout) and their cells, with PyTorch's parameter names (``weight_ih_l0``, ``bias_hh_l1_reverse``)
-and initialisation U(-1/sqrt(hidden), 1/sqrt(hidden)). ``LSTM(proj_size>0)`` is not supported.
+and initialisation U(-1/sqrt(hidden), 1/sqrt(hidden)). ``LSTM(proj_size>0)`` projects each hidden
+state through ``weight_hr_l{k}`` (``h`` then has ``proj_size`` features, the cell state ``hidden_size``).
 
 >>> import tensorplay as tp
 >>> lstm = tp.nn.LSTM(4, 8, num_layers=2, batch_first=True)
@@ -25,14 +26,16 @@ __all__ = ["RNNCell", "LSTMCell", "GRUCell", "RNN", "LSTM", "GRU"]
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
-def _cell_step(mode: str, x: Tensor, state, w_ih, w_hh, b_ih, b_hh):
-    """One time step of ``mode`` for input ``x`` (batch, in) and state (h or (h, c))."""
+def _cell_step(mode: str, x: Tensor, state, w_ih, w_hh, b_ih, b_hh, w_hr=None):
+    """One time step of ``mode`` for input ``x`` (batch, in) and state (h or (h, c)); ``w_hr`` projects
+    an LSTM's hidden state."""
     if mode == "LSTM":
         h, c = state
         gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
         i, f, g, o = gates.chunk(4, 1)
         c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-        return o.sigmoid() * c.tanh(), c
+        h = o.sigmoid() * c.tanh()
+        return (h if w_hr is None else F.linear(h, w_hr)), c
     if mode == "GRU":
         gi = F.linear(x, w_ih, b_ih).chunk(3, 1)
         gh = F.linear(state, w_hh, b_hh).chunk(3, 1)
@@ -132,8 +135,9 @@ class _RNNBase(Module):
                  proj_size: int = 0, device=None, dtype=None):
         super().__init__()
         name = type(self).__name__
-        if proj_size:
-            raise NotImplementedError(f"{name}: proj_size > 0 is not supported by tensorplay")
+        if isinstance(proj_size, bool) or not isinstance(proj_size, int) or proj_size < 0:
+            raise ValueError(f"{name}: proj_size should be a positive integer or zero to disable projections, got "
+                             f"{proj_size!r}")
         if not isinstance(dropout, int | float) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
             raise ValueError(f"{name}: dropout should be a number in range [0, 1] representing the probability "
                              f"of an element being zeroed, got {dropout}")
@@ -141,6 +145,11 @@ class _RNNBase(Module):
             raise ValueError(f"{name}: hidden_size must be a positive int, got {hidden_size!r}")
         if not isinstance(num_layers, int) or num_layers <= 0:
             raise ValueError(f"{name}: num_layers must be a positive int, got {num_layers!r}")
+        if proj_size and self._mode != "LSTM":
+            raise ValueError(f"{name}: proj_size argument is only supported for LSTM, not RNN or GRU")
+        if proj_size >= hidden_size:
+            raise ValueError(f"{name}: proj_size has to be smaller than hidden_size, got proj_size={proj_size} and "
+                             f"hidden_size={hidden_size}")
         self.mode = self._mode
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -152,15 +161,18 @@ class _RNNBase(Module):
         self.proj_size = proj_size
         gates = _GATES[self._mode]
         directions = 2 if bidirectional else 1
+        real_hidden = proj_size if proj_size > 0 else hidden_size
         self._flat_weights_names = []
         for layer in range(num_layers):
             for direction in range(directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
-                layer_in = input_size if layer == 0 else hidden_size * directions
+                layer_in = input_size if layer == 0 else real_hidden * directions
                 shapes = [("weight_ih", (gates * hidden_size, layer_in)),
-                          ("weight_hh", (gates * hidden_size, hidden_size))]
+                          ("weight_hh", (gates * hidden_size, real_hidden))]
                 if bias:
                     shapes += [("bias_ih", (gates * hidden_size,)), ("bias_hh", (gates * hidden_size,))]
+                if proj_size > 0:
+                    shapes.append(("weight_hr", (proj_size, hidden_size)))
                 for kind, shape in shapes:
                     setattr(self, kind + suffix, Parameter(_empty(*shape, dtype=dtype)))
                     self._flat_weights_names.append(kind + suffix)
@@ -175,7 +187,7 @@ class _RNNBase(Module):
         suffix = f"_l{layer}" + ("_reverse" if direction else "")
         get = self._parameters.get
         return (get("weight_ih" + suffix), get("weight_hh" + suffix), get("bias_ih" + suffix),
-                get("bias_hh" + suffix))
+                get("bias_hh" + suffix), get("weight_hr" + suffix))
 
     def forward(self, input: Tensor, hx=None):
         name = type(self).__name__
@@ -191,15 +203,21 @@ class _RNNBase(Module):
         steps, batch = x.shape[0], x.shape[1]
         directions = 2 if self.bidirectional else 1
         lstm = self._mode == "LSTM"
+        real_hidden = self.proj_size if self.proj_size > 0 else self.hidden_size
         if hx is None:
-            zeros = REGISTRY["zeros"](self.num_layers * directions, batch, self.hidden_size, dtype=x.dtype)
-            hx = (zeros, zeros) if lstm else zeros
+            zeros = REGISTRY["zeros"](self.num_layers * directions, batch, real_hidden, dtype=x.dtype)
+            cell = REGISTRY["zeros"](self.num_layers * directions, batch, self.hidden_size, dtype=x.dtype)
+            hx = (zeros, cell) if lstm else zeros
         elif not batched:
             hx = tuple(h.unsqueeze(1) for h in hx) if lstm else hx.unsqueeze(1)
         h0 = hx[0] if lstm else hx
-        expected = (self.num_layers * directions, batch, self.hidden_size)
+        expected = (self.num_layers * directions, batch, real_hidden)
         if tuple(h0.shape) != expected:
-            raise RuntimeError(f"{name}: Expected hidden size {expected}, got {tuple(h0.shape)}")
+            raise RuntimeError(f"{name}: Expected hidden{'[0]' if lstm else ''} size {expected}, got "
+                               f"{tuple(h0.shape)}")
+        if lstm and tuple(hx[1].shape) != expected[:2] + (self.hidden_size,):
+            raise RuntimeError(f"{name}: Expected hidden[1] size {expected[:2] + (self.hidden_size,)}, got "
+                               f"{tuple(hx[1].shape)}")
         final_h, final_c = [], []
         layer_input = x
         for layer in range(self.num_layers):
@@ -234,6 +252,8 @@ class _RNNBase(Module):
 
     def extra_repr(self) -> str:
         s = f"{self.input_size}, {self.hidden_size}"
+        if self.proj_size:
+            s += f", proj_size={self.proj_size}"
         if self.num_layers != 1:
             s += f", num_layers={self.num_layers}"
         if not self.bias:

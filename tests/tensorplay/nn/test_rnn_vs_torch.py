@@ -13,6 +13,8 @@ LAYERS = [
     ("RNN", (3, 4), {}), ("RNN", (3, 4), {"nonlinearity": "relu", "num_layers": 2, "bias": False}),
     ("LSTM", (3, 4), {"batch_first": True}), ("LSTM", (3, 5), {"num_layers": 2, "bidirectional": True}),
     ("GRU", (3, 4), {"bidirectional": True, "batch_first": True}), ("GRU", (3, 4), {"num_layers": 2}),
+    ("LSTM", (3, 5), {"proj_size": 2}), ("LSTM", (3, 5), {"proj_size": 3, "num_layers": 2, "bidirectional": True,
+                                                           "batch_first": True}),
 ]
 
 
@@ -75,5 +77,35 @@ def test_recurrent_errors():
         tp.nn.LSTM(3, 4)(tp.ones(5, 2, 4))
     with pytest.raises(ValueError, match="dropout should be a number in range"):
         tp.nn.GRU(3, 4, dropout=2.0)
-    with pytest.raises(NotImplementedError, match="proj_size"):
-        tp.nn.LSTM(3, 4, proj_size=2)
+    with pytest.raises(ValueError, match="proj_size has to be smaller than hidden_size, got proj_size=4"):
+        tp.nn.LSTM(3, 4, proj_size=4)
+    with pytest.raises(ValueError, match="proj_size should be a positive integer or zero"):
+        tp.nn.LSTM(3, 4, proj_size=-1)
+    with pytest.raises(ValueError, match="proj_size argument is only supported for LSTM"):
+        tp.nn.GRU(3, 4, proj_size=2)
+    with pytest.raises(RuntimeError, match=r"Expected hidden\[1\] size \(1, 2, 4\), got \(1, 2, 2\)"):
+        tp.nn.LSTM(3, 4, proj_size=2)(tp.ones(5, 2, 3), (tp.zeros(1, 2, 2), tp.zeros(1, 2, 2)))
+
+
+def test_lstm_projection_with_initial_states_matches_torch():
+    rng = np.random.default_rng(2)
+    torch.manual_seed(0)
+    theirs = torch.nn.LSTM(3, 5, num_layers=2, proj_size=2, bidirectional=True)
+    ours = tp.nn.LSTM(3, 5, num_layers=2, proj_size=2, bidirectional=True)
+    ours.load_state_dict({k: tp.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in ((4, 2, 3), (4, 2, 2), (4, 2, 5))]
+    o_in = [tp.tensor(a, requires_grad=True) for a in arrays]
+    t_in = [torch.tensor(a, requires_grad=True) for a in arrays]
+    o_out = _flat(ours(o_in[0], (o_in[1], o_in[2])))
+    t_out = _flat(theirs(t_in[0], (t_in[1], t_in[2])))
+    assert [tuple(o.shape) for o in o_out] == [(4, 2, 4), (4, 2, 2), (4, 2, 5)]
+    for a, b in zip(o_out, t_out, strict=True):
+        _close(a, b, "LSTM(proj_size) outputs")
+    cots = [rng.standard_normal(tuple(t.shape)).astype(np.float32) for t in t_out]
+    sum((o * tp.tensor(c)).sum() for o, c in zip(o_out, cots, strict=True)).backward()
+    sum((t * torch.tensor(c)).sum() for t, c in zip(t_out, cots, strict=True)).backward()
+    for i, (a, b) in enumerate(zip(o_in, t_in, strict=True)):
+        _close(a.grad, b.grad, f"LSTM(proj_size) gradient of input {i}")
+    # unbatched input keeps the projected hidden size
+    out, (h, c) = ours(tp.tensor(arrays[0][:, 0]))
+    assert tuple(out.shape) == (4, 4) and tuple(h.shape) == (4, 2) and tuple(c.shape) == (4, 5)
