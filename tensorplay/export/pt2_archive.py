@@ -50,7 +50,7 @@ __all__ = [
 ARCHIVE_FORMAT = "pt2"
 ARCHIVE_VERSION = "1"
 MAX_MEMBERS = 200_000
-MAX_TOTAL_BYTES = 1 << 40
+MAX_TOTAL_BYTES = 32 << 30
 MAX_TEXT_BYTES = 1 << 28
 MAX_RATIO = 1100  # deflate cannot compress better than ~1032:1; more means a lie or a bomb
 _SEGMENT = r"[^/\\\x00-\x1f:*?\"<>|]+"
@@ -228,6 +228,7 @@ class PT2ArchiveReader:
             raise ValueError(f"not a readable pt2 archive (zip directory): {exc}") from None
         try:
             self._infos = self._check_directory(infos, max_total_bytes)
+            self._check_layout_on_disk(infos, getattr(self._zip, "start_dir", None))
             fmt = self.read_bytes("archive_format", limit=64)
             if fmt.strip() != ARCHIVE_FORMAT.encode():
                 raise ValueError(f"archive_format says {fmt[:20]!r}; expected {ARCHIVE_FORMAT!r}")
@@ -271,6 +272,17 @@ class PT2ArchiveReader:
             if required not in by_name:
                 raise ValueError(f"not a pt2 archive: the {required!r} record is missing")
         return by_name
+
+    @staticmethod
+    def _check_layout_on_disk(infos: list[zipfile.ZipInfo], directory_start: int | None) -> None:
+        """Entry data may not overlap (overlapping entries are how the worst zip bombs multiply)."""
+        spans = sorted((i.header_offset, i.header_offset + 30 + len(i.orig_filename.encode("utf-8", "replace"))
+                        + i.compress_size, i.orig_filename) for i in infos)
+        for (_, end, name), (start, _, following) in zip(spans, spans[1:], strict=False):
+            if end > start:
+                raise ValueError(f"archive entries {name!r} and {following!r} overlap (zip bomb?)")
+        if spans and directory_start is not None and spans[-1][1] > directory_start:
+            raise ValueError(f"archive entry {spans[-1][2]!r} runs into the zip directory")
 
     def __enter__(self) -> PT2ArchiveReader:
         return self

@@ -798,6 +798,9 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"unsupported program schema_version {doc.get('schema_version')!r}; this tensorplay "
                          f"reads version {SCHEMA_VERSION}")
+    opset = doc.get("opset_version", {})
+    if not isinstance(opset, dict) or not all(isinstance(k, str) and type(v) is int for k, v in opset.items()):
+        raise _fail("opset_version as a dict str -> int", opset)
     symbols = _Symbols.from_json(doc.get("symbols", {}))
     dec = {g: _Decoder(symbols, tensors[g]) for g in GROUPS}
     graph = decode_graph(_req(doc, "graph", dict), tensors["constants"], symbols)
@@ -854,7 +857,8 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     if missing:
         raise ValueError(f"malformed program document: no stored value for the lifted state {missing}")
     graph_attrs = dec["constants"](doc.get("graph_attrs", {"$": "dict", "v": []}))
-    if not isinstance(graph_attrs, dict) or not all(isinstance(k, str) and _IDENT.match(k) for k in graph_attrs):
+    if not isinstance(graph_attrs, dict) or not all(isinstance(k, str) and _IDENT.match(k) and not k.startswith("__")
+                                                    for k in graph_attrs):
         raise _fail("graph constants keyed by identifiers", graph_attrs)
     try:
         gm = GraphModule(root, graph, graph_attrs=graph_attrs)
