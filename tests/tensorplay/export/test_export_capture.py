@@ -5,7 +5,12 @@ import pytest
 import tensorplay as tp
 from tensorplay import nn
 from tensorplay.export import (
-    ExportedProgram, InputKind, ModuleCallEntry, OutputKind, export, export_for_training,
+    ExportedProgram,
+    InputKind,
+    ModuleCallEntry,
+    OutputKind,
+    export,
+    export_for_training,
 )
 from tensorplay.graph import GraphCaptureError
 

@@ -4,7 +4,12 @@ import pytest
 
 import tensorplay as tp
 from tensorplay.export import (
-    AdditionalInputs, ConstraintsExceededError, Dim, EqualityConstraint, ShapesCollection, export,
+    AdditionalInputs,
+    ConstraintsExceededError,
+    Dim,
+    EqualityConstraint,
+    ShapesCollection,
+    export,
     refine_dynamic_shapes_from_suggested_fixes,
 )
 

@@ -7,7 +7,14 @@ import pytest
 import tensorplay as tp
 from tensorplay import nn
 from tensorplay.export import (
-    Dim, EqualityConstraint, ExportedProgram, GraphSignature, InputKind, OutputKind, TensorArgument, export,
+    Dim,
+    EqualityConstraint,
+    ExportedProgram,
+    GraphSignature,
+    InputKind,
+    OutputKind,
+    TensorArgument,
+    export,
 )
 from tensorplay.export import exported_program as ep_module
 from tensorplay.export.exported_program import ModuleCallSignature, Verifier

@@ -6,9 +6,21 @@ import pytest
 import tensorplay as tp
 from tensorplay import nn
 from tensorplay.export import (
-    ConstantArgument, CustomObjArgument, ExportBackwardSignature, ExportGraphSignature, GraphSignature, InputKind,
-    InputSpec, OutputKind, OutputSpec, SymBoolArgument, SymFloatArgument, SymIntArgument, TensorArgument,
-    TokenArgument, export,
+    ConstantArgument,
+    CustomObjArgument,
+    ExportBackwardSignature,
+    ExportGraphSignature,
+    GraphSignature,
+    InputKind,
+    InputSpec,
+    OutputKind,
+    OutputSpec,
+    SymBoolArgument,
+    SymFloatArgument,
+    SymIntArgument,
+    TensorArgument,
+    TokenArgument,
+    export,
 )
 
 
