@@ -1,0 +1,188 @@
+"""The columns of the table: one ``prepare`` function per inference path.
+
+``prepare(case, pair, threads)`` returns a :class:`Runner` (a zero-argument call returning the
+output as numpy, plus the seconds spent compiling or exporting first) or raises
+:class:`Unavailable` with the text to print instead of a number.
+
+>>> from bench.models import cases, make_pair
+>>> case = cases(quick=True)[0]
+>>> runner = BACKENDS["torch eager"](case, make_pair(case.model), 1)
+>>> runner.call().shape
+(1, 10)
+"""
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import numpy_ref
+from .models import Case
+
+DYNAMIC_AXIS = {"mlp": 0, "resnet": 0, "transformer": 0, "lstm": 0, "gpt": 1}  # exported as dynamic
+
+
+class Unavailable(Exception):
+    """A cell that has no number: the reason is printed in its place."""
+
+
+@dataclass
+class Runner:
+    call: Callable[[], np.ndarray]
+    setup_s: float | None = None  # compile/export time, for compiled paths
+    note: str = ""
+    keep: tuple = ()  # objects whose memory ``call`` reaches through raw pointers
+
+
+def _torch_inputs(case: Case) -> list:
+    import torch
+
+    return [torch.from_numpy(x) for x in case.inputs]
+
+
+def tensorplay_eager(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
+    import tensorplay
+
+    model, args = pair[1], [tensorplay.from_numpy(x) for x in case.inputs]
+
+    def call() -> np.ndarray:
+        with tensorplay.inference_mode():
+            return model(*args).numpy()
+
+    return Runner(call)
+
+
+def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
+    """``tensorplay.compile`` when it exists; for the GEMM rows, the compiler's GEMM kernel itself."""
+    import tensorplay
+
+    if hasattr(tensorplay, "compile"):
+        args = [tensorplay.from_numpy(x) for x in case.inputs]
+        t0 = time.perf_counter()
+        compiled = tensorplay.compile(pair[1])
+        compiled(*args)
+        setup = time.perf_counter() - t0
+        return Runner(lambda: np.asarray(compiled(*args).numpy()), setup)
+    if case.model == "matmul":
+        from lowering.gemm import compile_gemm, scratch_bytes
+
+        from .bench_gemm import raw_call
+
+        a, b = case.inputs
+        (m, k), n = a.shape, b.shape[1]
+        out, scratch = np.empty((m, n), np.float32), np.empty(scratch_bytes(m, n, k), np.uint8)
+        t0 = time.perf_counter()
+        kernel = compile_gemm()
+        setup = time.perf_counter() - t0
+        fn = raw_call(kernel, a, b, out, scratch)  # raw pointers only: Runner.keep holds the arrays
+        return Runner(lambda: (fn(), out)[1], setup, note="lowering.gemm kernel called directly (1 thread), "
+                      "no graph compile", keep=(a, b, out, scratch))
+    try:
+        import lowering
+        has_entry = hasattr(lowering, "compile_program")
+    except ImportError:
+        has_entry = False
+    raise Unavailable("n/a (entry point exists, not wired here)" if has_entry else "n/a (not built)")
+
+
+def torch_eager(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
+    import torch
+
+    model, args = pair[0], _torch_inputs(case)
+
+    def call() -> np.ndarray:
+        with torch.inference_mode():
+            return model(*args).numpy()
+
+    return Runner(call)
+
+
+def torch_compile(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
+    """Inductor, compiled after the thread count is set (its C++ kernels fix it at compile time)."""
+    import torch
+
+    torch._dynamo.reset()
+    args = _torch_inputs(case)
+    if case.model == "gpt":
+        torch._dynamo.mark_dynamic(args[0], 1)
+    compiled = torch.compile(pair[0], backend="inductor")
+    t0 = time.perf_counter()
+    try:
+        with torch.inference_mode():
+            compiled(*args)
+    except Exception as exc:  # the error text is the result, shown in the table
+        raise Unavailable(f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from exc
+    setup = time.perf_counter() - t0
+
+    def call() -> np.ndarray:
+        with torch.inference_mode():
+            return compiled(*args).numpy()
+
+    return Runner(call, setup)
+
+
+_ONNX_CACHE: dict[tuple[str, str], tuple[bytes, float]] = {}
+
+
+def _onnx_bytes(case: Case, model: Any) -> tuple[bytes, float]:
+    """The model exported with ``torch.onnx.export`` (dynamo exporter), cached per model; the batch
+    (sequence for GPT) axis is dynamic so one export serves every row of a model."""
+    import torch
+
+    axis = DYNAMIC_AXIS.get(case.model)
+    key = (case.model, "dyn" if axis is not None else case.label)
+    if key not in _ONNX_CACHE:
+        args = tuple(_torch_inputs(case))
+        dynamic = None if axis is None else ({axis: torch.export.Dim.AUTO},)
+        buf = io.BytesIO()
+        t0 = time.perf_counter()
+        try:
+            program = torch.onnx.export(model, args, dynamic_shapes=dynamic, dynamo=True, verbose=False)
+            program.save(buf) if hasattr(program, "save") else None
+        except Exception as exc:
+            raise Unavailable(f"export error: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from exc
+        _ONNX_CACHE[key] = (buf.getvalue(), time.perf_counter() - t0)
+    return _ONNX_CACHE[key]
+
+
+def onnxruntime(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
+    """ONNX Runtime (CPU provider, all graph optimisations) on the torch.onnx export."""
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise Unavailable("n/a (onnxruntime not installed)") from exc
+    blob, export_s = _onnx_bytes(case, pair[0])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    t0 = time.perf_counter()
+    session = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
+    feeds = {i.name: x for i, x in zip(session.get_inputs(), case.inputs)}
+    setup = export_s + time.perf_counter() - t0
+    return Runner(lambda: session.run(None, feeds)[0], setup,
+                  note="setup = torch.onnx export (once per model, reused by its rows) + session creation")
+
+
+def numpy_forward(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
+    forward = numpy_ref.FORWARDS.get(case.model)
+    if forward is None:
+        raise Unavailable("n/a (not hand-written)")
+    if case.model in numpy_ref.NEEDS_ERF and numpy_ref.ERF is None:
+        raise Unavailable("n/a (needs scipy for erf)")
+    params = {k: v.detach().numpy() for k, v in pair[0].state_dict().items()}
+    return Runner(lambda: forward(params, *case.inputs))
+
+
+BACKENDS: dict[str, Callable[[Case, tuple[Any, Any], int], Runner]] = {
+    "tensorplay eager": tensorplay_eager,
+    "tensorplay compiled": tensorplay_compiled,
+    "torch eager": torch_eager,
+    "torch.compile": torch_compile,
+    "onnxruntime": onnxruntime,
+    "numpy": numpy_forward,
+}
+REFERENCE = "torch eager"

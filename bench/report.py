@@ -1,0 +1,93 @@
+"""Markdown tables and the latency-ratio chart drawn from the result records of :mod:`bench.run`.
+
+A record is a dict with ``model, case, threads, backend`` and either ``median_ms/p90_ms`` or
+``error``; optional ``setup_s``, ``max_abs_diff``, ``gflops``, ``note``.
+
+>>> rec = [{"model": "mlp", "case": "b1", "threads": 1, "backend": "numpy", "median_ms": 0.1, "p90_ms": 0.2}]
+>>> print(latency_table(rec, ["numpy"]).splitlines()[-1])
+| mlp | b1 | 1 | 0.100 / 0.200 |
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+Record = dict
+
+
+def _rows(records: list[Record]) -> dict[tuple, dict[str, Record]]:
+    rows: dict[tuple, dict[str, Record]] = {}
+    for r in records:
+        rows.setdefault((r["model"], r["case"], r["threads"]), {})[r["backend"]] = r
+    return rows
+
+
+def _table(records: list[Record], backends: list[str], cell: Callable[[Record], str],
+           keep: Callable[[tuple], bool] = lambda key: True) -> str:
+    head = "| model | case | threads | " + " | ".join(backends) + " |"
+    lines = [head, "|" + "---|" * (3 + len(backends))]
+    for key, row in _rows(records).items():
+        if keep(key):
+            cells = [cell(row[b]) if b in row else "" for b in backends]
+            lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def latency_table(records: list[Record], backends: list[str]) -> str:
+    """Median / p90 latency in milliseconds, or the reason a cell has no number."""
+    return _table(records, backends,
+                  lambda r: r["error"] if "error" in r else f"{r['median_ms']:.3f} / {r['p90_ms']:.3f}")
+
+
+def diff_table(records: list[Record], backends: list[str], reference: str) -> str:
+    """Max |output - reference output| of each path (first thread count only; the same weights)."""
+    first = min(r["threads"] for r in records)
+
+    def cell(r: Record) -> str:
+        return "ref" if r["backend"] == reference else ("-" if "max_abs_diff" not in r else f"{r['max_abs_diff']:.1e}")
+
+    return _table(records, backends, cell, keep=lambda key: key[2] == first)
+
+
+def setup_table(records: list[Record], backends: list[str]) -> str:
+    """Seconds spent compiling/exporting before the first call, for the compiled paths."""
+    return _table(records, backends, lambda r: "-" if r.get("setup_s") is None else f"{r['setup_s']:.2f}")
+
+
+def gflops_table(records: list[Record], backends: list[str]) -> str:
+    """Achieved GFLOP/s (from the median) of the rows whose FLOP count is known."""
+    return _table([r for r in records if r.get("gflops")], backends, lambda r: f"{r['gflops']:.1f}")
+
+
+def chart(records: list[Record], backends: list[str], reference: str, path: Path) -> Path:
+    """One bar group per row: each path's median latency divided by the reference's (log scale, lower
+    is faster); one panel per thread count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _rows(records)
+    counts = sorted({key[2] for key in rows})
+    fig, axes = plt.subplots(len(counts), 1, figsize=(14, 4.5 * len(counts)), squeeze=False)
+    others = [b for b in backends if b != reference]
+    width = 0.8 / len(others)
+    for ax, t in zip(axes[:, 0], counts):
+        keys = [k for k in rows if k[2] == t and "median_ms" in rows[k].get(reference, {})]
+        for j, b in enumerate(others):
+            xs, ys = [], []
+            for i, k in enumerate(keys):
+                if "median_ms" in rows[k].get(b, {}):
+                    xs.append(i + (j - (len(others) - 1) / 2) * width)
+                    ys.append(rows[k][b]["median_ms"] / rows[k][reference]["median_ms"])
+            ax.bar(xs, ys, width, label=b)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(keys)), [f"{k[0]}\n{k[1]}" for k in keys], fontsize=8)
+        ax.set_ylabel(f"latency / {reference}")
+        ax.set_title(f"{t} thread{'s' if t > 1 else ''}: median latency relative to {reference} (lower is faster)")
+        ax.legend(fontsize=8, ncol=len(others))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,186 @@
+"""Run every reference model through every inference path; print tables, write JSON and a chart.
+
+    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2]
+
+Each cell is the median / p90 latency after warm-up; every output is compared with PyTorch
+eager's (max abs diff); compiled paths report their compile/export time. Results go to
+``bench/results/<timestamp>.json`` and ``.png`` (gitignored). numpy's OpenBLAS is measured
+without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE``: the entry points re-execute the process
+without them (see :func:`reexec_without_openblas_overrides`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+def reexec_without_openblas_overrides() -> None:
+    """Restart this process without the OpenBLAS core-type overrides (read once, when numpy loads)."""
+    if any(k in os.environ for k in OVERRIDES) and "numpy" not in sys.modules:
+        env = {k: v for k, v in os.environ.items() if k not in OVERRIDES}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+        os.execve(sys.executable, [sys.executable, "-m", "bench", *sys.argv[1:]], env)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short timing budget, fewer rows (< 2 minutes)")
+    parser.add_argument("--models", default="", help="comma-separated subset, e.g. mlp,chain")
+    parser.add_argument("--backends", default="", help="comma-separated subset of the columns")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per cell")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--no-limits", action="store_true", help="skip measuring the machine limits")
+    return parser.parse_args(argv)
+
+
+def _quiet() -> None:
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    for name in ("torch.onnx", "torch._dynamo", "torch._inductor", "onnxscript"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def measure_case(case, backends: list[str], thread_counts: list[int], budget: float, quick: bool) -> list[dict]:
+    """All records of one row group: every backend at every thread count."""
+    import numpy as np
+
+    from bench.backends import BACKENDS, REFERENCE, Unavailable
+    from bench.models import make_pair
+    from bench.timing import measure, threads
+
+    pair = make_pair(case.model)
+    reference = BACKENDS[REFERENCE](case, pair, 1).call()
+    records = []
+    for t in thread_counts:
+        for name in backends:
+            rec: dict = {"model": case.model, "case": case.label, "threads": t, "backend": name}
+            with threads(t):
+                try:
+                    runner = BACKENDS[name](case, pair, t)
+                    out = np.asarray(runner.call())
+                    stats = measure(runner.call, budget, *((1, 3) if quick else (3, 5)))
+                except Unavailable as exc:
+                    rec["error"] = str(exc)
+                except Exception as exc:  # a crash of one path is a result too: show it, go on
+                    rec["error"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+                else:
+                    rec.update(median_ms=stats.median_ms, p90_ms=stats.p90_ms, runs=stats.runs, setup_s=runner.setup_s)
+                    if runner.note:
+                        rec["note"] = runner.note
+                    if out.shape == reference.shape:
+                        rec["max_abs_diff"] = float(np.max(np.abs(out.astype(np.float64) - reference)))
+                    else:
+                        rec["error"] = f"output shape {out.shape}, expected {reference.shape}"
+                    if case.flops:
+                        rec["gflops"] = case.flops / stats.median_ms / 1e6
+            records.append(rec)
+            shown = rec["error"] if "error" in rec else f"{rec['median_ms']:.3f} ms"
+            print(f"  {case.model:12} {case.label:10} {t}t {name:20} {shown}", flush=True)
+    return records
+
+
+def limits_text(lim: dict) -> str:
+    """The machine limits as markdown bullet points."""
+    p = lim["peak"]
+    gemm = ", ".join(f"{k} {v:.0f}" for k, v in lim["gemm_gflops"].items())
+    caveat = f" ({p['note']})" if p["note"] else ""
+    return "\n".join([
+        f"- CPU: {p['cpu']}, {p['cores']} cores at {p['ghz']:.2f} GHz, read from {p['ghz_source']} (under a "
+        "hypervisor that is the nominal clock; cores may boost above it)",
+        f"- theoretical fp32 peak = cores x GHz x 2 FMA x {p['lanes']} lanes x 2 = {p['gflops_total']:.0f} GFLOP/s, "
+        f"{p['gflops_per_core']:.0f} per core{caveat}",
+        f"- GEMM {lim['gemm_n']}^3 GFLOP/s: {gemm}",
+        f"- memory copy bandwidth (1 thread, read + write): {lim['memory_copy_gbs']:.1f} GB/s",
+        f"- numpy BLAS: {lim['numpy_blas']}"])
+
+
+def render(doc: dict, backends: list[str], reference: str) -> str:
+    """The markdown report of one run: header, machine limits, then the four tables."""
+    from bench import report
+
+    v, res = doc["versions"], doc["results"]
+    notes = sorted({f"- {r['backend']}: {r['note']}" for r in res if r.get("note")})
+    parts = [
+        f"Run {doc['date']}, {'quick' if doc['quick'] else 'full'} mode, {doc['seconds']:.0f} s; "
+        + ", ".join(f"{k} {val}" for k, val in v.items())
+        + f"; load average before {doc['load_before'][0]:.2f}, after {doc['load_after'][0]:.2f} "
+        "(other processes on these cores distort the 2-thread rows most)",
+        limits_text(doc["limits"]) if "limits" in doc else "",
+        "### Latency, ms (median / p90)", report.latency_table(res, backends),
+        f"### Max abs diff vs {reference}", report.diff_table(res, backends, reference),
+        "### Compile / export time, s", report.setup_table(res, backends),
+        "### GFLOP/s (rows with a known FLOP count)", report.gflops_table(res, backends),
+        "Notes:\n" + "\n".join(notes) if notes else ""]
+    return "\n\n".join(p for p in parts if p)
+
+
+def _versions() -> dict[str, str]:
+    import importlib
+
+    found = {}
+    for name in ("numpy", "torch", "onnxruntime", "onnx", "llvmlite"):
+        try:
+            found[name] = importlib.import_module(name).__version__
+        except ImportError:
+            found[name] = "absent"
+    return found
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the benchmark; print the report and return the JSON document it writes (``text`` holds
+    the report)."""
+    opts = parse_args(argv)
+    sys.path.insert(0, str(ROOT))
+    import torch  # noqa: F401  (before _quiet: importing torch resets its loggers)
+
+    _quiet()
+    from bench import report
+    from bench.backends import BACKENDS, REFERENCE
+    from bench.machine import limits
+    from bench.models import cases
+
+    if any(k in os.environ for k in OVERRIDES):
+        print(f"warning: {'/'.join(OVERRIDES)} set: numpy's BLAS runs a slower kernel", file=sys.stderr)
+    wanted = {m for m in opts.models.split(",") if m}
+    selected = [c for c in cases(opts.quick) if not wanted or c.model in wanted]
+    if wanted != {c.model for c in selected} and wanted:
+        raise SystemExit(f"--models: expected names from {sorted({c.model for c in cases(False)})}, got {opts.models}")
+    backends = [b for b in opts.backends.split(",") if b] or list(BACKENDS)
+    if unknown := [b for b in backends if b not in BACKENDS]:
+        raise SystemExit(f"--backends: expected names from {list(BACKENDS)}, got {unknown}")
+    if REFERENCE not in backends:
+        backends.insert(0, REFERENCE)
+    budget = opts.budget or (0.1 if opts.quick else 1.0)
+
+    t0 = time.perf_counter()
+    doc: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": opts.quick, "budget_s": budget,
+                 "threads": opts.threads, "load_before": os.getloadavg(), "versions": _versions()}
+    if not opts.no_limits:
+        doc["limits"] = limits(opts.quick)
+        print(limits_text(doc["limits"]), flush=True)
+    doc["results"] = [r for case in selected for r in measure_case(case, backends, opts.threads, budget, opts.quick)]
+    doc["seconds"] = time.perf_counter() - t0
+    doc["load_after"] = os.getloadavg()
+    doc["text"] = render(doc, backends, REFERENCE)
+
+    opts.out.mkdir(parents=True, exist_ok=True)
+    stem = opts.out / time.strftime("%Y%m%d-%H%M%S")
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+    report.chart(doc["results"], backends, REFERENCE, stem.with_suffix(".png"))
+    print("\n" + doc["text"] + f"\n\nwrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
+    return doc
+
+
+if __name__ == "__main__":
+    reexec_without_openblas_overrides()
+    main()

@@ -1,0 +1,58 @@
+"""Latency sampling and thread pinning shared by every column of the benchmark.
+
+>>> s = measure(lambda: sum(range(100)), budget_s=0.01)
+>>> s.median_ms <= s.p90_ms
+True
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Latency of one cell: median and 90th percentile over ``runs`` timed calls, in milliseconds."""
+
+    median_ms: float
+    p90_ms: float
+    runs: int
+
+
+def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs: int = 5,
+            max_runs: int = 2000) -> Stats:
+    """Call ``fn`` ``warmup`` times, then time single calls until ``budget_s`` is spent (at least
+    ``min_runs``, at most ``max_runs`` calls)."""
+    if budget_s <= 0:
+        raise ValueError(f"budget_s must be positive, got {budget_s}")
+    for _ in range(warmup):
+        fn()
+    samples: list[float] = []
+    end = time.perf_counter() + budget_s
+    while len(samples) < max_runs and (len(samples) < min_runs or time.perf_counter() < end):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    ms = np.asarray(samples) * 1e3
+    return Stats(float(np.median(ms)), float(np.percentile(ms, 90)), len(samples))
+
+
+@contextlib.contextmanager
+def threads(n: int) -> Iterator[None]:
+    """Limit PyTorch's intra-op pool and numpy's BLAS (through threadpoolctl) to ``n`` threads."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    if n < 1:
+        raise ValueError(f"thread count must be >= 1, got {n}")
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        with threadpool_limits(limits=n, user_api="blas"):
+            yield
+    finally:
+        torch.set_num_threads(before)
