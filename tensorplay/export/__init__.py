@@ -73,8 +73,8 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "FlatArgsAdapter": ("unflatten",), "UnflattenedModule": ("unflatten",),
     "register_dataclass": ("custom_obj",), "unflatten": ("unflatten",),
     "PT2ArchiveContents": ("pt2_archive",), "WeightType": ("pt2_archive",),
-    "save": ("pt2_archive", "serde"), "load": ("pt2_archive", "serde"),
-    "package_pt2": ("pt2_archive", "serde"), "load_pt2": ("pt2_archive", "serde"),
+    "save": ("save_load",), "load": ("save_load",),
+    "package_pt2": ("save_load",), "load_pt2": ("save_load",),
 }
 
 
