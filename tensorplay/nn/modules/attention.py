@@ -31,6 +31,11 @@ __all__ = ["MultiheadAttention", "NonDynamicallyQuantizableLinear", "multi_head_
            "canonical_mask"]
 
 
+def _is_tensor(value) -> bool:
+    """A Tensor, or a stand-in that dispatches ops (a tracing proxy)."""
+    return isinstance(value, Tensor) or hasattr(type(value), "__tensorplay_function__")
+
+
 class NonDynamicallyQuantizableLinear(Linear):
     """A :class:`Linear` under PyTorch's name for ``MultiheadAttention.out_proj`` (same math and keys)."""
 
@@ -44,7 +49,7 @@ def canonical_mask(mask: Tensor | None, name: str, dtype) -> Tensor | None:
     """
     if mask is None:
         return None
-    if not isinstance(mask, Tensor):
+    if not _is_tensor(mask):
         raise TypeError(f"{name}: expected a Tensor or None, got {type(mask).__name__}")
     if mask.dtype is _dtype.bool:
         zeros = REGISTRY["zeros"](*mask.shape, dtype=dtype)
@@ -275,7 +280,7 @@ class MultiheadAttention(Module):
                 need_weights: bool = True, attn_mask: Tensor | None = None, average_attn_weights: bool = True,
                 is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
         for name, t in (("query", query), ("key", key), ("value", value)):
-            if not isinstance(t, Tensor):
+            if not _is_tensor(t):
                 raise TypeError(f"MultiheadAttention: expected {name} to be a Tensor, got {type(t).__name__}")
         for name, t, want in (("query", query, self.embed_dim), ("key", key, self.kdim),
                               ("value", value, self.vdim)):
