@@ -103,7 +103,7 @@ class Binding:
             if isinstance(spec, _Result):
                 return results[spec.index]
             if isinstance(spec, (list, tuple)):
-                return type(spec)(rebuild(s) for s in spec)
+                return _rebuild(spec, [rebuild(s) for s in spec])
             if isinstance(spec, dict):
                 return {k: rebuild(v) for k, v in spec.items()}
             return spec
@@ -116,6 +116,13 @@ class _Result:
 
     def __repr__(self) -> str:
         return f"<result {self.index}>"
+
+
+def _rebuild(like: Any, items: list) -> Any:
+    """A list/tuple/namedtuple of the same type as ``like`` holding ``items``."""
+    if isinstance(like, tuple) and hasattr(like, "_fields"):
+        return type(like)(*items)
+    return type(like)(items)
 
 
 def _array(v: Any) -> np.ndarray:
@@ -171,6 +178,23 @@ class _Converter:
                 self.new_symbol(s)
         return e.xreplace(self.symmap)
 
+    def specialize(self) -> None:
+        """Equality guards fix a symbol: ``Eq(batch, 3)`` makes it 3, ``Eq(a, b)`` makes ``b`` stand for ``a``."""
+        for g in self.guards():
+            fact = sympy.sympify(g.fact)
+            if not isinstance(fact, sympy.Eq):
+                continue
+            free = sorted(fact.free_symbols, key=lambda x: list(self.env.symbols).index(x)
+                          if x in self.env.symbols else 1 << 30)
+            d = sympy.expand(fact.lhs - fact.rhs)
+            if len(free) == 1:
+                sol = sympy.solve(d, free[0])
+                if len(sol) == 1 and sol[0].is_Integer:
+                    self.symmap[free[0]] = sol[0]
+            elif len(free) == 2 and d in (free[0] - free[1], free[1] - free[0]):
+                keep = self.symmap.get(free[0]) or self.new_symbol(free[0])
+                self.symmap[free[1]] = keep
+
     def new_symbol(self, s: sympy.Symbol) -> sympy.Symbol:
         info = self.env.symbols.get(s) if self.env is not None else None
         unknown = info is not None and info.kind == "unknown"
@@ -204,6 +228,7 @@ class _Converter:
     # ------------------------------------------------------------------ driver
     def convert(self) -> tuple[Module, Binding]:
         nodes = list(self.graph.nodes)
+        self.specialize()
         args: list[tuple[str, TensorType]] = []
         sources: list[ArgSource] = []
         for node in nodes:
@@ -228,6 +253,10 @@ class _Converter:
         self.cx = Cx(b, self.rename)
         self.cx.bound = self.bound_unknowns
         self.cx.fresh = self.fresh_unknown
+        if not any(n.op == "call_function" and getattr(n.target, "__module__", "") == _ASSERTIONS for n in nodes):
+            from .to_tp_assert import guard_assertion
+            for g in self.guards():
+                guard_assertion(self.cx, g.fact, g.where, self.rename, self.names)
         results: list[Value] = []
         for node in nodes:
             if node.op == "placeholder":
@@ -327,8 +356,20 @@ class _Converter:
             return
         for s, info in self.env.symbols.items():
             d = self.symmap.get(s) or self.new_symbol(s)
+            if not d.is_Symbol or d in f.symbols:
+                continue
             hi = INF if info.hi is None else info.hi
             f.declare(d, max(info.lo, 0), hi)
+        for g in self.guards():
+            refine_range(f, self.rename(g.fact))
+
+    def guards(self) -> list[Any]:
+        """Guards of the capture on input sizes (data-dependent ones cannot be checked up front)."""
+        if self.env is None:
+            return []
+        found = list(self.env.guards) + list(self.gm.meta.get("decomposition_guards", []))
+        unknown = {s for s, i in self.env.symbols.items() if i.kind == "unknown"}
+        return [g for g in found if not (sympy.sympify(g.fact).free_symbols & unknown)]
 
     # ------------------------------------------------------------------ ops
     def op_name(self, node: Any) -> str:
@@ -356,7 +397,7 @@ class _Converter:
                 self.values[v] = got
             return got
         if isinstance(v, (list, tuple)):
-            return type(v)(self.arg(a) for a in v)
+            return _rebuild(v, [self.arg(a) for a in v])
         if isinstance(v, dict):
             return {k: self.arg(a) for k, a in v.items()}
         if isinstance(v, slice):
@@ -467,7 +508,7 @@ class _Converter:
             results.append(v)
             return _Result(len(results) - 1)
         if isinstance(v, (list, tuple)):
-            return type(v)(self.flatten_output(a, results) for a in v)
+            return _rebuild(v, [self.flatten_output(a, results) for a in v])
         if isinstance(v, dict):
             return {k: self.flatten_output(a, results) for k, a in v.items()}
         if isinstance(v, SymVal):
@@ -501,6 +542,44 @@ class _Poison:
 
 class _PoisonUse(Exception):
     pass
+
+
+def refine_range(f: Function, fact: Any) -> None:
+    """Tighten the header range of the one symbol of a linear guard (``2*s0 + 1 > 7`` -> ``s0 >= 4``)."""
+    if not isinstance(fact, sympy.core.relational.Relational) or len(fact.free_symbols) != 1:
+        return
+    (s,) = fact.free_symbols
+    if s not in f.symbols:
+        return
+    try:
+        poly = sympy.Poly(fact.lhs - fact.rhs, s)
+    except sympy.PolynomialError:
+        return
+    if poly.degree() != 1:
+        return
+    a, b = poly.all_coeffs()
+    if not (a.is_Integer and b.is_Integer):
+        return
+    lo, hi = f.symbols[s]
+    op = fact.rel_op
+    if op in ("<", "<="):  # a*s + b < 0  <=>  -a*s - b > 0
+        a, b, op = -a, -b, op.replace("<", ">")
+    if op == ">":  # integers: a*s + b > 0  <=>  a*s + b - 1 >= 0
+        b, op = b - 1, ">="
+    if op == "==":
+        if (-b) % a == 0:
+            v = -b / a
+            lo, hi = sympy.Max(lo, v), sympy.Min(hi, v)
+    elif op == ">=":
+        bound = -b / a
+        if a > 0:
+            lo = sympy.Max(lo, sympy.ceiling(bound))
+        else:
+            hi = sympy.Min(hi, sympy.floor(bound))
+    else:
+        return
+    if lo <= hi:
+        f.symbols[s] = (lo, hi)
 
 
 def graph_to_tp(gm: Any, *, name: str = "main", weights: Mapping[str, Any] | None = None,

@@ -118,6 +118,8 @@ class Cx:
 
     def const(self, value: Any, dtype: DType) -> Value:
         """A ``tp.constant`` literal of ``dtype`` (numbers give rank-0 tensors)."""
+        if dtype == BF16:  # a literal's element type comes from its numpy dtype: bf16 literals are cast f32
+            return self.emit("tp.cast", self.const(value, F32), dtype=BF16)
         arr = np.asarray(value)
         if dtype.is_int and arr.dtype.kind in "iu":
             arr = arr.astype(np.int64).astype(dtype.numpy)  # wraps like PyTorch
@@ -192,6 +194,25 @@ class Cx:
         if v.value is None:
             v.value = self.emit("tp.symexpr", expr=v.expr)
         return v.value
+
+    def require(self, expr: Any, lo: Any, what: str) -> None:
+        """Make ``expr >= lo`` provable: for a bare symbol raise its header range and assert it at run time."""
+        expr = sympy.sympify(expr)
+        if self.b.facts.prove(sympy.Ge(expr, lo)) is True:
+            return
+        f = self.b.function
+        if not expr.is_Symbol or f is None or expr not in f.symbols:
+            raise UnsupportedOp(f"{what}: cannot prove {expr} >= {lo}")
+        old_lo, hi = f.symbols[expr]
+        f.symbols[expr] = (sympy.Max(old_lo, lo), hi)
+        self.b.facts.ranges[expr] = f.symbols[expr]
+        holder = next((a for a in f.args if expr in getattr(a.type, "shape", ())), None)
+        if holder is None:
+            return
+        axis = list(holder.type.shape).index(expr)
+        dim = self.emit("tp.dim", holder, axis=axis)
+        self.emit("tp.assert_range", dim, lo=lo, hi=hi,
+                  message=f"{what} needs dim {axis} of %{holder.name} >= {{lo}}, got {{value}}")
 
     def fresh_unknown(self) -> sympy.Symbol:
         """A new data-dependent symbol (declared in the header) for a ``tp.nonzero`` row count."""

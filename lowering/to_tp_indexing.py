@@ -70,14 +70,22 @@ def _entries(key: Any, rank: int) -> list[tuple[str, Any, int]]:
     return out + fill
 
 
-def _bound(v: Any, dim: sympy.Expr, default: Any) -> sympy.Expr:
+def _bound(cx: Cx, v: Any, dim: sympy.Expr, default: Any) -> sympy.Expr:
+    """A slice bound as an expression in ``[0, dim]`` (negative values count from the end, then clamp)."""
     if v is None:
         return sympy.sympify(default)
     e = v.expr if isinstance(v, SymVal) else sympy.Integer(int(v))
     if e.is_Integer and int(e) < 0:
         e = e + dim
-    if dim.is_Integer and e.is_Integer:
-        e = sympy.Integer(min(max(int(e), 0), int(dim)))
+        if cx.b.facts.prove(sympy.Ge(e, 0)) is not True:
+            if dim.is_Integer:
+                return sympy.Integer(0)
+            cx.require(dim, -int(e - dim), "negative slice bound")
+    if cx.b.facts.prove(sympy.Le(e, dim)) is True:
+        return e
+    if cx.b.facts.prove(sympy.Ge(e, dim)) is True:
+        return dim
+    cx.require(dim, e, "slice bound")
     return e
 
 
@@ -91,7 +99,9 @@ def _basic(cx: Cx, x: Value, entries: list) -> tuple[Value, list[tuple[int, str,
             pos += 1
         elif kind == "int":
             dim = x.type.shape[d]
-            i = _bound(val, dim, 0)
+            i = _bound(cx, val, dim, 0)
+            if not (isinstance(val, int) and val < 0):
+                cx.require(dim, i + 1, f"index {i}")
             x = cx.slice(x, d, i, i + 1)
             x_shape = list(x.type.shape)
             x = cx.reshape(x, x_shape[:d] + x_shape[d + 1:])
@@ -106,7 +116,9 @@ def _basic(cx: Cx, x: Value, entries: list) -> tuple[Value, list[tuple[int, str,
                 start = r.start if len(r) else 0
                 stop = start + (len(r) - 1) * step + 1 if len(r) else 0
             else:
-                start, stop = _bound(val.start, dim, 0), _bound(val.stop, dim, dim)
+                start, stop = _bound(cx, val.start, dim, 0), _bound(cx, val.stop, dim, dim)
+                if cx.b.facts.prove(sympy.Le(stop, start)) is True:
+                    stop = start
             x = cx.slice(x, d, start, stop, step)
             shape.append(x.type.shape[d])
             d += 1
