@@ -82,6 +82,15 @@ class ExportTracer(Tracer):
         example = value if kind == "parameter" else _copy(value)
         return self.tensor_proxy(node, example)
 
+    def call_op(self, op, kind: str, target, args: tuple, kwargs: dict):
+        """Record an op; an in-place op on a parameter's example first gets a private copy of it."""
+        first = args[0] if args else None
+        if isinstance(first, Proxy) and (op.name.endswith("_") or target in _INPLACE_OPERATORS):
+            example = first.node.meta.get("example_value")
+            if isinstance(example, Parameter):
+                first.node.meta["example_value"] = _copy(example)
+        return super().call_op(op, kind, target, args, kwargs)
+
     def lift_state(self, root: Module) -> None:
         """Create the state placeholders in spec order: per module, parameters, buffers, constants."""
         for path, module in root.named_modules():
