@@ -50,12 +50,11 @@ from dialect.ir import Function, Module, Operation, Value
 from dialect.kernel_ops import COMBINES
 from dialect.shapes import elem_dtype
 from dialect.types import BufferType, DType, IndexType
-
 from runtime.abi import Executable, Signature, TensorSpec
 
 from .codegen_expr import I1, I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
-from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps, register_type
+from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE, Epilogue, emit_gemm
 
 __all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
@@ -287,9 +286,14 @@ class _Codegen:
             acc = b.phi(acc_init.type, name="acc")
             acc.add_incoming(acc_init, pre)
         em.push()
+        outer_iv = em.symbols.get(a["iv"])
         em.bind(a["iv"], iv, loop=True)
         nxt_acc = body(sc, acc)
         em.pop()
+        if outer_iv is None:
+            del em.symbols[a["iv"]]
+        else:
+            em.symbols[a["iv"]] = outer_iv
         nxt = b.add(iv, step, name=f"{a['iv']}.next", flags=["nsw"])
         latch = b.block
         iv.add_incoming(nxt, latch)

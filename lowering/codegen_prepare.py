@@ -26,7 +26,6 @@ import sympy
 
 from dialect.ir import Function, Operation, Value
 from dialect.types import BufferType
-
 from runtime.abi import MAX_ERR_VALUES, Assertion
 
 from .codegen_expr import I32, I64, CodegenError, ExprEmitter, i64

@@ -83,9 +83,13 @@ class ScalarOps:
             return ir.Constant(ty, hi if value > 0 else lo)
         return ir.Constant(ty, int(value))
 
-    def _intrinsic(self, name: str, args: Sequence[ir.Value], ty: ir.Type | None = None) -> ir.Value:
-        ty = ty or args[0].type
-        fn = self.b.module.declare_intrinsic(name, [ty])
+    def _intrinsic(self, name: str, args: Sequence[ir.Value], ret: ir.Type | None = None,
+                   suffix: str | None = None) -> ir.Value:
+        """Call ``name.<suffix>`` (default suffix: the operand type, e.g. ``llvm.maximum.f32``)."""
+        ret = ret or args[0].type
+        full = f"{name}.{suffix or _tag(args[0].type)}"
+        mod = self.b.module
+        fn = mod.globals.get(full) or ir.Function(mod, ir.FunctionType(ret, [a.type for a in args]), full)
         return self.b.call(fn, list(args))
 
     def _libm(self, name: str, args: Sequence[ir.Value], dt: DType) -> ir.Value:
@@ -305,9 +309,8 @@ class ScalarOps:
                 return x
             return b.fpext(x, dty) if _fbits(dty) > _fbits(sty) else b.fptrunc(x, dty)
         if src.is_float:  # -> integer
-            wide = ir.IntType(64)
-            fn = b.module.declare_intrinsic("llvm.fptosi.sat", [wide, sty])
-            return b.trunc(b.call(fn, [x]), dty)
+            wide = self._intrinsic("llvm.fptosi.sat", [x], ir.IntType(64), f"i64.{_tag(sty)}")
+            return b.trunc(wide, dty) if dty.width < 64 else wide
         if dst.is_float:
             tgt = _F32 if dst == BF16 else dty
             v = b.uitofp(x, tgt) if src in (U8, I1) else b.sitofp(x, tgt)
@@ -320,12 +323,17 @@ class ScalarOps:
         return b.zext(x, dty) if src in (U8, I1) else b.sext(x, dty)
 
 
+def _tag(t: ir.Type) -> str:
+    return {_F16: "f16", _F32: "f32", _F64: "f64"}.get(t) or str(t)
+
+
 def _fbits(t: ir.Type) -> int:
     return {_F16: 16, _F32: 32, _F64: 64}[t]
 
 
 def _round_bf16_py(v: float) -> float:
     import numpy as np
+
     from dialect.reference import round_bf16
     return float(round_bf16(np.array([v], np.float32))[0])
 
