@@ -416,20 +416,21 @@ def _mutations(graph, tracer: ExportTracer) -> list[tuple[Any, OutputKind, str]]
         base, via_item = _base_of(node)
         if base is None:
             continue
+        value = node.args[0] if node.target is operator.setitem else node  # setitem returns None
         if base.name in kinds:
             target, kind = kinds[base.name]
             out_kind = OutputKind.PARAMETER_MUTATION if kind == "parameter" else OutputKind.BUFFER_MUTATION
             found.pop(base.name, None)
-            found[base.name] = (node, out_kind, target)
+            found[base.name] = (value, out_kind, target)
         elif via_item:
             item = node.args[0]
             while item.op != "call_function" or item.target is not operator.getitem:
                 item = item.args[0]
             found.pop(f"{base.name}[{item.args[1]!r}]", None)
-            found[f"{base.name}[{item.args[1]!r}]"] = (node, OutputKind.USER_INPUT_MUTATION, base.name)
-            for user in list(item.users):  # later reads see the mutated value
+            found[f"{base.name}[{item.args[1]!r}]"] = (value, OutputKind.USER_INPUT_MUTATION, base.name)
+            for user in list(item.users) if value is not item else ():  # later reads see the mutated value
                 if user is not node and order.get(user, -1) > order[node]:
-                    user.replace_input_with(item, node)
+                    user.replace_input_with(item, value)
     return list(found.values())
 
 

@@ -267,3 +267,24 @@ def test_tensor_constants_from_factories_are_get_attr_constants():
     gets = [n for n in prog.graph.nodes if n.op == "get_attr"]
     assert [n.target for n in gets] == ["_tensor_constant0"]
     assert arr(prog(tp.zeros(2))).tolist() == [1.0, 2.0]
+
+
+def test_setitem_on_buffer_and_input_element_are_mutations():
+    class Writer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("b", tp.zeros(3))
+
+        def forward(self, x, items):
+            self.b[0] = 5.0
+            items[0][1] = 7.0
+            return x + self.b + items[0]
+
+    model = Writer()
+    prog = export(model, tp.ones(3), [tp.zeros(3)])
+    sig = prog.graph_signature
+    assert list(sig.buffers_to_mutate.values()) == ["b"] and list(sig.user_inputs_to_mutate.values()) == ["items"]
+    items = [tp.zeros(3)]
+    out = prog(tp.ones(3), items)
+    assert arr(out).tolist() == [6.0, 8.0, 1.0]
+    assert arr(model.b).tolist() == [5.0, 0.0, 0.0] and arr(items[0]).tolist() == [0.0, 7.0, 0.0]
