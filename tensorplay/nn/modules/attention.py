@@ -89,7 +89,7 @@ def _in_projection(query, key, value, w_q, w_k, w_v, b_q, b_k, b_v):
     return F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
 
 
-def _in_projection_packed(query, key, value, w, b, embed_dim: int):
+def _in_projection_packed(query, key, value, w, b):
     """q, k, v from the packed ``(3E, E)`` weight: one matmul when query, key and value are one tensor."""
     if query is key and key is value:
         q, k, v = F.linear(query, w, b).chunk(3, -1)
@@ -142,7 +142,7 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, num_
         biases = (None, None, None) if in_proj_bias is None else in_proj_bias.chunk(3)
         q, k, v = _in_projection(query, key, value, q_proj_weight, k_proj_weight, v_proj_weight, *biases)
     else:
-        q, k, v = _in_projection_packed(query, key, value, in_proj_weight, in_proj_bias, embed_dim)
+        q, k, v = _in_projection_packed(query, key, value, in_proj_weight, in_proj_bias)
 
     if attn_mask is not None:
         if attn_mask.dim() == 2:
@@ -218,6 +218,12 @@ class MultiheadAttention(Module):
     average_attn_weights=True, is_causal=False)``. Inputs are ``(L, N, E)`` (``(N, L, E)`` with
     ``batch_first``) or unbatched ``(L, E)``. ``weights`` is ``(N, L, S)`` averaged over heads,
     ``(N, H, L, S)`` with ``average_attn_weights=False``, or None with ``need_weights=False``.
+
+    >>> import tensorplay as tp
+    >>> mha = tp.nn.MultiheadAttention(4, 2, kdim=3, vdim=5)
+    >>> out, w = mha(tp.ones(2, 1, 4), tp.ones(6, 1, 3), tp.ones(6, 1, 5), average_attn_weights=False)
+    >>> tuple(out.shape), tuple(w.shape)
+    ((2, 1, 4), (1, 2, 2, 6))
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,

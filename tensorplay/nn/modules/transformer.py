@@ -101,7 +101,13 @@ def _clones(module: Module, n: int) -> ModuleList:
 
 class TransformerEncoderLayer(Module):
     """Self-attention then feed-forward, each wrapped in residual + LayerNorm (post-norm, or pre-norm with
-    ``norm_first``). ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``."""
+    ``norm_first``). ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``.
+
+    >>> import tensorplay as tp
+    >>> layer = tp.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, norm_first=True, activation="gelu")
+    >>> layer(tp.ones(5, 3, 8), src_key_padding_mask=tp.zeros(3, 5, dtype=tp.bool)).shape
+    tensorplay.Size([5, 3, 8])
+    """
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: str | Callable = F.relu, layer_norm_eps: float = 1e-5, batch_first: bool = False,
@@ -148,6 +154,11 @@ class TransformerDecoderLayer(Module):
 
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
     memory_key_padding_mask=None, tgt_is_causal=False, memory_is_causal=False)``.
+
+    >>> import tensorplay as tp
+    >>> layer = tp.nn.TransformerDecoderLayer(8, 2, dim_feedforward=16, batch_first=True)
+    >>> layer(tp.ones(3, 5, 8), tp.ones(3, 7, 8), tgt_mask=generate_square_subsequent_mask(5)).shape
+    tensorplay.Size([3, 5, 8])
     """
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
@@ -204,6 +215,11 @@ class TransformerEncoder(Module):
 
     ``forward(src, mask=None, src_key_padding_mask=None, is_causal=None)``; with ``is_causal=None``
     a ``mask`` equal to the causal mask is taken as causal, like PyTorch.
+
+    >>> import tensorplay as tp
+    >>> encoder = tp.nn.TransformerEncoder(tp.nn.TransformerEncoderLayer(8, 2, 16), 2, norm=tp.nn.LayerNorm(8))
+    >>> len(encoder.layers), encoder(tp.ones(5, 3, 8)).shape
+    (2, tensorplay.Size([5, 3, 8]))
     """
 
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
@@ -233,7 +249,13 @@ class TransformerEncoder(Module):
 
 
 class TransformerDecoder(Module):
-    """``num_layers`` deep copies of ``decoder_layer`` then an optional ``norm``."""
+    """``num_layers`` deep copies of ``decoder_layer`` then an optional ``norm``.
+
+    >>> import tensorplay as tp
+    >>> decoder = tp.nn.TransformerDecoder(tp.nn.TransformerDecoderLayer(8, 2, 16), 2)
+    >>> decoder(tp.ones(5, 3, 8), tp.ones(4, 3, 8)).shape
+    tensorplay.Size([5, 3, 8])
+    """
 
     def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Module | None = None):
         super().__init__()
@@ -266,6 +288,12 @@ class Transformer(Module):
     ``forward(src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
     tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
     memory_is_causal=False)``.
+
+    >>> import tensorplay as tp
+    >>> model = tp.nn.Transformer(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+    ...                           dim_feedforward=16)
+    >>> model(tp.ones(4, 2, 8), tp.ones(5, 2, 8)).shape
+    tensorplay.Size([5, 2, 8])
     """
 
     def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6,

@@ -224,3 +224,18 @@ def test_bad_arguments_raise_named_errors():
         mha(x, x, x, key_padding_mask=tp.zeros(N, 5, dtype=tp.bool))
     with pytest.raises(TypeError, match="only bool and floating types of key_padding_mask"):
         mha(x, x, x, key_padding_mask=tp.zeros(N, L, dtype=tp.int64))
+
+
+def test_training_dropout_without_weights_is_differentiable():
+    tp.manual_seed(1)
+    mha = tp.nn.MultiheadAttention(E, H, dropout=0.4)
+    x = tp.tensor(np.random.default_rng(8).standard_normal((L, N, E)).astype(np.float32), requires_grad=True)
+    out, weights = mha(x, x, x, need_weights=False)
+    assert weights is None
+    out.sum().backward()
+    assert np.isfinite(np.asarray(x.grad)).all() and np.asarray(x.grad).any()
+    for name, p in mha.named_parameters():
+        assert p.grad is not None and np.isfinite(np.asarray(p.grad)).all(), name
+    mha.eval()
+    with tp.no_grad():
+        assert not np.allclose(np.asarray(mha(x, x, x, need_weights=False)[0]), np.asarray(out.detach()))
