@@ -10,10 +10,12 @@ from dialect.interpret import run
 from dialect.ir import Module
 from dialect.passes import PassManager
 from dialect.types import TensorType
+from dialect.verify import verify
 
 
 def lower_text(text: str, pipeline: str = "fuse,plan-memory") -> Module:
     m = parse(text)
+    verify(m)  # the input itself must be well typed
     PassManager(pipeline, verify=True).run(m)
     return m
 
