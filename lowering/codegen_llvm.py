@@ -49,10 +49,10 @@ import sympy
 from dialect.ir import Function, Module, Operation, Value
 from dialect.kernel_ops import COMBINES
 from dialect.shapes import elem_dtype
-from dialect.types import BufferType, DType, IndexType
+from dialect.types import BufferType, DType
 from runtime.abi import Executable, Signature, TensorSpec
 
-from .codegen_expr import I1, I32, I64, PTR, CodegenError, ExprEmitter, i64
+from .codegen_expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE, Epilogue, emit_gemm
@@ -90,11 +90,11 @@ def _round_up(e: sympy.Expr, m: int) -> sympy.Expr:
 class _Scope:
     """What emitted code sees: builder, symbol emitter, scalar ops, and dialect value -> LLVM value."""
 
-    __slots__ = ("b", "em", "ops", "vals", "fn", "in_parallel")
+    __slots__ = ("b", "em", "ops", "vals", "fn", "ws", "in_parallel")
 
     def __init__(self, fn: ir.Function, b: ir.IRBuilder, em: ExprEmitter, fastmath: Sequence[str],
-                 vals: dict[Value, ir.Value], in_parallel: bool) -> None:
-        self.fn, self.b, self.em = fn, b, em
+                 vals: dict[Value, ir.Value], ws: ir.Value, in_parallel: bool) -> None:
+        self.fn, self.b, self.em, self.ws = fn, b, em, ws
         self.ops = ScalarOps(b, fastmath)
         self.vals = vals
         self.in_parallel = in_parallel
@@ -178,10 +178,10 @@ class _Codegen:
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         em = ExprEmitter(b, {s: fn.args[n + k] for k, s in enumerate(syms)})
         vals: dict[Value, ir.Value] = {a: fn.args[i] for i, a in enumerate(f.args)}
-        self.ws, self.nthreads = ws, nthreads
+        self.nthreads = nthreads
         self.tids = _opaque(b.alloca(ir.ArrayType(I64, MAX_THREADS), name="tids"))
         self.created = _opaque(b.alloca(ir.ArrayType(ir.IntType(8), MAX_THREADS), name="created"))
-        sc = _Scope(fn, b, em, self.fastmath, vals, False)
+        sc = _Scope(fn, b, em, self.fastmath, vals, ws, False)
         self._block(sc, f.body.ops)
         b.ret_void()
         return fn
@@ -211,7 +211,7 @@ class _Codegen:
         b, name, a = sc.b, op.name, op.attributes
         if name == "kernel.alloc":
             off = sc.em.emit(a["offset"])
-            sc.vals[op.result] = b.gep(self._ws(sc), [off], inbounds=True, source_etype=ir.IntType(8))
+            sc.vals[op.result] = b.gep(sc.ws, [off], inbounds=True, source_etype=ir.IntType(8))
             return
         if name in SHAPE_VALUE_OPS:
             sc.vals[op.result] = shape_value(op, sc.em, sc.vals, self._dim_of_input(sc), self.plan.positions,
@@ -257,9 +257,6 @@ class _Codegen:
                     return sc.em.emit(self.f.args[i].type.shape[j])
             raise CodegenError(f"no input dimension at position {p}")
         return dims
-
-    def _ws(self, sc: _Scope) -> ir.Value:
-        return sc.vals.get("__ws__", self.ws) if isinstance(sc.vals, dict) else self.ws
 
     def _addr(self, sc: _Scope, buf: Value, index: Sequence[sympy.Expr]) -> ir.Value:
         t: BufferType = buf.type
@@ -344,7 +341,6 @@ class _Codegen:
     # ----------------------------------------------------------------- parallel loops
     def _parallel_for(self, sc: _Scope, op: Operation) -> None:
         """Outline the loop body into ``<prefix>.par<k>(env..., lo, hi)`` and fork-join over chunks."""
-        a = op.attributes
         k = self.par_count
         self.par_count += 1
         inside = {id(o) for o in op.walk()}
@@ -357,7 +353,7 @@ class _Codegen:
                 if outer and v not in env_vals and v in sc.vals:
                     env_vals.append(v)
         env_syms = list(sc.em.symbols)
-        env = [sc.vals[v] for v in env_vals] + [sc.em.symbols[s] for s in env_syms] + [self._ws(sc)]
+        env = [sc.vals[v] for v in env_vals] + [sc.em.symbols[s] for s in env_syms] + [sc.ws]
         env_types = [x.type for x in env]
         fty = ir.FunctionType(ir.VoidType(), env_types + [I64, I64])
         par = ir.Function(self.module, fty, f"{self.prefix}.par{k}")
@@ -369,9 +365,8 @@ class _Codegen:
         pb = ir.IRBuilder(par.append_basic_block("entry"))
         n_v = len(env_vals)
         pem = ExprEmitter(pb, {s: par.args[n_v + i] for i, s in enumerate(env_syms)}, sc.em.variant)
-        pvals: dict[Any, ir.Value] = {v: par.args[i] for i, v in enumerate(env_vals)}
-        pvals["__ws__"] = par.args[len(env) - 1]
-        psc = _Scope(par, pb, pem, self.fastmath, pvals, True)
+        pvals = {v: par.args[i] for i, v in enumerate(env_vals)}
+        psc = _Scope(par, pb, pem, self.fastmath, pvals, par.args[len(env) - 1], True)
         self._loop(psc, op, par.args[-2], par.args[-1], lambda s, acc: self._block(s, op.body.ops))
         pb.ret_void()
         thunk = self._thunk(par, env_types, k)
@@ -516,7 +511,7 @@ class _Codegen:
         extra = list(ops[3:])
         bias = at(extra.pop(0), 0) if a["bias"] else null
         resid = at(extra.pop(0), a["c_offset"]) if a["residual"] else null
-        scratch = b.gep(self._ws(sc), [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
+        scratch = b.gep(sc.ws, [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
         b.call(fn, [i64(1), m, n, k, at(ops[0], a["a_offset"]), lda, i64(0), at(ops[1], a["b_offset"]), ldb, i64(0),
                     at(ops[2], a["c_offset"]), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch])
 
@@ -600,10 +595,6 @@ def emit_llvm(kernel_module: Module | Function, *, prefix: str = "tp_main", num_
         raise ValueError(f"num_outputs must be an int in [0, {len(f.args)}], got {num_outputs!r}")
     if not prefix.isidentifier():
         raise ValueError(f"prefix must be a C identifier, got {prefix!r}")
-    for op in f.walk():
-        for r in op.results:
-            if isinstance(r.type, IndexType) or r.type is None:
-                continue
     return _Codegen(f, prefix, nout, fastmath).emit()
 
 
@@ -624,5 +615,3 @@ def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp
     lib = compile_ir(text, opt=opt, cache=cache, name=prefix)
     return Executable(lib, prefix, sig, shape_error=shape_error, num_threads=num_threads)
 
-
-_ = I1  # re-exported type constants keep one definition in codegen_expr

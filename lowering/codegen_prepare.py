@@ -203,7 +203,8 @@ def plan_shapes(f: Function, num_inputs: int) -> ShapePlan:
             raise CodegenError(f"range of {bd.symbol} must be integers, got [{lo}, {hi}]")
         s = bd.symbol
         if bd.scale == 1 and bd.offset == 0:
-            msg = f"runtime assertion failed for '{arg_name(f, i)}': expected dimension {j} in [{lo}, {_num(hi)}], got {{0}}"
+            msg = (f"runtime assertion failed for '{arg_name(f, i)}': expected dimension {j} in "
+                   f"[{lo}, {_num(hi)}], got {{0}}")
         else:
             msg = (f"runtime assertion failed for '{arg_name(f, i)}': dimension {j} = {{0}} gives {s} = {{1}}, "
                    f"expected {s} in [{lo}, {_num(hi)}]")
@@ -223,8 +224,9 @@ def plan_shapes(f: Function, num_inputs: int) -> ShapePlan:
         if not d.free_symbols <= bound:
             raise CodegenError(f"cannot solve the symbols of dimension {j} of '{arg_name(f, i)}' ({d}) "
                                "from the input sizes")
-        if any(bind_site[k] == (i, j) for k in bind_site):
-            continue
+        if any(site == (i, j) and plan.binds[k].scale == 1 and plan.binds[k].offset == 0
+               for k, site in bind_site.items()):
+            continue  # the site a plain symbol was read from
         msg = f"runtime assertion failed for '{arg_name(f, i)}': expected dimension {j} to be {d} = {{0}}, got {{1}}"
         plan.checks.append(Check(Assertion("shape", msg, 2),
                                  lambda em, dims, _p=p, _d=d: em.b.icmp_signed("!=", dims(_p), em.emit(_d)),
