@@ -81,8 +81,10 @@ def gemm_gflops(n: int, thread_counts: tuple[int, ...]) -> dict[str, float]:
 
 def blas_info() -> str:
     """numpy's BLAS library, version and the kernel it selected (threadpoolctl)."""
-    from threadpoolctl import threadpool_info
-
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown (threadpoolctl not installed)"
     blas = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     return ", ".join(f"{i['internal_api']} {i.get('version')} ({i.get('architecture')})" for i in blas) or "unknown"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -43,16 +44,22 @@ def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs
 
 @contextlib.contextmanager
 def threads(n: int) -> Iterator[None]:
-    """Limit PyTorch's intra-op pool and numpy's BLAS (through threadpoolctl) to ``n`` threads."""
+    """Limit PyTorch's intra-op pool and numpy's BLAS (through threadpoolctl, when installed) to ``n``
+    threads."""
     import torch
-    from threadpoolctl import threadpool_limits
 
     if n < 1:
         raise ValueError(f"thread count must be >= 1, got {n}")
+    try:
+        from threadpoolctl import threadpool_limits
+        blas = threadpool_limits(limits=n, user_api="blas")
+    except ImportError:
+        warnings.warn("threadpoolctl is not installed: numpy's BLAS keeps its own thread count", stacklevel=3)
+        blas = contextlib.nullcontext()
     before = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
-        with threadpool_limits(limits=n, user_api="blas"):
+        with blas:
             yield
     finally:
         torch.set_num_threads(before)

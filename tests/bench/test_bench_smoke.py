@@ -1,0 +1,120 @@
+"""Smoke test of the benchmark harness: the model twins agree with PyTorch, the numpy forwards
+agree with PyTorch, the timer and report behave, and one tiny end-to-end run writes its files.
+Timing values themselves are never asserted."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tensorplay  # noqa: E402
+from bench import numpy_ref, report, run  # noqa: E402
+from bench.machine import theoretical_peak  # noqa: E402
+from bench.models import cases, make_pair  # noqa: E402
+from bench.timing import measure  # noqa: E402
+
+QUICK = {c.model: c for c in cases(quick=True)}  # first (smallest) row of each model
+
+
+def _torch_out(model, case) -> np.ndarray:
+    with torch.inference_mode():
+        return model(*[torch.from_numpy(x) for x in case.inputs]).numpy()
+
+
+@pytest.mark.parametrize("name", ["mlp", "resnet", "transformer", "gpt", "lstm", "matmul", "chain"])
+def test_tensorplay_twin_matches_torch(name):
+    case = QUICK[name]
+    theirs, ours = make_pair(name)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    with tensorplay.inference_mode():
+        got = ours(*[tensorplay.from_numpy(x) for x in case.inputs]).numpy()
+    want = _torch_out(theirs, case)
+    tol = 1e-3 if name == "matmul" else 1e-5  # 512-long float32 dot products summed in another order
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", sorted(numpy_ref.FORWARDS))
+def test_numpy_forward_matches_torch(name):
+    if name in numpy_ref.NEEDS_ERF:
+        pytest.importorskip("scipy")
+    case = QUICK[name]
+    theirs, _ = make_pair(name)
+    params = {k: v.numpy() for k, v in theirs.state_dict().items()}
+    got = numpy_ref.FORWARDS[name](params, *case.inputs)
+    tol = 1e-3 if name == "matmul" else 1e-5
+    np.testing.assert_allclose(got, _torch_out(theirs, case), rtol=tol, atol=tol)
+
+
+def test_measure_reports_order_statistics():
+    stats = measure(lambda: time.sleep(0.002), budget_s=0.02, warmup=1, min_runs=4)
+    assert stats.runs >= 4
+    assert 2.0 <= stats.median_ms <= stats.p90_ms
+    with pytest.raises(ValueError, match="budget_s must be positive, got 0"):
+        measure(lambda: None, budget_s=0)
+
+
+def test_theoretical_peak_follows_cpuinfo():
+    info = open("/proc/cpuinfo").read()
+    flags = re.search(r"^flags\s*:(.*)$", info, re.M).group(1).split()
+    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
+    peak = theoretical_peak()
+    assert peak["lanes"] == lanes and peak["cores"] == len(os.sched_getaffinity(0))
+    assert peak["gflops_total"] == pytest.approx(peak["cores"] * peak["ghz"] * 2 * lanes * 2)
+    if peak["ghz_source"].startswith("/proc"):
+        mhz = float(re.search(r"^cpu MHz\s*:\s*([\d.]+)", info, re.M).group(1))
+        assert peak["ghz"] == pytest.approx(mhz / 1e3)
+
+
+def test_report_tables_and_chart(tmp_path):
+    recs = [{"model": "m", "case": "b1", "threads": 1, "backend": "ref", "median_ms": 2.0, "p90_ms": 3.0},
+            {"model": "m", "case": "b1", "threads": 1, "backend": "x", "median_ms": 1.0, "p90_ms": 1.5,
+             "setup_s": 0.25, "max_abs_diff": 1e-7, "gflops": 4.0},
+            {"model": "m", "case": "b1", "threads": 1, "backend": "y", "error": "n/a (not built)"}]
+    cols = ["ref", "x", "y"]
+    assert report.latency_table(recs, cols).splitlines()[-1] == "| m | b1 | 1 | 2.000 / 3.000 | 1.000 / 1.500 | " \
+                                                                 "n/a (not built) |"
+    assert report.diff_table(recs, cols, "ref").splitlines()[-1] == "| m | b1 | 1 | ref | 1.0e-07 | - |"
+    assert report.setup_table(recs, cols).splitlines()[-1] == "| m | b1 | 1 | - | 0.25 | - |"
+    assert report.gflops_table(recs, cols).splitlines()[-1] == "| m | b1 | 1 |  | 4.0 |  |"
+    png = report.chart(recs, cols, "ref", tmp_path / "c.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_end_to_end_quick_run(tmp_path, capsys):
+    doc = run.main(["--quick", "--models", "mlp", "--threads", "1", "--budget", "0.01", "--no-limits",
+                    "--backends", "tensorplay eager,tensorplay compiled,numpy", "--out", str(tmp_path)])
+    written = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert written["results"] == doc["results"] and next(tmp_path.glob("*.png")).stat().st_size > 0
+    by = {(r["case"], r["backend"]): r for r in doc["results"]}
+    assert set(by) == {(c, b) for c in ("b1", "b64") for b in ("torch eager", "tensorplay eager",
+                                                                 "tensorplay compiled", "numpy")}
+    for (_, backend), rec in by.items():
+        if backend == "tensorplay compiled" and not hasattr(tensorplay, "compile"):
+            assert rec["error"] == "n/a (not built)" and "median_ms" not in rec
+        else:
+            assert rec["median_ms"] > 0 and rec["max_abs_diff"] < 1e-4
+    assert "| mlp | b64 | 1 |" in capsys.readouterr().out
+
+
+def test_bad_arguments_name_the_choices():
+    with pytest.raises(SystemExit, match="--models: expected names from .*got nope"):
+        run.main(["--models", "nope", "--no-limits"])
+    with pytest.raises(SystemExit, match="--backends: expected names from .*'tvm'"):
+        run.main(["--models", "mlp", "--backends", "tvm", "--no-limits"])
+
+
+def test_openblas_overrides_are_dropped_by_reexec(monkeypatch):
+    calls = []
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    monkeypatch.delitem(sys.modules, "numpy")  # as at program start, before numpy is loaded
+    monkeypatch.setattr(os, "execve", lambda exe, argv, env: calls.append((argv, env)))
+    run.reexec_without_openblas_overrides()
+    (argv, env), = calls
+    assert argv[1:3] == ["-m", "bench"] and "OPENBLAS_CORETYPE" not in env and env["PATH"] == os.environ["PATH"]
