@@ -821,7 +821,8 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     state_values: dict[str, Tensor] = {}
     kinds = {s.target: s for s in inputs if s.target is not None}
     for rec in _req(doc, "state", list):
-        if not isinstance(rec, dict) or rec.get("target") not in kinds or rec.get("group") not in GROUPS[:2] \
+        if not isinstance(rec, dict) or not isinstance(rec.get("target"), str) or rec["target"] not in kinds \
+                or not isinstance(rec.get("group"), str) or rec["group"] not in GROUPS[:2] \
                 or type(rec.get("ref")) is not int or not isinstance(rec.get("parameter"), bool):
             raise _fail("a state record {target, group, ref, weight_type, parameter}", rec)
         target = rec["target"]
@@ -867,6 +868,9 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     meta = _req(doc, "meta", dict)
     for key, value in meta.items():
         gm.meta[key] = dec["constants"](value)
+    mutations = gm.meta.get("num_mutations", 0)
+    if type(mutations) is not int or not 0 <= mutations <= len(outputs):
+        raise _fail(f"num_mutations between 0 and {len(outputs)}", mutations)
     if "shape_env" in gm.meta:
         gm.meta["shape_env"] = _shape_env_from_value(gm.meta["shape_env"])
     gm.meta["constants"] = graph_constants

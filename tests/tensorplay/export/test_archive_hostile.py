@@ -328,13 +328,19 @@ def test_fuzz_mutated_documents_give_value_error_or_a_program(data):
     if not _DOC_PATHS:
         _DOC_PATHS.extend(p for p in _paths(model_doc()) if p)
     doc = model_doc()
+    parts = []  # pieces of the document itself: type confusion with plausible values
+    for path in _DOC_PATHS[::7]:
+        value = doc
+        for key in path:
+            value = value[key]
+        parts.append(json.dumps(value))
     for _ in range(data.draw(st.integers(1, 3))):
         path = data.draw(st.sampled_from(_DOC_PATHS))
         target = doc
         try:
             for key in path[:-1]:
                 target = target[key]
-            target[path[-1]] = data.draw(json_junk)
+            target[path[-1]] = data.draw(json_junk | st.sampled_from(parts).map(json.loads))
         except (KeyError, IndexError, TypeError):
             continue
     blob = rebuild({"models/model.json": json.dumps(doc).encode()})
