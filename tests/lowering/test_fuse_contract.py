@@ -97,7 +97,7 @@ def test_conv(nd, stride, pad, dil, groups, bias):
     from dialect import Builder, Function, TensorType, print_function, sym
     from dialect.types import F32
     s0 = sym("s0")
-    sp = (7, 6)[:nd]
+    sp = (5, 4)[:nd]
     ks = (3, 2)[:nd]
     cin, cout = 6 if groups != 1 else 2, 6 if groups == 3 else 4
     args = [("x", TensorType((s0, cin, *sp), F32)), ("w", TensorType((cout, cin // groups, *ks), F32))]
@@ -108,5 +108,5 @@ def test_conv(nd, stride, pad, dil, groups, bias):
     x = b.abs(f.args[0])
     y = b.conv(x, *f.args[1:], stride=stride, padding=pad, dilation=dil, groups=groups)
     b.ret(b.tanh(y))
-    m = check_lowering(print_function(f), S)
+    m = check_lowering(print_function(f), [{"s0": 1}, {"s0": 2}])
     assert count(m, "kernel.gemm") == 1 and count(m, "kernel.abs") == 1
