@@ -176,7 +176,7 @@ class _Converter:
         for s in e.free_symbols:
             if s not in self.symmap:
                 self.new_symbol(s)
-        return e.xreplace(self.symmap)
+        return _floor_form(e.xreplace(self.symmap))
 
     def specialize(self) -> None:
         """Equality guards fix a symbol: ``Eq(batch, 3)`` makes it 3, ``Eq(a, b)`` makes ``b`` stand for ``a``."""
@@ -542,6 +542,17 @@ class _Poison:
 
 class _PoisonUse(Exception):
     pass
+
+
+def _floor_form(e: Any) -> Any:
+    """``ceiling(p/q)`` written as ``floor((p + q - 1)/q)``, the form ``tp.slice`` infers."""
+    if not isinstance(e, sympy.Basic) or not e.has(sympy.ceiling):
+        return e
+
+    def fix(c: Any) -> Any:
+        num, den = sympy.fraction(sympy.together(c.args[0]))
+        return sympy.floor((num + den - 1) / den) if den.is_Integer else c
+    return e.replace(lambda x: isinstance(x, sympy.ceiling), fix)
 
 
 def refine_range(f: Function, fact: Any) -> None:

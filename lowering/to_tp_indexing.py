@@ -44,7 +44,7 @@ def _entries(key: Any, rank: int) -> list[tuple[str, Any, int]]:
         elif k is Ellipsis:
             out.append(("ellipsis", None, 0))
         elif isinstance(k, (bool, np.bool_)):
-            raise UnsupportedOp("indexing with a Python bool")
+            out.append(("bool", bool(k), 0))  # like None (False: an empty new dim)
         elif isinstance(k, (int, np.integer, SymVal)):
             out.append(("int", k, 1))
         elif isinstance(k, slice):
@@ -77,9 +77,9 @@ def _bound(cx: Cx, v: Any, dim: sympy.Expr, default: Any) -> sympy.Expr:
     e = v.expr if isinstance(v, SymVal) else sympy.Integer(int(v))
     if e.is_Integer and int(e) < 0:
         e = e + dim
+        if cx.b.facts.prove(sympy.Le(e, 0)) is True:
+            return sympy.Integer(0)
         if cx.b.facts.prove(sympy.Ge(e, 0)) is not True:
-            if dim.is_Integer:
-                return sympy.Integer(0)
             cx.require(dim, -int(e - dim), "negative slice bound")
     if cx.b.facts.prove(sympy.Le(e, dim)) is True:
         return e
@@ -92,9 +92,13 @@ def _bound(cx: Cx, v: Any, dim: sympy.Expr, default: Any) -> sympy.Expr:
 def _basic(cx: Cx, x: Value, entries: list) -> tuple[Value, list[tuple[int, str, Any, int]]]:
     """Apply ints/slices/None; returns the view and the advanced entries with their positions in it."""
     shape, d, pos = [], 0, 0
-    advanced = []
+    advanced, empty = [], []
+    if any(k == "bool" for k, _, _ in entries) and any(k in ("index", "mask") for k, _, _ in entries):
+        raise UnsupportedOp("a Python bool index mixed with tensor indices")
     for kind, val, used in entries:
-        if kind == "none":
+        if kind in ("none", "bool"):
+            if kind == "bool" and not val:
+                empty.append(pos)
             shape.append(sympy.Integer(1))
             pos += 1
         elif kind == "int":
@@ -131,13 +135,17 @@ def _basic(cx: Cx, x: Value, entries: list) -> tuple[Value, list[tuple[int, str,
     # insert the None axes: rebuild the shape (x holds every kept dim in order)
     if len(shape) != x.type.rank:
         x = cx.reshape(x, shape)
+    for p in empty:
+        x = cx.slice(x, p, 0, 0)
     return x, advanced
 
 
 def _index_columns(cx: Cx, x: Value, pos: int, kind: str, val: Any, used: int) -> list[Value]:
     """The i64 index tensors (one per consumed dim) of an advanced entry at ``pos`` of ``x``."""
+    if kind == "mask" and isinstance(val, np.ndarray):  # a literal mask: its indices are known now
+        return [cx.const(c.astype(np.int64), I64) for c in np.nonzero(val)]
     if kind == "mask":
-        mask = cx.const(val, I1) if isinstance(val, np.ndarray) else cx.cast(val, I1)
+        mask = cx.cast(val, I1)
         rows = cx.fresh_unknown()
         idx = cx.emit("tp.nonzero", mask, rows=rows)
         return [cx.reshape(cx.slice(idx, 1, j, j + 1), [rows]) for j in range(used)]

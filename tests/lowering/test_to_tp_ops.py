@@ -37,7 +37,16 @@ STATIC_ONLY: dict[str, str] = {
 #: op -> [(sample predicate, reason)]: uses of an op the dialect cannot express (must give LoweringError).
 UNSUPPORTED_SAMPLES: dict[str, list] = {
     "scatter": [(lambda s: s.kwargs.get("reduce") == "multiply", "tp has scatter_add only, no product scatter")],
+    "getitem": [(lambda s: _mask_and_index(s.args[1]), "a data-dependent mask count broadcast against an index "
+                 "tensor needs a size check the dialect cannot attach to a type")],
 }
+
+
+def _mask_and_index(key) -> bool:
+    parts = key if isinstance(key, tuple) else (key,)
+    tensors = [k for k in parts if isinstance(k, tp.Tensor)]
+    return any(t.dtype is tp.bool for t in tensors) and any(t.dtype is not tp.bool and t.numel() != 1
+                                                            for t in tensors)
 
 #: at most this many samples per op in the default run (spread over the list); all of them when slow
 PER_OP = 14
