@@ -106,6 +106,12 @@ def _sample(e: sympy.Expr, facts: Facts) -> float:
     return float(e.xreplace(env))
 
 
+def _fits(at: sympy.Expr, size: sympy.Expr, live: list[tuple[SlotInfo, sympy.Expr]], facts: Facts) -> bool:
+    """``[at, at + size)`` provably misses every live slot."""
+    return all(facts.prove(sympy.Le(at + size, off)) is True or facts.prove(sympy.Ge(at, off + o.size)) is True
+               for o, off in live)
+
+
 def plan_memory(f: Function) -> None:
     """Greedy offset assignment with reuse between slots whose lifetimes do not overlap."""
     facts = f.facts()
@@ -116,12 +122,8 @@ def plan_memory(f: Function) -> None:
     for s in sorted(slots, key=lambda s: -_sample(s.size, facts)):
         live = [(o, off) for o, off in placed if o.overlaps(s)]
 
-        def fits(at: sympy.Expr) -> bool:
-            return all(facts.prove(sympy.Le(at + s.size, off)) is True
-                       or facts.prove(sympy.Ge(at, off + o.size)) is True for o, off in live)
-
         cands = [sympy.Integer(0)] + [sympy.expand(off + o.size) for o, off in live]
-        good = [c for c in cands if fits(c)]
+        good = [c for c in cands if _fits(c, s.size, live, facts)]
         if good:
             at = min(good, key=lambda c: _sample(c, facts))
         else:

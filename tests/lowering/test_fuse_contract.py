@@ -77,7 +77,8 @@ def test_batched_matmul_with_broadcast_batch_and_transposed_a():
 
 
 def test_matmul_of_computed_operand_gets_a_buffer():
-    text = """func @main(%x: tensor<[s0, 4], f32>, %w: tensor<[4, 3], f32>) -> (tensor<[s0, 3], f32>, tensor<[s0, 3], f32>)
+    text = """func @main(%x: tensor<[s0, 4], f32>, %w: tensor<[4, 3], f32>)
+    -> (tensor<[s0, 3], f32>, tensor<[s0, 3], f32>)
     where {s0 in [1, 8]} {
   %0 = tp.exp %x : tensor<[s0, 4], f32>
   %1 = tp.matmul %0, %w : tensor<[s0, 3], f32>

@@ -39,14 +39,16 @@ CASES = {
   %8 = tp.mul %6, %7 : tensor<[s0, 33], f32>
   tp.return %8
 }}""",
-    "views_pad_concat": """func @main(%x: tensor<[s0, 4, 6], i32>, %y: tensor<[2, 24], i32>) -> (tensor<[s0 + 2, 26], i32>)
+    "views_pad_concat": """func @main(%x: tensor<[s0, 4, 6], i32>, %y: tensor<[2, 24], i32>)
+    -> (tensor<[s0 + 2, 26], i32>)
     where {s0 in [2, 64]} {
   %0 = tp.reshape %x {shape = [s0, 24]} : tensor<[s0, 24], i32>
   %1 = tp.concat %0, %y {axis = 0} : tensor<[s0 + 2, 24], i32>
   %2 = tp.pad %1 {mode = reflect, pads = [(0, 0), (1, 1)]} : tensor<[s0 + 2, 26], i32>
   tp.return %2
 }""",
-    "arg_and_scan": """func @main(%x: tensor<[s0, 7], f32>) -> (tensor<[s0], i64>, tensor<[1, 7], i64>, tensor<[s0, 7], f32>)
+    "arg_and_scan": """func @main(%x: tensor<[s0, 7], f32>)
+    -> (tensor<[s0], i64>, tensor<[1, 7], i64>, tensor<[s0, 7], f32>)
     where {s0 in [1, 16]} {
   %0 = tp.argmax %x {axis = 1} : tensor<[s0], i64>
   %1 = tp.argmin %x {axis = 0, keepdim = true} : tensor<[1, 7], i64>
@@ -63,10 +65,12 @@ CASES = {
   %4 = tp.add %3, %x : tensor<[s0, 16], f32>
   tp.return %4
 }""",
-    "conv2d_bias_tanh": """func @main(%x: tensor<[s0, 4, 7, 6], f32>, %w: tensor<[4, 2, 3, 2], f32>, %b: tensor<[4], f32>)
+    "conv2d_bias_tanh": """func @main(%x: tensor<[s0, 4, 7, 6], f32>, %w: tensor<[4, 2, 3, 2], f32>,
+    %b: tensor<[4], f32>)
     -> (tensor<[s0, 4, 4, 6], f32>) where {s0 in [1, 8]} {
   %0 = tp.abs %x : tensor<[s0, 4, 7, 6], f32>
-  %1 = tp.conv %0, %w, %b {dilation = [1, 2], groups = 2, padding = [1, 1], stride = [2, 1]} : tensor<[s0, 4, 4, 6], f32>
+  %1 = tp.conv %0, %w, %b {dilation = [1, 2], groups = 2, padding = [1, 1], stride = [2, 1]}
+       : tensor<[s0, 4, 4, 6], f32>
   %2 = tp.tanh %1 : tensor<[s0, 4, 4, 6], f32>
   tp.return %2
 }""",
