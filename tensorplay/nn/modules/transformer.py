@@ -90,8 +90,8 @@ def _detect_is_causal(mask: Tensor | None, is_causal: bool | None, size: int) ->
     causal = generate_square_subsequent_mask(size, dtype=mask.dtype if mask.dtype.is_floating_point else None)
     if tuple(mask.shape) != tuple(causal.shape):
         return False
-    if mask.dtype is _dtype.bool:
-        return bool((mask == REGISTRY["isinf"](causal)).all())
+    if mask.dtype is _dtype.bool:  # PyTorch builds the comparison in the mask's dtype: -inf becomes True
+        causal = REGISTRY["isinf"](causal)
     return bool((mask == causal).all())
 
 

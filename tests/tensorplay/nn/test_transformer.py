@@ -284,3 +284,42 @@ def test_bad_arguments_raise_named_errors():
         model(tp.ones(S, 2, D), tp.ones(L, 3, D))
     with pytest.raises(RuntimeError, match="feature number of src and tgt must be equal to d_model=8, got 8 and 4"):
         model(tp.ones(S, 2, D), tp.ones(L, 2, 4))
+
+
+def test_causal_mask_detection_follows_torch():
+    from tensorplay.nn.modules.transformer import _detect_is_causal
+    detect = getattr(torch.nn.modules.transformer, "_detect_is_causal_mask", None)
+    if detect is None:
+        pytest.skip("this PyTorch has no _detect_is_causal_mask")
+    causal = np.triu(np.full((4, 4), -np.inf, dtype=np.float32), 1)
+    masks = [causal, np.isinf(causal), causal * 0, np.isinf(causal).T, np.zeros((1, 1), dtype=bool),
+             causal[:3, :3]]
+    for mask in masks:
+        for flag in (None, False, True):
+            want = detect(torch.tensor(mask), flag, 4)
+            assert _detect_is_causal(tp.tensor(mask), flag, 4) == want, (mask, flag)
+    assert _detect_is_causal(None, None, 4) is False
+
+
+def test_one_adam_step_matches_torch():
+    rng = np.random.default_rng(61)
+    torch.manual_seed(0)
+    theirs = torch.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True)
+    ours = tp.nn.TransformerEncoderLayer(D, H, FF, dropout=0.0, batch_first=True)
+    _load(ours, theirs)
+    x = _x(rng, L, True)
+    t_opt = torch.optim.Adam(theirs.parameters(), lr=1e-2)
+    o_opt = tp.optim.Adam(ours.parameters(), lr=1e-2)
+    cot = rng.standard_normal((N, L, D)).astype(np.float32)  # (a LayerNorm output's mean square is ~1: no signal)
+    (theirs(torch.tensor(x)) * torch.tensor(cot)).sum().backward()
+    (ours(tp.tensor(x)) * tp.tensor(cot)).sum().backward()
+    # The key bias's exact gradient is 0 (softmax ignores a constant per query): both libraries hold only
+    # rounding noise there, which Adam would scale up to +-lr. Zero it in both.
+    with torch.no_grad():
+        theirs.self_attn.in_proj_bias.grad[D:2 * D] = 0
+    with tp.no_grad():
+        ours.self_attn.in_proj_bias.grad[D:2 * D] = 0
+    t_opt.step()
+    o_opt.step()
+    for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
+        _close(p, q, f"{name} after one Adam step")
