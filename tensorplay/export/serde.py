@@ -60,6 +60,12 @@ MAX_EXPR_CHARS = 20_000
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_STATE_PATH = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")  # "fc.weight", "layers.0.bias"
+
+
+def _is_state_path(text: Any) -> bool:
+    return isinstance(text, str) and len(text) <= 1000 and bool(_STATE_PATH.match(text)) \
+        and not any(part.startswith("__") for part in text.split("."))
 
 
 def _fail(what: str, got: Any) -> ValueError:
@@ -608,14 +614,12 @@ def decode_graph(doc: Any, tensors: Callable[[int], Tensor] | dict[int, Tensor],
 def _decode_target(op: str, doc: Any, name: str) -> Any:
     if op == "call_function":
         return _resolve_target(doc, name)
-    if not isinstance(doc, str) or not _DOTTED.match(doc) or len(doc) > 1000:
-        raise _fail(f"a dotted-name target for {op} node {name!r}", doc)
-    if op == "call_method" and (doc.startswith("_") or "." in doc):
-        raise ValueError(f"node {name!r}: call_method may only call a public method, got {doc!r}")
     if op == "call_module":
         raise ValueError(f"node {name!r}: call_module nodes cannot be loaded (no module objects in archives)")
-    if op == "get_attr" and any(part.startswith("__") for part in doc.split(".")):
-        raise ValueError(f"node {name!r}: get_attr may not read dunder attributes, got {doc!r}")
+    if not _is_state_path(doc):
+        raise _fail(f"a dotted-name target (no dunder parts) for {op} node {name!r}", doc)
+    if op == "call_method" and (doc.startswith("_") or "." in doc):
+        raise ValueError(f"node {name!r}: call_method may only call a public method, got {doc!r}")
     return doc
 
 
@@ -816,7 +820,7 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed graph signature record: {exc!r}") from None
     for spec in inputs:
-        if spec.target is not None and (not isinstance(spec.target, str) or not _DOTTED.match(spec.target)):
+        if spec.target is not None and not _is_state_path(spec.target):
             raise _fail("a dotted state target", spec.target)
     state_values: dict[str, Tensor] = {}
     kinds = {s.target: s for s in inputs if s.target is not None}
