@@ -36,7 +36,7 @@ from .dynamic_shapes import (
     refine_dynamic_shapes_from_suggested_fixes,
 )
 from .exported_program import EqualityConstraint, ExportedProgram, ModuleCallEntry, ModuleCallSignature
-from .exporter import export, export_for_training
+from .exporter import export, export_for_training, export_joint
 from .graph_signature import (
     ArgumentSpec,
     ConstantArgument,

@@ -56,7 +56,7 @@ from .graph_signature import (
 )
 from .settle import DeclaredSymbol, Source, encode, render, settle
 
-__all__ = ["ExportTracer", "export", "export_for_training"]
+__all__ = ["ExportTracer", "export", "export_for_training", "export_joint"]
 
 _INPLACE_OPERATORS = (operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.setitem)
 _PREFIX = {"parameter": "p_", "buffer": "b_", "constant": "c_"}
@@ -75,6 +75,7 @@ class ExportTracer(Tracer):
         super().__init__(shape_env)
         self.state_specs: list[tuple[str, str, str, bool | None]] = []  # (placeholder, target, kind, persistent)
         self.module_calls: list[dict] = []
+        self.op_records: list[tuple] | None = None  # (op, args, kwargs, result) per call, for joint export
 
     def state_proxy(self, path: str, value: Tensor, kind: str) -> Proxy:
         """A ``p_``/``b_``/``c_`` placeholder instead of a ``get_attr`` of module state."""
@@ -89,7 +90,10 @@ class ExportTracer(Tracer):
             example = first.node.meta.get("example_value")
             if isinstance(example, Parameter):
                 first.node.meta["example_value"] = _copy(example)
-        return super().call_op(op, kind, target, args, kwargs)
+        result = super().call_op(op, kind, target, args, kwargs)
+        if self.op_records is not None:
+            self.op_records.append((op, tuple(args), dict(kwargs), result))
+        return result
 
     def lift_state(self, root: Module) -> None:
         """Create the state placeholders in spec order: per module, parameters, buffers, constants."""
@@ -106,6 +110,9 @@ class ExportTracer(Tracer):
                 proxy = self.state_proxy(prefix + name, value, kind)
                 self._state[id(value)] = proxy
                 self.state_specs.append((proxy.node.name, prefix + name, kind, persistent))
+
+    def _state_by_name(self, name: str) -> Proxy:
+        return next(p for p in self._state.values() if p.node.name == name)
 
     def _record_calls(self, module: Module, path: str):
         original = module.forward
@@ -255,7 +262,14 @@ def export(model: Any, *args: Any, dynamic_shapes: Any = None, strict: bool = Fa
     spec = normalize_dynamic_shapes(names, _spec_for(model, args, kwargs, dynamic_shapes))
     check_dynamic_shapes(spec, dict(bound.arguments))
 
+    return _capture(model, args, kwargs, bound, spec, preserved, joint=False)
+
+
+def _capture(model, args, kwargs, bound, spec, preserved, *, joint: bool) -> ExportedProgram:
+    is_module = isinstance(model, Module)
     tracer = ExportTracer()
+    if joint:
+        tracer.op_records = []
     if is_module:
         tracer.reserved_names = {n for n in dir(model) if n.startswith("_tensor_constant")}
     decl = _Declarations(tracer.shape_env)
@@ -282,7 +296,8 @@ def export(model: Any, *args: Any, dynamic_shapes: Any = None, strict: bool = Fa
                 result = model(*call.args, **call.kwargs)
         else:
             result = model(*call.args, **call.kwargs)
-    return _finish(model, tracer, decl, bound, spec, result, args, kwargs, preserved)
+        gradients = _joint_backward(tracer, result, proxies) if joint else None
+    return _finish(model, tracer, decl, bound, spec, result, args, kwargs, preserved, gradients)
 
 
 def export_for_training(model: Any, *args: Any, dynamic_shapes: Any = None, **kwargs: Any) -> ExportedProgram:
@@ -293,6 +308,105 @@ def export_for_training(model: Any, *args: Any, dynamic_shapes: Any = None, **kw
     ('input',)
     """
     return export(model, *args, dynamic_shapes=dynamic_shapes, **kwargs)
+
+
+def export_joint(model: Any, *args: Any, dynamic_shapes: Any = None, **kwargs: Any) -> ExportedProgram:
+    """A joint forward-backward program: the model's scalar loss plus the gradients of every parameter and
+    floating-point user input, built from the registry's backward formulas.
+
+    Calling the program returns ``(loss, {target: gradient})``; the signature lists a ``LOSS_OUTPUT``
+    and ``GRADIENT_TO_PARAMETER`` / ``GRADIENT_TO_USER_INPUT`` outputs (``backward_signature``).
+
+    >>> import tensorplay as tp
+    >>> prog = export_joint(lambda x: (x * x).sum(), tp.tensor([1.0, 2.0]))
+    >>> loss, grads = prog(tp.tensor([3.0, 4.0]))
+    >>> float(loss), grads["x"].tolist()
+    (25.0, [6.0, 8.0])
+    """
+    if not callable(model):
+        raise TypeError(f"model must be callable, got {type(model).__name__}")
+    fn = model.forward if isinstance(model, Module) else model
+    bound = bind_arguments(fn, args, kwargs)
+    spec = normalize_dynamic_shapes(list(bound.signature.parameters), _spec_for(model, args, kwargs,
+                                                                                dynamic_shapes))
+    check_dynamic_shapes(spec, dict(bound.arguments))
+    return _capture(model, args, kwargs, bound, spec, [], joint=True)
+
+
+def _joint_backward(tracer: ExportTracer, result: Any, proxies: dict) -> dict:
+    """Record the backward of ``result`` (a scalar loss) into the graph: gradients per target."""
+    from ..ops import REGISTRY
+
+    loss = result
+    if not isinstance(loss, Proxy) or loss.dim() != 0 or not loss.is_floating_point():
+        raise GraphCaptureError("joint export needs the model to return a scalar floating-point loss tensor, got "
+                                f"{type(result).__name__}")
+    grads: dict = {loss.node: REGISTRY["ones_like"](loss)}
+    tracer.proxies_require_grad = True
+    try:
+        _propagate(tracer, tracer.op_records, grads)
+    finally:
+        tracer.proxies_require_grad = False
+    values, kinds = {}, []
+    for name, target, kind, _ in tracer.state_specs:
+        if kind == "parameter":
+            proxy = tracer._state_by_name(name)
+            grad = grads.get(proxy.node)
+            values[target] = REGISTRY["zeros_like"](proxy) if grad is None else grad
+            kinds.append((OutputKind.GRADIENT_TO_PARAMETER, target))
+    for name, value in proxies.items():
+        if isinstance(value, Proxy) and value.is_floating_point():
+            grad = grads.get(value.node)
+            values[name] = REGISTRY["zeros_like"](value) if grad is None else grad
+            kinds.append((OutputKind.GRADIENT_TO_USER_INPUT, name))
+    return {"values": values, "kinds": kinds}
+
+
+def _as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, tuple | list) else (value,)
+
+
+def _propagate(tracer: ExportTracer, records: list, grads: dict) -> None:
+    """Reverse-mode over the recorded op calls: run each backward formula on proxies (recording it).
+
+    An op whose formula differentiates its decomposition is expanded: the decomposition is traced
+    and differentiated the same way.
+    """
+    from ..autograd.functional_helpers import sum_to_shape
+    from ..autograd.graph import BackwardContext
+    from ..ops import REGISTRY
+
+    for op, args, kwargs, outputs in reversed(records):
+        outs = _as_tuple(outputs)
+        out_grads = [grads.get(o.node) if isinstance(o, Proxy) else None for o in outs]
+        if all(g is None for g in out_grads):
+            continue
+        if op.backward is None:
+            raise GraphCaptureError(f"joint export: {op.name} has no backward formula")
+        full = [g if g is not None or not isinstance(o, Proxy) else REGISTRY["zeros_like"](o)
+                for g, o in zip(out_grads, outs, strict=True)]
+        if "backward_from_decomposition" in getattr(op.backward, "__qualname__", "") and op.decomposition:
+            outer, tracer.op_records = tracer.op_records, []
+            try:
+                expanded = _as_tuple(op.decomposition(*args, **kwargs))
+                inner = {o.node: g for o, g in zip(expanded, full, strict=False) if isinstance(o, Proxy)}
+                _propagate(tracer, tracer.op_records, inner)
+            finally:
+                tracer.op_records = outer
+            found = tuple([inner.get(x.node) if isinstance(x, Proxy) else None for x in a]
+                          if isinstance(a, list | tuple) else inner.get(a.node) if isinstance(a, Proxy) else None
+                          for a in args)
+        else:
+            found = _as_tuple(op.backward(BackwardContext(args, kwargs, outs, op.name), *full))
+        for arg, g in zip(args, found, strict=False):
+            pairs = zip(arg, g, strict=False) if isinstance(arg, list | tuple) and isinstance(g, list | tuple) \
+                else [(arg, g)]
+            for a, ga in pairs:
+                if not isinstance(a, Proxy) or not isinstance(ga, Proxy) or not a.is_floating_point():
+                    continue
+                ga = sum_to_shape(ga, a.shape)
+                known = grads.get(a.node)
+                grads[a.node] = ga if known is None else known + ga
 
 
 def _check_preserved(model: Any, paths: Iterable[str]) -> list[str]:
@@ -308,11 +422,13 @@ def _check_preserved(model: Any, paths: Iterable[str]) -> list[str]:
 
 
 def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, result, args, kwargs,
-            preserved) -> ExportedProgram:
+            preserved, gradients: dict | None = None) -> ExportedProgram:
     graph = tracer.graph
     kept = settle(tracer.shape_env, decl.symbols)
-    leaves, out_spec = tree_flatten(result)
+    leaves, out_spec = tree_flatten(result if gradients is None else (result, gradients["values"]))
     user_nodes = [tracer.to_node(v) for v in leaves]
+    grad_kinds = gradients["kinds"] if gradients is not None else []
+    num_user = len(user_nodes) - len(grad_kinds)
     mutations = _mutations(graph, tracer)
     placeholders = {n.name: n for n in graph.placeholders}
     site_nodes = _site_nodes(graph, placeholders, decl)
@@ -340,9 +456,11 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
     for name in user_names:
         input_specs.append(InputSpec(InputKind.USER_INPUT, _arg_for(placeholders[name])))
     output_specs = [OutputSpec(kind, TensorArgument(node.name), target) for node, kind, target in mutations]
-    for value in user_nodes:
+    user_kind = OutputKind.USER_OUTPUT if gradients is None else OutputKind.LOSS_OUTPUT
+    for i, value in enumerate(user_nodes):
         arg = _arg_for(value) if hasattr(value, "op") else ConstantArgument("", value)
-        output_specs.append(OutputSpec(OutputKind.USER_OUTPUT, arg))
+        kind, target = (user_kind, None) if i < num_user else grad_kinds[i - num_user]
+        output_specs.append(OutputSpec(kind, arg, target))
     _set_defaults(graph, user_names, bound)
 
     root = model if isinstance(model, Module) else {}
@@ -551,7 +669,8 @@ def _equality_constraints(decl: _Declarations) -> list:
 def _module_call_graph(graph, output_specs, in_spec, out_spec, calls: list[dict], preserved: list[str]) -> list:
     placeholders = [n.name for n in graph.placeholders]
     root_sig = ModuleCallSignature([TensorArgument(n) for n in placeholders],
-                                   [s.arg for s in output_specs if s.kind is OutputKind.USER_OUTPUT],
+                                   [s.arg for s in output_specs
+                                    if s.kind in (OutputKind.USER_OUTPUT, OutputKind.LOSS_OUTPUT)],
                                    in_spec, out_spec, placeholders)
     entries = [ModuleCallEntry("", root_sig)]
     seen = set()

@@ -104,7 +104,8 @@ class Proxy:
 
     @property
     def requires_grad(self) -> bool:
-        return False
+        # False while tracing a forward; a tracer that records backward formulas (joint export) says True
+        return bool(getattr(self.tracer, "proxies_require_grad", False))
 
     @property
     def is_cpu(self) -> bool:
@@ -266,8 +267,12 @@ class SymProxy:
         return self.tracer.call_op(op, "call_function", op, args, kwargs)
 
     def __bool__(self) -> bool:
-        return self.tracer.shape_env.holds(self.expr if self.expr.is_Relational or isinstance(
-            self.expr, sympy.logic.boolalg.Boolean) else sympy.Ne(self.expr, 0), "bool() on a size")
+        fact = self.expr if self.expr.is_Relational or isinstance(self.expr, sympy.logic.boolalg.Boolean) \
+            else sympy.Ne(self.expr, 0)
+        if getattr(self.tracer, "proxies_require_grad", False):
+            # backward formulas compare shapes only to pick a reduction; such choices must not become guards
+            return self.tracer.shape_env.obliviously(fact)
+        return self.tracer.shape_env.holds(fact, "bool() on a size")
 
     def __int__(self) -> int:
         value = self.hint
