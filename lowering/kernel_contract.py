@@ -26,7 +26,7 @@ import sympy
 from dialect.ir import Operation, Value
 from dialect.types import TensorType
 
-from .kernel_emit import NestEmitter, uniform_constant
+from .kernel_emit import NestEmitter, origin, uniform_constant
 from .kernel_index import numel
 
 __all__ = ["GemmChain", "match_epilogue", "gemm_operand", "emit_gemm", "emit_conv"]
@@ -159,7 +159,8 @@ def emit_gemm(em: NestEmitter, ch: GemmChain, a: tuple[Value, bool], b: tuple[Va
     attrs = {"m": m, "n": n, "k": k, "trans_a": a[1], "trans_b": b[1],
              "a_offset": _batch_offset(index, out_batch, ta.shape),
              "b_offset": _batch_offset(index, out_batch, tb.shape), "c_offset": sympy.expand(c_off * m * n),
-             "bias": ch.bias is not None, "residual": ch.residual is not None, "activation": ch.activation}
+             "bias": ch.bias is not None, "residual": ch.residual is not None, "activation": ch.activation,
+             **origin(ch.matmul)}
     extra = [buf(v) for v in (ch.bias, ch.residual) if v is not None]
     em.create(len(em.levels) - 1, "kernel.gemm", [buf(a[0]), buf(b[0]), out, *extra], attrs, [])
     while len(em.levels) > 1:
@@ -202,7 +203,7 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, col: Value, out: Va
     n_i, g_i = em.loops([xt.shape[0], g])
     attrs = {"m": og, "n": p, "k": ck, "a_offset": sympy.expand(g_i * og * ck),
              "b_offset": sympy.expand((n_i * g + g_i) * ck * p),
-             "c_offset": sympy.expand((n_i * yt.shape[1] + g_i * og) * p)}
+             "c_offset": sympy.expand((n_i * yt.shape[1] + g_i * og) * p), **origin(op)}
     em.create(len(em.levels) - 1, "kernel.gemm", [weight, col, out], attrs, [])
     while len(em.levels) > 1:
         em.close_loop()

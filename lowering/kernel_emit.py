@@ -35,7 +35,7 @@ from dialect.types import INDEX, DType, ScalarType, TensorType, sym
 
 from .kernel_index import Index, IndexFacts, broadcast_index, permute_index, reshape_index, slice_index
 
-__all__ = ["NestEmitter", "Materialise", "ELEMENTWISE_TP", "REDUCTIONS", "MOVEMENT"]
+__all__ = ["NestEmitter", "Materialise", "origin", "ELEMENTWISE_TP", "REDUCTIONS", "MOVEMENT"]
 
 REDUCTIONS = {"tp.sum": "add", "tp.prod": "mul", "tp.amax": "max", "tp.amin": "min"}
 MOVEMENT = {"tp.reshape", "tp.permute", "tp.expand", "tp.slice", "tp.pad", "tp.concat"}
@@ -85,6 +85,12 @@ def uniform_constant(v: Value) -> float | None:
     if not (np.all(flat == first) or (np.isnan(first) and np.all(np.isnan(flat)))):
         return None
     return float(first)
+
+
+def origin(op: Operation) -> dict[str, str]:
+    """``{"origin": ...}`` of a tp op (the front-end node it came from), to copy onto kernel ops."""
+    o = op.attributes.get("origin")
+    return {"origin": o} if o else {}
 
 
 class _Level:
@@ -251,7 +257,7 @@ class NestEmitter:
         if name in ELEMENTWISE_TP:
             args = [self.scalar(a, broadcast_index(index, a.type.shape)) for a in op.operands]
             attrs = {"dtype": op.attributes["dtype"]} if name == "tp.cast" else {}
-            return self.op("kernel." + name[3:], *args, **attrs)
+            return self.op("kernel." + name[3:], *args, **attrs, **origin(op))
         if name == "tp.constant":
             c = uniform_constant(v)
             if c is None:
@@ -293,7 +299,7 @@ class NestEmitter:
             if not rest:
                 return self.scalar(op.operands[0], tuple(src))
             red, iv = self.open_loop("kernel.reduce", x.shape[rest[0]], "r",
-                                     {"combine": combine, "init": init}, [stype])
+                                     {"combine": combine, "init": init, **origin(op)}, [stype])
             src[rest[0]] = iv
             val = build(rest[1:])
             self.op("kernel.yield", val)

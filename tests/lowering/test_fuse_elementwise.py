@@ -242,3 +242,14 @@ def test_unsupported_ops_are_all_named():
     msg = str(e.value)
     assert "tp.gather (m.py:3)" in msg and "tp.sort (m.py:4)" in msg
     assert set(e.value.ops) == {"tp.gather", "tp.sort"}
+
+
+def test_origin_attributes_follow_to_kernel_ops():
+    text = """func @main(%x: tensor<[s0, 4], f32>) -> (tensor<[s0], f32>) where {s0 in [1, 16]} {
+  %0 = tp.exp %x {origin = "exp_1"} : tensor<[s0, 4], f32>
+  %1 = tp.sum %0 {axes = [1], origin = "sum_2"} : tensor<[s0], f32>
+  tp.return %1
+}"""
+    m = check_lowering(text, S)
+    got = {op.name: op.attributes.get("origin") for op in m.functions[0].walk()}
+    assert got["kernel.exp"] == "exp_1" and got["kernel.reduce"] == "sum_2"

@@ -94,3 +94,37 @@ def test_native_matches_interpreter(name):
                 np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 if "mlp" in name else 1e-6)
             else:
                 np.testing.assert_array_equal(g, w)
+
+
+WEIGHTED = """weight @w : tensor<[6, 9], f32>
+weight @b : tensor<[6], f32>
+func @main(%x: tensor<[s0, 9], f32>) -> (tensor<[s0, 6], f32>) where {s0 in [1, 64]} {
+  %w = tp.constant {value = @w} : tensor<[6, 9], f32>
+  %b = tp.constant {value = @b} : tensor<[6], f32>
+  %c = tp.constant {value = dense<[1.0, -2.0, 0.5, 3.0, 0.0, 1.5]>} : tensor<[6], f32>
+  %0 = tp.permute %w {perm = [1, 0]} : tensor<[9, 6], f32>
+  %1 = tp.matmul %x, %0 : tensor<[s0, 6], f32>
+  %2 = tp.add %1, %b : tensor<[s0, 6], f32>
+  %3 = tp.tanh %2 : tensor<[s0, 6], f32>
+  %4 = tp.mul %3, %c : tensor<[s0, 6], f32>
+  tp.return %4
+}"""
+
+
+def test_native_with_weights_and_literals_as_arguments():
+    compile_kernel_module = pytest.importorskip("lowering.codegen_llvm").compile_kernel_module
+    from dialect.attrs import WeightRef
+    from lowering.kernel_globals import globals_to_args
+
+    rng = np.random.default_rng(3)
+    weights = {"w": rng.standard_normal((6, 9)).astype(np.float32), "b": rng.standard_normal(6).astype(np.float32)}
+    ref = parse(WEIGHTED)
+    f, held = globals_to_args(lower_text(WEIGHTED).functions[0], num_outputs=1)
+    assert [a.name for a in f.args] == ["x", "w", "b", "const2", "out0"]
+    extra = [weights[h.name] if isinstance(h, WeightRef) else h.array for h in held]
+    exe = compile_kernel_module(f, num_outputs=1)
+    for s0 in (1, 4):
+        (x,) = random_inputs(ref, {"s0": s0}, seed=s0)
+        (want,) = run(ref, [x], weights)
+        (got,) = exe(x, *extra)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
