@@ -288,3 +288,23 @@ def test_setitem_on_buffer_and_input_element_are_mutations():
     out = prog(tp.ones(3), items)
     assert arr(out).tolist() == [6.0, 8.0, 1.0]
     assert arr(model.b).tolist() == [5.0, 0.0, 0.0] and arr(items[0]).tolist() == [0.0, 7.0, 0.0]
+
+
+SPEC_NAMES = """AdditionalInputs ArgumentSpec ConstantArgument Constraint ConstraintsExceededError CustomDecompTable
+CustomObjArgument DerivedDim Dim EqualityConstraint ExportBackwardSignature ExportGraphSignature ExportedProgram
+FlatArgsAdapter GraphSignature InputKind InputSpec ModuleCallEntry ModuleCallSignature OutputKind OutputSpec
+PT2ArchiveContents ShapesCollection SymBoolArgument SymFloatArgument SymIntArgument TensorArgument TokenArgument
+UnflattenedModule WeightType default_decompositions dims draft_export export export_for_training
+refine_dynamic_shapes_from_suggested_fixes register_dataclass save load unflatten""".split()
+
+
+def test_package_surface():
+    import tensorplay.export as package
+
+    assert sorted(package.__all__) == sorted(SPEC_NAMES)
+    for name in [*SPEC_NAMES, "package_pt2", "load_pt2"]:
+        assert getattr(package, name) is not None, name
+    from tensorplay.export import draft_export, unflatten
+
+    assert callable(unflatten) and callable(draft_export)
+    assert not isinstance(unflatten, type(package)) and not isinstance(draft_export, type(package))
