@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -346,7 +347,7 @@ class _Builder:
                 stacks[call] = stacks[last][:depth]
                 results = [call] if len(outputs) == 1 else []
                 for i in range(len(outputs) if len(outputs) != 1 else 0):
-                    item = graph.call_function(_getitem, (call, i))
+                    item = graph.call_function(operator.getitem, (call, i))
                     item.meta.update({k: v for k, v in outputs[i].meta.items() if k in ("val", "example_value")})
                     stacks[item] = stacks[call]
                     results.append(item)
@@ -374,7 +375,7 @@ class _Builder:
         def lookup(n: Node) -> Node:
             if n not in env and owned(n):
                 full = n.meta["unflatten_target"]
-                with sub.inserting_after(_last_placeholder(sub)):
+                with sub.inserting_after(_last_header_node(sub)):
                     attr = sub.get_attr(full[len(child) + 1:])
                 attr.meta = dict(n.meta)
                 env[n] = attr
@@ -391,18 +392,13 @@ class _Builder:
         return sub, sub_stacks
 
 
-def _getitem(value: Any, index: int) -> Any:
-    """``value[index]`` (a named module-level function, so generated code stays importable)."""
-    return value[index]
-
-
-def _last_placeholder(graph: Graph) -> Node | None:
+def _last_header_node(graph: Graph) -> Node | None:
+    """The last of the leading placeholder / get_attr nodes (state reads go after it, in order)."""
     last = None
     for n in graph.nodes:
-        if n.op == "placeholder":
-            last = n
-        else:
+        if n.op not in ("placeholder", "get_attr"):
             break
+        last = n
     return last
 
 

@@ -197,3 +197,32 @@ def test_interpreter_module_runs_graph_and_strips_mutations():
     sub = InterpreterModule(view.inner, ty="Inner")
     xi = tp.randn(2, 4)
     np.testing.assert_allclose(_np(sub(xi)), _np(view.inner(xi)), rtol=1e-6)
+
+
+class Split(tp.nn.Module):
+    def forward(self, x):
+        return x[:, :2], x[:, 2:].relu()
+
+
+class SeqNet(tp.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seq = tp.nn.Sequential(tp.nn.Linear(4, 4), tp.nn.ReLU(), tp.nn.Linear(4, 4))
+        self.split = Split()
+
+    def forward(self, x):
+        a, b = self.split(self.seq(x))
+        return a * 2, b
+
+
+def test_sequential_children_and_tuple_returning_submodules():
+    model = SeqNet()
+    prog = export(model, tp.ones(3, 4), dynamic_shapes={"x": {0: Dim("batch")}})
+    view = unflatten(prog)
+    assert [n.target for n in view.seq.graph.nodes if n.op == "call_module"] == ["0", "1", "2"]
+    assert list(dict(view.named_parameters())) == ["seq.0.weight", "seq.0.bias", "seq.2.weight", "seq.2.bias"]
+    x = np.random.default_rng(3).standard_normal((6, 4)).astype(np.float32)
+    h = _linear(np.maximum(_linear(x, model.seq[0]), 0), model.seq[2])
+    a, b = view(tp.tensor(x))
+    np.testing.assert_allclose(_np(a), 2 * h[:, :2], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(_np(b), np.maximum(h[:, 2:], 0), rtol=1e-5, atol=1e-6)
