@@ -205,6 +205,15 @@ class _Converter:
         self.names[d.name] = str(s)
         return d
 
+    @staticmethod
+    def checks_first(nodes: list[Any]) -> list[Any]:
+        """Nodes in order, size assertions on inputs first: a wrong input never reaches a computation."""
+        def on_inputs(n: Any) -> bool:
+            return all(m.op == "placeholder" for m in n.all_input_nodes)
+        first = [n for n in nodes if n.op == "call_function" and getattr(n.target, "__module__", "") == _ASSERTIONS
+                 and on_inputs(n)]
+        return first + [n for n in nodes if n not in first]
+
     def fresh_unknown(self) -> sympy.Symbol:
         k = 0
         while f"u{k}" in self.names:
@@ -235,7 +244,7 @@ class _Converter:
             if node.op == "placeholder":
                 self.placeholder(node, args, sources)
         for node in nodes:
-            if node.op == "get_attr" and self.state_as == "arguments" and self.is_state(node):
+            if node.op == "get_attr" and self.state_as == "arguments" and self.is_state(node) and node.users:
                 args.append((_weight_name(node.target), self.ttype(node.meta["val"])))
                 sources.append(ArgSource("state", node.target))
                 self.binding.state[node.target] = _array(_fetch(self.gm, node.target))
@@ -258,7 +267,7 @@ class _Converter:
             for g in self.guards():
                 guard_assertion(self.cx, g.fact, g.where, self.rename, self.names)
         results: list[Value] = []
-        for node in nodes:
+        for node in self.checks_first(nodes):
             if node.op == "placeholder":
                 continue
             b.loc = short_loc(node.meta.get("stack_trace"))
@@ -267,7 +276,7 @@ class _Converter:
                 if node.op == "output":
                     self.binding.outputs = self.output(node.args[0], results)
                 elif node.op == "get_attr":
-                    if node not in self.values:
+                    if node not in self.values and node.users:
                         self.values[node] = self.get_attr(node)
                 elif node.op in ("call_function", "call_method"):
                     self.values[node] = self.call(node)

@@ -1,8 +1,15 @@
-"""Runtime assertions: exporter assertion nodes and the shape environment's guards as ``tp.assert_*``.
+"""Runtime assertions as ``tp.assert_*`` ops: the exporter's assertion nodes and the capture's guards.
 
-A guard the trace depended on (``batch > 4`` decided at ``model.py:12``) is kept as::
+The exporter inserts calls of :mod:`tensorplay.export.assertions`; each becomes the ``tp`` assertion
+of the same meaning, carrying the message the runtime reports (placeholders filled at run time)::
 
-    tp.assert_guard {condition = s0 > 4, message = "model.py:12 in forward: ... needs batch > 4, got batch = {s0}"}
+    assert_dim_range(x, "x", 0, 2, 64, "batch")
+      ->  %0 = tp.dim %x {axis = 0} : index
+          tp.assert_range %0 {hi = 64, lo = 2, message = "runtime assertion failed: input 'x' for 'batch':
+                                                         expected dimension 0 in [2, 64], got {value}"}
+
+A guard the trace depended on (``batch > 4`` decided at ``model.py:12``) is kept as
+``tp.assert_guard {condition = s0 > 4, message = "model.py:12 ...: captured for batch > 4, got batch = {s0}"}``.
 """
 from __future__ import annotations
 
@@ -11,26 +18,113 @@ from typing import Any
 
 import sympy
 
+from dialect import Value
+
 from .to_tp_core import Cx, UnsupportedOp
 
-__all__ = ["lower_assertion", "guard_assertion"]
+__all__ = ["lower_assertion", "guard_assertion", "condition_expr"]
+
+_PREFIX = "runtime assertion failed"
 
 
-def _escape(text: str) -> str:
-    return text.replace("{", "{{").replace("}", "}}")
+def _escape(text: Any) -> str:
+    return str(text).replace("{", "{{").replace("}", "}}")
 
 
 def guard_assertion(cx: Cx, fact: Any, where: str, rename: Callable[[Any], Any], names: dict[str, str]) -> None:
     """Emit ``tp.assert_guard`` for one recorded guard (its symbols renamed to dialect symbols)."""
     cond = rename(fact)
-    if cond in (sympy.true, True):
+    if cond in (sympy.true, True) or not getattr(cond, "free_symbols", None):
         return
     syms = sorted(cond.free_symbols, key=str)
-    shown = ", ".join(f"{names.get(s.name, s.name)} = {{{s.name}}}" for s in syms)
-    message = f"{_escape(where)}: the program was captured for {_escape(str(fact))}, got {shown}"
+    shown = ", ".join(f"{_escape(names.get(s.name, s.name))} = {{{s.name}}}" for s in syms)
+    message = f"{_escape(where)}: the program was captured for {_escape(fact)}, got {shown}"
     cx.emit("tp.assert_guard", condition=cond, message=message)
 
 
-def lower_assertion(cx: Cx, fn: Any, args: tuple, kwargs: dict, rename: Callable[[Any], Any]) -> Any:
-    """Convert a call of a function of ``tensorplay.export.assertions`` (none is known yet)."""
-    raise UnsupportedOp(f"assertion function {getattr(fn, '__qualname__', fn)} has no tp lowering")
+def _tensor(v: Any, what: str) -> Value:
+    if not isinstance(v, Value):
+        raise UnsupportedOp(f"{what} must be a traced tensor, got {type(v).__name__}")
+    return v
+
+
+def _dim(cx: Cx, v: Any, axis: int, what: str) -> Value:
+    return cx.emit("tp.dim", _tensor(v, what), axis=int(axis))
+
+
+_REL = {"eq": sympy.Eq, "ne": sympy.Ne, "lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge}
+
+
+def condition_expr(tree: Any, symbols: list[Any]) -> Any:
+    """The sympy form of an encoded assertion condition (see ``tensorplay.export.assertions.evaluate``).
+
+    >>> from dialect import sym
+    >>> condition_expr(("gt", ("add", ("mul", ("n", 2), ("s", 0)), ("n", 1)), ("n", 6)), [sym("s0")])
+    2*s0 + 1 > 6
+    """
+    op, *args = tree
+    if op == "s":
+        return symbols[args[0]]
+    if op == "n":
+        return sympy.Integer(int(args[0]))
+    if op == "q":
+        return sympy.Rational(int(args[0]), int(args[1]))
+    vals = [condition_expr(a, symbols) for a in args]
+    simple = {"add": lambda: sympy.Add(*vals), "mul": lambda: sympy.Mul(*vals), "pow": lambda: vals[0] ** vals[1],
+              "floor": lambda: sympy.floor(vals[0]), "ceil": lambda: sympy.ceiling(vals[0]),
+              "mod": lambda: sympy.Mod(vals[0], vals[1]), "max": lambda: sympy.Max(*vals),
+              "min": lambda: sympy.Min(*vals), "not": lambda: sympy.Not(vals[0]), "and": lambda: sympy.And(*vals),
+              "or": lambda: sympy.Or(*vals)}
+    if op in _REL:
+        return _REL[op](*vals)
+    if op in simple:
+        return simple[op]()
+    raise UnsupportedOp(f"assertion condition operator {op!r}")
+
+
+def lower_assertion(cx: Cx, fn: Any, args: tuple, kwargs: dict, rename: Callable[[Any], Any]) -> None:
+    """Convert a call of a function of ``tensorplay.export.assertions`` into ``tp.assert_*``."""
+    name = getattr(fn, "__name__", str(fn))
+    if kwargs:
+        raise UnsupportedOp(f"{name} called with keyword arguments {sorted(kwargs)}")
+    if name == "assert_dim_range":
+        value, arg, axis, lo, hi, label = args
+        shown_lo, shown_hi = 0 if lo is None else lo, "inf" if hi is None else hi
+        message = (f"{_PREFIX}: input {_escape(repr(arg))} for {_escape(repr(label))}: expected dimension {axis} "
+                   f"in [{shown_lo}, {shown_hi}], got {{value}}")
+        cx.emit("tp.assert_range", _dim(cx, value, axis, name), lo=0 if lo is None else int(lo),
+                hi=sympy.oo if hi is None else int(hi), message=message)
+    elif name == "assert_dim_equal":
+        value, arg, axis, anchor, anchor_arg, anchor_axis, label = args
+        message = (f"{_PREFIX}: {_escape(arg)}.size()[{axis}] must equal {_escape(anchor_arg)}.size()[{anchor_axis}] "
+                   f"(both are {_escape(repr(label))}), got {{lhs}} and {{rhs}}")
+        cx.emit("tp.assert_eq", _dim(cx, value, axis, name), _dim(cx, anchor, anchor_axis, name), message=message)
+    elif name == "assert_dim_relation":
+        value, arg, axis, root, root_arg, root_axis, scale, offset, label = args
+        message = (f"{_PREFIX}: {_escape(arg)}.size()[{axis}] is declared {_escape(repr(label))}: expected "
+                   f"{{expected}} (from {_escape(root_arg)}.size()[{root_axis}] = {{root}}), got {{size}}")
+        cx.emit("tp.assert_relation", _dim(cx, value, axis, name), _dim(cx, root, root_axis, name),
+                scale=int(scale), offset=int(offset), message=message)
+    elif name == "assert_guard":
+        values, sources, condition, text = args
+        symbols, shown = [], []
+        for index, axis, scale, offset, label in sources:
+            size = _tensor(values[index], name).type.shape[axis]
+            symbols.append(sympy.floor((size - offset) / scale) if scale != 1 else size - offset)
+            shown.append((label, size))
+        cond = sympy.simplify(condition_expr(condition, symbols))
+        if cond in (sympy.true, True):
+            return
+        if cond in (sympy.false, False):
+            raise UnsupportedOp(f"assertion {text!r} can never hold for these input types")
+        free = cond.free_symbols
+        got = ", ".join(f"{_escape(label)} = {{{s.name}}}" if s in free else f"{_escape(label)} = {_escape(s)}"
+                        for label, s in shown)
+        message = (f"{_PREFIX}: the program was captured under {_escape(text)}, which these inputs do not "
+                   f"satisfy (got {got}, expected {_escape(text)})")
+        cx.emit("tp.assert_guard", condition=cond, message=message)
+    elif name == "assert_tensor":
+        raise UnsupportedOp("assertions on tensor data (tp._assert) have no tp op: tp assertions check sizes only")
+    else:
+        raise UnsupportedOp(f"unknown assertion function {name}")
+    return None

@@ -159,7 +159,7 @@ def _max_pool(cx: Cx, input: Value, kernel_size: Any, stride: Any = None, paddin
     out_sizes = cx.out_shape()[-nd:]
     fill = -math.inf if dt.is_float else float(np.iinfo(dt.numpy).min)
     offsets, slices = _windows(cx, x, nd, kernel, stride_, padding_, dilation_, out_sizes, fill)
-    want_index = any(u.args[1] == 1 for u in cx.node.users if len(u.args) > 1)
+    want_index = any(len(u.args) > 1 and u.args[1] == 1 and len(u.users) for u in cx.node.users)
     best = slices[0]
     pos = _window_positions(cx, x, nd, stride_, padding_, dilation_, out_sizes) if want_index else None
     idx = pos(offsets[0]) if want_index else None
