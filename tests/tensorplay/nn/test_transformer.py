@@ -323,3 +323,27 @@ def test_one_adam_step_matches_torch():
     o_opt.step()
     for (name, p), (_, q) in zip(ours.named_parameters(), theirs.named_parameters(), strict=True):
         _close(p, q, f"{name} after one Adam step")
+
+
+def test_inference_fast_paths_agree_on_real_tokens():
+    """PyTorch's eval/no-grad fast paths (fused attention, nested tensors) agree with the dense
+    computation; the nested path zeroes padded positions, which tensorplay computes like any other."""
+    rng = np.random.default_rng(71)
+    torch.manual_seed(0)
+    t_layer = torch.nn.TransformerEncoderLayer(D, H, FF, batch_first=True).eval()
+    theirs = torch.nn.TransformerEncoder(t_layer, 2).eval()
+    ours = tp.nn.TransformerEncoder(tp.nn.TransformerEncoderLayer(D, H, FF, batch_first=True), 2).eval()
+    _load(ours, theirs, check_repr=False)
+    x = _x(rng, L, True)
+    kpm = np.zeros((N, L), dtype=bool)
+    kpm[0, 3:] = kpm[2, 4:] = True  # right padding: PyTorch takes its nested-tensor path
+    with torch.no_grad():
+        want = theirs(torch.tensor(x), src_key_padding_mask=torch.tensor(kpm)).numpy()
+        want_mha = t_layer.self_attn(*(torch.tensor(x),) * 3, key_padding_mask=torch.tensor(kpm))
+    with tp.no_grad():
+        got = np.asarray(ours(tp.tensor(x), src_key_padding_mask=tp.tensor(kpm)))
+        got_mha = ours.layers[0].self_attn(*(tp.tensor(x),) * 3, key_padding_mask=tp.tensor(kpm))
+    np.testing.assert_allclose(got[~kpm], want[~kpm], rtol=RTOL, atol=ATOL)
+    assert not want[kpm].any()  # PyTorch's nested path: zeros where tensorplay has real values
+    _close(got_mha[0], want_mha[0], "MultiheadAttention output (fast path)")
+    _close(got_mha[1], want_mha[1], "MultiheadAttention weights (fast path)")
