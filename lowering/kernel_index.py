@@ -4,14 +4,21 @@ A movement op never copies: reading element ``index`` of its result reads elemen
 input, where ``f`` is a tuple of sympy expressions over loop variables and shape symbols::
 
     >>> from dialect import sym
-    >>> i0, i1, s0 = sym("i0"), sym("i1"), sym("s0")
+    >>> i0, i1, i2, s0 = sym("i0"), sym("i1"), sym("i2"), sym("s0")
     >>> permute_index((i0, i1), [1, 0])
     (i1, i0)
-    >>> reshape_index((i0, i1), (s0, 64), (s0 * 4, 16))     # [s0, 64] viewed as [4*s0, 16]
-    (floor(i0/4), i1 + 16*Mod(i0, 4))
+    >>> reshape_index((i0, i1, i2), (s0, 64), (s0, 4, 16))   # a split: untouched dims map straight
+    (i0, 16*i1 + i2)
+    >>> idx = reshape_index((i0, i1), (s0, 64), (s0 * 4, 16))  # [s0, 64] read as [4*s0, 16]
+    >>> idx
+    (floor(i0/4 + i1/64), Mod(16*i0 + i1, 64))
 
-:class:`IndexFacts` simplifies ``floor``/``Mod`` with the loop ranges (``Mod(i1, 16)`` is ``i1`` when
-``i1 < 16``).
+:class:`IndexFacts` simplifies ``floor``/``Mod`` knowing the loop ranges (here ``i1 < 16``)::
+
+    >>> from dialect.symbolic import Facts
+    >>> facts = IndexFacts(Facts({s0: (1, 64)}), {i0: 4 * s0, i1: 16})
+    >>> [facts.simplify(e) for e in idx]
+    [floor(i0/4), i1 + 16*(Mod(i0, 4))]
 """
 
 from __future__ import annotations

@@ -3,10 +3,27 @@
 A slot is live from the first to the last top-level op (kernel) that uses it. Slots are placed
 greedily, largest first, at the lowest candidate offset (0 or the end of a placed slot) that provably
 does not overlap any placed slot whose lifetime overlaps; sizes and offsets are sympy expressions and
-the proofs use the function's symbol ranges. The total size is recorded on the function::
+the proofs use the function's symbol ranges. The total size is recorded on the function:
 
-    before:  workspace {size = 512*s0, t0 = 0, t1 = 256*s0, t2 = 256*s0 + 256*s0}   (sequential)
-    after:   workspace {size = 512*s0, t0 = 0, t1 = 256*s0, t2 = 0}                 (t2 reuses t0)
+>>> import lowering.fuse
+>>> from dialect import parse
+>>> from dialect.passes import PassManager
+>>> m = parse('''func @main(%x: tensor<[s0, 16], f32>, %w: tensor<[16, 16], f32>) -> (tensor<[s0, 16], f32>)
+...     where {s0 in [1, 64]} {
+...   %0 = tp.matmul %x, %w : tensor<[s0, 16], f32>
+...   %1 = tp.exp %0 : tensor<[s0, 16], f32>
+...   %2 = tp.matmul %1, %w : tensor<[s0, 16], f32>
+...   %3 = tp.exp %2 : tensor<[s0, 16], f32>
+...   %4 = tp.matmul %3, %w : tensor<[s0, 16], f32>
+...   tp.return %4
+... }
+... ''')
+>>> _ = PassManager("fuse").run(m)        # fuse alone: one slot after the other
+>>> print(m.functions[0].workspace)
+workspace {size = 256*s0, t0 = 0, t1 = 64*s0, t2 = 128*s0, t3 = 192*s0}
+>>> _ = PassManager("plan-memory").run(m)  # t2 and t3 reuse the bytes of t0 and t1
+>>> print(m.functions[0].workspace)
+workspace {size = 128*s0, t0 = 0, t1 = 64*s0, t2 = 0, t3 = 64*s0}
 
 Every slot is 64-byte aligned.
 """
