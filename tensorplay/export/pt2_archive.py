@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "PT2ArchiveContents", "PT2ArchiveReader", "PT2ArchiveWriter", "WeightType",
-    "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "weight_type_of",
+    "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "NativeCode", "PT2ArchiveContents", "PT2ArchiveReader", "PT2ArchiveWriter",
+    "WeightType", "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "weight_type_of",
 ]
 
 ARCHIVE_FORMAT = "pt2"
@@ -56,7 +56,7 @@ MAX_RATIO = 1100  # deflate cannot compress better than ~1032:1; more means a li
 _SEGMENT = r"[^/\\\x00-\x1f:*?\"<>|]+"
 _MODEL = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 _LAYOUT = re.compile(
-    rf"^(archive_format|archive_version|models/{_MODEL}\.json|data/(weights|constants|sample_inputs)/{_MODEL}/\d+"
+    rf"^(archive_format|archive_version|models/{_MODEL}\.json|data/(weights|constants|sample_inputs)/{_MODEL}/[0-9]+"
     rf"|data/native/{_MODEL}/{_SEGMENT}(/{_SEGMENT})*|extra/{_SEGMENT}(/{_SEGMENT})*)$")
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, struct.error, zlib.error,
                lzma.LZMAError, NotImplementedError, RuntimeError, OverflowError, UnicodeDecodeError, ValueError,
@@ -369,10 +369,32 @@ def is_pt2_package(f: Any) -> bool:
 # ------------------------------------------------------------------------------------ contents
 
 @dataclass
+class NativeCode:
+    """Native code found in an archive for one target: the artifact and the dialect text it came from.
+
+    Loading an archive never maps this code. :meth:`load` does, and it refuses code built for
+    another CPU (``runtime.artifact.IncompatibleArtifact``), so a caller recompiles from
+    ``dialect`` instead. Mapped code runs with full rights: only load archives you trust.
+    """
+
+    artifact: Any
+    dialect: str | None = None
+
+    @property
+    def incompatibility(self) -> str | None:
+        """Why the code cannot run on this machine, or None when it can."""
+        return self.artifact.incompatibility()
+
+    def load(self, **options: Any) -> Any:
+        """The ``runtime.abi.Executable`` over the stored object code (``options`` go to ``artifact.load``)."""
+        return self.artifact.load(**options)
+
+
+@dataclass
 class PT2ArchiveContents:
     """What :func:`~tensorplay.export.load_pt2` returns.
 
-    ``tp_runners`` maps a model name to its native-code entries ``{triple: {file: bytes}}``.
+    ``tp_runners`` maps a model name to its native code per target: ``{triple: NativeCode}``.
     """
 
     exported_programs: dict[str, Any] = field(default_factory=dict)

@@ -23,6 +23,8 @@ __all__ = ["load", "load_pt2", "package_pt2", "save"]
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _TRIPLE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+NATIVE_FORMAT = "tensorplay.native.v1"
+_NATIVE_FILES = ("manifest.json", "artifact.bin", "program.tp")
 
 
 def _exported_program_type() -> type:
@@ -61,9 +63,10 @@ def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
     """Write programs, native code and extra files into one archive at ``f``; returns ``f`` (rewound).
 
     ``exported_programs`` is one program (named ``"model"``) or a dict name -> program.
-    ``tp_files`` maps a model name to ``{"<target-triple>/<file>": bytes}`` of compiled native code,
-    stored under ``data/native/<name>/``; each triple needs a ``manifest.json`` (cpu name, features,
-    dialect text) so loaders on another CPU can tell whether the code fits.
+    ``tp_files`` maps a model name to compiled native code: a ``runtime.artifact.NativeArtifact``,
+    an ``(artifact, dialect_text)`` pair, or a list of them (one per target). Each is stored under
+    ``data/native/<name>/<triple>/`` as ``artifact.bin``, ``manifest.json`` (triple, CPU name,
+    feature string, llvmlite version) and ``program.tp`` (the dialect text it was built from).
     """
     ep_type = _exported_program_type()
     _check_opset(opset_version, "opset_version")
@@ -128,29 +131,34 @@ def _check_extra_files(extra_files: Any) -> dict[str, bytes]:
 
 
 def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
+    """``tp_files``: model name -> NativeArtifact, ``(NativeArtifact, dialect_text)`` or a list of those."""
     if tp_files is None:
         return {}
     if not isinstance(tp_files, dict):
-        raise TypeError(f"tp_files must be a dict model name -> {{'<triple>/<file>': bytes}}, got "
+        raise TypeError(f"tp_files must be a dict model name -> NativeArtifact (or a list of them), got "
                         f"{type(tp_files).__name__}")
+    from runtime.artifact import NativeArtifact
+
     out = {}
-    for name, files in tp_files.items():
+    for name, items in tp_files.items():
         if not isinstance(name, str) or not _MODEL_NAME.match(name):
             raise ValueError(f"tp_files model name {name!r}: expected letters, digits, '_', '.', '-'")
-        if not isinstance(files, dict):
-            raise TypeError(f"tp_files[{name!r}] must be a dict '<triple>/<file>' -> bytes, got {type(files).__name__}")
-        triples = set()
-        for path, data in files.items():
-            check_entry_name(path, "native file")
-            triple, sep, _ = path.partition("/")
-            if not sep or not _TRIPLE.match(triple):
-                raise ValueError(f"tp_files[{name!r}] entry {path!r}: expected '<target-triple>/<file>'")
-            triples.add(triple)
-            out[f"data/native/{name}/{path}"] = _as_bytes(data, f"tp_files[{name!r}][{path!r}]")
-        for triple in triples:
-            if f"{triple}/manifest.json" not in files:
-                raise ValueError(f"tp_files[{name!r}]: target {triple!r} has no manifest.json (cpu name, cpu "
-                                 "features and dialect text the code was built for)")
+        for item in items if isinstance(items, list) else [items]:
+            artifact, dialect = item if isinstance(item, tuple) and len(item) == 2 else (item, None)
+            if not isinstance(artifact, NativeArtifact) or not isinstance(dialect, str | None):
+                raise TypeError(f"tp_files[{name!r}] must hold NativeArtifact or (NativeArtifact, dialect text), "
+                                f"got {type(item).__name__}")
+            if not _TRIPLE.match(artifact.triple):
+                raise ValueError(f"tp_files[{name!r}]: unusable target triple {artifact.triple!r}")
+            base = f"data/native/{name}/{artifact.triple}/"
+            if f"{base}manifest.json" in out:
+                raise ValueError(f"tp_files[{name!r}] has two artifacts for target {artifact.triple!r}")
+            manifest = {"format": NATIVE_FORMAT, "triple": artifact.triple, "cpu_name": artifact.cpu_name,
+                        "features": artifact.features, "llvmlite": artifact.llvmlite}
+            out[f"{base}manifest.json"] = json.dumps(manifest, indent=1).encode()
+            out[f"{base}artifact.bin"] = artifact.to_bytes()
+            if dialect is not None:
+                out[f"{base}program.tp"] = dialect.encode("utf-8")
     return out
 
 
@@ -206,9 +214,12 @@ def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, ru
                 if f"models/{model}.json" not in known:
                     raise ValueError(f"archive entry {name!r} belongs to no model")
             elif name.startswith("data/native/"):
-                _, _, model, triple, rest = name.split("/", 4)
-                runners = contents.tp_runners.setdefault(model, {}).setdefault(triple, {})
-                runners[rest] = reader.read_bytes(name)
+                _, _, model, triple, *rest = name.split("/")
+                if len(rest) != 1 or rest[0] not in _NATIVE_FILES or not _TRIPLE.match(triple):
+                    raise ValueError(f"unexpected native-code entry {name!r}; expected data/native/<model>/"
+                                     f"<triple>/{{{', '.join(_NATIVE_FILES)}}}")
+                if rest[0] == "manifest.json":
+                    contents.tp_runners.setdefault(model, {})[triple] = _load_native(reader, model, triple)
             elif name.startswith("extra/"):
                 contents.extra_files[name[len("extra/"):]] = reader.read_string(name)
         return contents
@@ -245,6 +256,29 @@ def _load_model(reader: PT2ArchiveReader, model: str, expected_opset: dict[str, 
                                  f"says {nbytes}")
         tensors[group] = _payload_getter(reader, prefix, entries, from_disk and group != "sample_inputs")
     return serde.document_to_program(doc, tensors)
+
+
+def _load_native(reader: PT2ArchiveReader, model: str, triple: str) -> Any:
+    from runtime.artifact import NativeArtifact
+
+    from .pt2_archive import NativeCode
+
+    base = f"data/native/{model}/{triple}/"
+    manifest = serde.parse_json(reader.read_bytes(f"{base}manifest.json", limit=1 << 20), f"{base}manifest.json")
+    keys = ("triple", "cpu_name", "features", "llvmlite")
+    if not isinstance(manifest, dict) or manifest.get("format") != NATIVE_FORMAT or not all(
+            isinstance(manifest.get(k), str) for k in keys):
+        raise ValueError(f"{base}manifest.json: expected {{format: {NATIVE_FORMAT!r}, {', '.join(keys)}}}")
+    if f"{base}artifact.bin" not in reader.names():
+        raise ValueError(f"{base}: the manifest has no artifact.bin beside it")
+    try:
+        artifact = NativeArtifact.from_bytes(reader.read_bytes(f"{base}artifact.bin"))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{base}artifact.bin is not a valid native artifact: {exc}") from None
+    if manifest["triple"] != triple or any(getattr(artifact, k) != manifest[k] for k in keys):
+        raise ValueError(f"{base}: the manifest and the artifact disagree on the target they were built for")
+    dialect = reader.read_string(f"{base}program.tp") if f"{base}program.tp" in reader.names() else None
+    return NativeCode(artifact, dialect)
 
 
 def _payload_getter(reader: PT2ArchiveReader, prefix: str, entries: list, from_disk: bool) -> Any:

@@ -274,6 +274,41 @@ def test_payloads_without_a_model_and_missing_payloads():
     expect_value_error(rebuild({"data/weights/model/3": b"\x00" * 4}))
 
 
+def native_archive() -> bytes:
+    from test_save_load import fake_artifact
+
+    from tensorplay.export.save_load import package_pt2
+    return package_pt2(io.BytesIO(), exported_programs=small_program(),
+                       tp_files={"model": (fake_artifact(), "text")}).getvalue()
+
+
+def test_hostile_native_code_entries():
+    base = "data/native/model/x86_64-unknown-linux-gnu/"
+    items = entries(native_archive())
+    artifact = items[base + "artifact.bin"]
+    manifest = json.loads(items[base + "manifest.json"])
+
+    def build(changes):
+        merged = {**items, **changes}
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            for name, data in merged.items():
+                if data is not None:
+                    zf.writestr(name, data)
+        return buf.getvalue()
+
+    assert load_pt2(io.BytesIO(build({}))).tp_runners["model"]
+    for changes in ({base + "artifact.bin": artifact[:-1]}, {base + "artifact.bin": artifact[:20]},
+                    {base + "artifact.bin": b"MZ" + artifact[2:]}, {base + "artifact.bin": None},
+                    {base + "manifest.json": b"{"},
+                    {base + "manifest.json": json.dumps({**manifest, "cpu_name": "other"}).encode()},
+                    {base + "manifest.json": json.dumps({**manifest, "format": "x"}).encode()},
+                    {base + "loader.py": b"import os"}, {base + "sub/artifact.bin": artifact},
+                    {"data/native/model/bad triple/manifest.json": b"{}"}):
+        with pytest.raises(ValueError):
+            load_pt2(io.BytesIO(build(changes)))
+
+
 def test_bad_utf8_extra_file():
     expect_value_error(rebuild({"extra/note.txt": b"\xff\xfe\xfd"}))
 

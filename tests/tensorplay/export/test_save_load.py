@@ -190,18 +190,38 @@ def test_opset_versions_are_stored_and_checked():
         load(buf, expected_opset_version={"tensorplay": 4})
 
 
-def test_native_code_is_stored_per_target_and_returned():
-    manifest = json.dumps({"cpu_name": "skylake", "cpu_features": "+avx2", "dialect": "func @main"})
-    files = {"model": {"x86_64-unknown-linux-gnu/manifest.json": manifest,
-                       "x86_64-unknown-linux-gnu/model.o": b"\x7fELF"}}
+def fake_artifact(triple="x86_64-unknown-linux-gnu", features="+avx2,+fma"):
+    from runtime.abi import Signature, TensorSpec
+    from runtime.artifact import NativeArtifact
+    sig = Signature((TensorSpec("x", "float32", 2),), (TensorSpec("y", "float32", 2),))
+    return NativeArtifact(b"\x7fELF-not-really", "prog", sig, triple, "skylake", features, "0.50")
+
+
+def test_native_code_is_stored_per_target_and_not_mapped_on_load():
+    from tensorplay.export.pt2_archive import NativeCode
+
+    arm = fake_artifact("aarch64-unknown-linux-gnu", "+neon")
+    files = {"model": [(fake_artifact(), "func @main() {}"), arm]}
     buf = package_pt2(io.BytesIO(), exported_programs=small_program(), tp_files=files)
-    contents = load_pt2(buf)
-    native = contents.tp_runners["model"]["x86_64-unknown-linux-gnu"]
-    assert native["model.o"] == b"\x7fELF" and json.loads(native["manifest.json"])["cpu_name"] == "skylake"
-    with pytest.raises(ValueError, match="manifest.json"):
-        package_pt2(io.BytesIO(), tp_files={"model": {"x86_64/model.o": b""}})
-    with pytest.raises(ValueError, match="target-triple"):
-        package_pt2(io.BytesIO(), tp_files={"model": {"model.o": b""}})
+    with zipfile.ZipFile(buf) as zf:
+        names = set(zf.namelist())
+        manifest = json.loads(zf.read("data/native/model/x86_64-unknown-linux-gnu/manifest.json"))
+    assert {"data/native/model/x86_64-unknown-linux-gnu/artifact.bin",
+            "data/native/model/x86_64-unknown-linux-gnu/program.tp",
+            "data/native/model/aarch64-unknown-linux-gnu/artifact.bin"} <= names
+    assert manifest["cpu_name"] == "skylake" and manifest["features"] == "+avx2,+fma"
+    runners = load_pt2(buf).tp_runners["model"]
+    x86 = runners["x86_64-unknown-linux-gnu"]
+    assert isinstance(x86, NativeCode) and x86.dialect == "func @main() {}"
+    assert x86.artifact.object == b"\x7fELF-not-really" and x86.artifact.cpu_name == "skylake"
+    assert runners["aarch64-unknown-linux-gnu"].dialect is None
+    import platform
+    if platform.machine() == "x86_64":
+        assert "aarch64" in runners["aarch64-unknown-linux-gnu"].incompatibility
+    with pytest.raises(TypeError, match="NativeArtifact"):
+        package_pt2(io.BytesIO(), tp_files={"model": b"\x7fELF"})
+    with pytest.raises(ValueError, match="two artifacts"):
+        package_pt2(io.BytesIO(), tp_files={"model": [arm, arm]})
 
 
 def test_load_weights_from_disk_memory_maps_payloads(tmp_path):
