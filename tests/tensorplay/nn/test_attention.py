@@ -137,12 +137,15 @@ def test_multihead_attention_matches_torch(case, mode):
     _compare(ours, theirs, _inputs(rng, kwargs, shared=shared), rng, masks, **call)
 
 
-def test_unbatched_inputs_and_masks():
+@pytest.mark.parametrize("need_weights", [True, False])
+def test_unbatched_inputs_and_masks(need_weights):
     rng = np.random.default_rng(3)
     ours, theirs = _pair()
     arrays = _inputs(rng, {}, batched=False, shared="none")
-    _compare(ours, theirs, arrays, rng, {"key_padding_mask": _bool_kpm(batched=False),
-                                         "attn_mask": rng.standard_normal((H, L, S)).astype(np.float32)})
+    kpm = np.where(_bool_kpm(batched=False), -np.inf, 0.0).astype(np.float32)
+    _compare(ours, theirs, arrays, rng, {"key_padding_mask": kpm,
+                                         "attn_mask": rng.standard_normal((H, L, S)).astype(np.float32)},
+             need_weights=need_weights)
 
 
 def test_is_causal_hint_uses_sdpa_causal_mask():
