@@ -31,18 +31,23 @@ import bz2
 import enum
 import io
 import lzma
+import math
 import os
 import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .. import _dtype
+from .._tensor import Tensor
+
 __all__ = [
+    "bundle_payloads", "check_tensor_entry", "decode_tensor", "encode_tensor", "unbundle_payloads",
     "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "NativeCode", "PT2ArchiveContents", "PT2ArchiveReader", "PT2ArchiveWriter",
     "WeightType", "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "weight_type_of",
 ]
@@ -52,7 +57,9 @@ ARCHIVE_VERSION = "1"
 MAX_MEMBERS = 200_000
 MAX_TOTAL_BYTES = 32 << 30
 MAX_TEXT_BYTES = 1 << 28
-MAX_RATIO = 1100  # deflate cannot compress better than ~1032:1; more means a lie or a bomb
+MAX_RATIO = 1100
+MAX_NDIM = 64
+MAX_ELEMENTS = 1 << 40  # deflate cannot compress better than ~1032:1; more means a lie or a bomb
 _SEGMENT = r"[^/\\\x00-\x1f:*?\"<>|]+"
 _MODEL = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 _LAYOUT = re.compile(
@@ -134,6 +141,116 @@ def check_entry_name(name: Any, what: str = "archive entry") -> str:
         raise ValueError(f"unsafe {what} name {name!r}: expected a relative path without '..', '.', empty parts, "
                          "backslashes or drive letters")
     return name
+
+
+# ------------------------------------------------------------------------------------ tensor payloads
+
+def encode_tensor(t: Tensor) -> tuple[dict[str, Any], bytes]:
+    """Index entry (dtype, shape, strides in elements, nbytes) and little-endian bytes of ``t``.
+
+    >>> import tensorplay as tp
+    >>> entry, data = encode_tensor(tp.tensor([1, 2], dtype=tp.int16))
+    >>> entry, data
+    ({'dtype': 'int16', 'shape': [2], 'strides': [1], 'nbytes': 4, 'requires_grad': False}, b'\\x01\\x00\\x02\\x00')
+    """
+    if not isinstance(t, Tensor):
+        raise TypeError(f"expected a Tensor payload, got {type(t).__name__}")
+    arr = np.ascontiguousarray(t._data)
+    data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+    shape = [int(d) for d in arr.shape]
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.insert(0, step)
+        step *= max(d, 1)
+    entry = {"dtype": t.dtype.name, "shape": shape, "strides": strides, "nbytes": len(data),
+             "requires_grad": bool(t.requires_grad)}
+    return entry, data
+
+
+def check_tensor_entry(entry: Any, where: str) -> tuple[_dtype.dtype, tuple[int, ...], tuple[int, ...], int]:
+    """Validate an index entry; returns (dtype, shape, strides, nbytes). ``ValueError`` when malformed."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"tensor {where}: expected an index entry object, got {type(entry).__name__}")
+    dt_name = entry.get("dtype")
+    if not isinstance(dt_name, str) or dt_name not in {d.name for d in _dtype.ALL_DTYPES}:
+        raise ValueError(f"tensor {where}: unknown dtype {dt_name!r}")
+    shape, strides, nbytes = entry.get("shape"), entry.get("strides"), entry.get("nbytes")
+    for what, seq in (("shape", shape), ("strides", strides)):
+        if not isinstance(seq, list) or len(seq) > MAX_NDIM or not all(type(d) is int and d >= 0 for d in seq):
+            raise ValueError(f"tensor {where}: expected {what} to be a list of at most {MAX_NDIM} "
+                             f"non-negative ints, got {str(seq)[:80]}")
+    if len(shape) != len(strides):
+        raise ValueError(f"tensor {where}: shape {shape} and strides {strides} differ in length")
+    if any(d > MAX_ELEMENTS for d in shape) or math.prod(shape) > MAX_ELEMENTS:
+        raise ValueError(f"tensor {where}: absurd shape {shape} (more than {MAX_ELEMENTS} elements)")
+    if any(s > MAX_ELEMENTS for s in strides):
+        raise ValueError(f"tensor {where}: absurd strides {strides}")
+    dt = _dtype.from_name(dt_name)
+    span = 0 if 0 in shape else 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
+    if type(nbytes) is not int or nbytes != span * dt.itemsize:
+        raise ValueError(f"tensor {where}: expected nbytes == {span * dt.itemsize} for shape {shape}, "
+                         f"strides {strides} and dtype {dt_name}, got {nbytes!r}")
+    if not isinstance(entry.get("requires_grad", False), bool):
+        raise ValueError(f"tensor {where}: requires_grad must be a bool")
+    return dt, tuple(shape), tuple(strides), nbytes
+
+
+def decode_tensor(entry: Any, data: Any, where: str = "?", *, copy: bool = True) -> Tensor:
+    """Rebuild a tensor from a validated entry and its bytes (or an np.memmap of them when ``copy`` is False).
+
+    >>> import tensorplay as tp
+    >>> decode_tensor(*encode_tensor(tp.tensor([[1.5, 2.0]])))
+    tensor([[1.5000, 2.0000]])
+    """
+    dt, shape, strides, nbytes = check_tensor_entry(entry, where)
+    size = data.nbytes if isinstance(data, np.ndarray) else len(data)
+    if size != nbytes:
+        raise ValueError(f"tensor {where}: expected {nbytes} payload bytes, got {size}")
+    little = dt.storage.newbyteorder("<")
+    flat = np.frombuffer(data, dtype=little) if not isinstance(data, np.ndarray) else data.view(little)
+    if dt is _dtype.bool and flat.size and int(flat.view(np.uint8).max()) > 1:
+        raise ValueError(f"tensor {where}: bool payload holds bytes other than 0 and 1")
+    contiguous = list(strides) == [math.prod(shape[i + 1:]) for i in range(len(shape))]
+    if 0 in shape:
+        arr = np.zeros(shape, dtype=dt.storage)
+    elif contiguous and not copy and little == dt.storage:
+        arr = flat.reshape(shape)  # a view (of an np.memmap when loading weights from disk)
+    else:
+        arr = np.lib.stride_tricks.as_strided(flat, shape, [s * dt.itemsize for s in strides], writeable=False)
+        arr = np.array(arr, dtype=dt.storage)
+    t = Tensor._from_storage(arr, dt)
+    t.requires_grad = bool(entry.get("requires_grad", False)) and dt.is_floating_point
+    return t
+
+
+def bundle_payloads(group: list[Tensor]) -> bytes:
+    return b"".join(encode_tensor(t)[1] for t in group)
+
+
+def unbundle_payloads(data: Any, entries: Any, group: str) -> Callable[[int], Tensor]:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"serialized {group} must be bytes, got {type(data).__name__}")
+    if not isinstance(entries, list):
+        raise ValueError(f"expected a payload index list for {group}, got {type(entries).__name__}")
+    offsets, pos = [], 0
+    for i, entry in enumerate(entries):
+        nbytes = check_tensor_entry(entry, f"{group}/{i}")[3]
+        offsets.append(pos)
+        pos += nbytes
+    if pos != len(data):
+        raise ValueError(f"serialized {group}: the index describes {pos} bytes, got {len(data)}")
+    view = memoryview(data)
+    cache: dict[int, Tensor] = {}
+
+    def get(i: int) -> Tensor:
+        if type(i) is not int or not 0 <= i < len(entries):
+            raise ValueError(f"malformed program document: {group} payload {i!r} does not exist")
+        if i not in cache:
+            nbytes = entries[i]["nbytes"]
+            cache[i] = decode_tensor(entries[i], view[offsets[i]:offsets[i] + nbytes], f"{group}/{i}")
+        return cache[i]
+    return get
+
 
 
 # ------------------------------------------------------------------------------------ writer

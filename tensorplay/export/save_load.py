@@ -17,7 +17,15 @@ import re
 from typing import Any
 
 from . import serde
-from .pt2_archive import PT2ArchiveContents, PT2ArchiveReader, PT2ArchiveWriter, check_entry_name
+from .pt2_archive import (
+    PT2ArchiveContents,
+    PT2ArchiveReader,
+    PT2ArchiveWriter,
+    check_entry_name,
+    check_tensor_entry,
+    decode_tensor,
+    encode_tensor,
+)
 
 __all__ = ["load", "load_pt2", "package_pt2", "save"]
 
@@ -103,7 +111,7 @@ def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
             writer.write_string(f"models/{name}.json", json.dumps(doc, indent=1))
             for group, tensors in groups.items():
                 for i, t in enumerate(tensors):
-                    writer.write_bytes(f"data/{group}/{name}/{i}", serde.encode_tensor(t)[1])
+                    writer.write_bytes(f"data/{group}/{name}/{i}", encode_tensor(t)[1])
         for path, data in native.items():
             writer.write_bytes(path, data)
         for path, data in extras.items():
@@ -250,7 +258,7 @@ def _load_model(reader: PT2ArchiveReader, model: str, expected_opset: dict[str, 
             raise ValueError(f"model {model!r}: payload entries under {prefix} do not match the index "
                              f"({len(entries)} listed); mismatched: {odd}")
         for i, entry in enumerate(entries):
-            nbytes = serde.check_tensor_entry(entry, f"{prefix}{i}")[3]
+            nbytes = check_tensor_entry(entry, f"{prefix}{i}")[3]
             if reader.size(f"{prefix}{i}") != nbytes:
                 raise ValueError(f"archive entry {prefix}{i} is {reader.size(prefix + str(i))} bytes; the index "
                                  f"says {nbytes}")
@@ -291,8 +299,8 @@ def _payload_getter(reader: PT2ArchiveReader, prefix: str, entries: list, from_d
             name = f"{prefix}{i}"
             mapped = reader.memmap(name) if from_disk else None
             if mapped is not None:
-                cache[i] = serde.decode_tensor(entries[i], mapped, name, copy=False)
+                cache[i] = decode_tensor(entries[i], mapped, name, copy=False)
             else:
-                cache[i] = serde.decode_tensor(entries[i], reader.read_bytes(name), name)
+                cache[i] = decode_tensor(entries[i], reader.read_bytes(name), name)
         return cache[i]
     return get

@@ -31,7 +31,6 @@ import json
 import math
 import operator
 import re
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +44,14 @@ from ..graph._pytree import TreeSpec, tree_flatten
 from ..graph.node import OPCODES
 from ..ops import REGISTRY, TensorMeta
 from ..ops._registry import Op
+from .pt2_archive import (
+    MAX_NDIM,
+    bundle_payloads,
+    decode_tensor,
+    encode_tensor,
+    unbundle_payloads,
+    weight_type_of,
+)
 
 __all__ = [
     "SCHEMA_VERSION", "SerializedArtifact", "TensorTable", "allow_function", "decode_graph", "decode_tensor",
@@ -53,8 +60,6 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-MAX_NDIM = 64
-MAX_ELEMENTS = 1 << 40
 MAX_DEPTH = 200
 MAX_EXPR_CHARS = 20_000
 
@@ -97,7 +102,7 @@ def allow_function(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Put a module-level function on the allow-list of graph targets an archive may name.
 
     The function is stored as ``module.qualname``; loading resolves that name through this list
-    only (a ``tensorplay.*`` module is imported first so its functions can register).
+    only, so import the module that registers it before loading.
 
     >>> @allow_function
     ... def clamp_check(x): return x
@@ -148,14 +153,6 @@ def _resolve_target(doc: Any, node_name: str) -> Callable[..., Any]:
         found = _module_function(*name.rsplit(".", 1))
         if found is not None:
             return found
-        if name not in _ALLOWED_FUNCTIONS:
-            module = name.rpartition(".")[0]
-            while module.startswith("tensorplay.") and module not in sys.modules:
-                try:
-                    importlib.import_module(module)
-                    break
-                except ImportError:
-                    module = module.rpartition(".")[0]
         if name in _ALLOWED_FUNCTIONS:
             return _ALLOWED_FUNCTIONS[name]
     raise ValueError(f"node {node_name!r} names target {kind}:{name!r}, which is not on the allow-list")
@@ -294,83 +291,6 @@ class TensorTable:
             self.tensors.append(t)
         return known
 
-
-def encode_tensor(t: Tensor) -> tuple[dict[str, Any], bytes]:
-    """Index entry (dtype, shape, strides in elements, nbytes) and little-endian bytes of ``t``.
-
-    >>> import tensorplay as tp
-    >>> entry, data = encode_tensor(tp.tensor([1, 2], dtype=tp.int16))
-    >>> entry, data
-    ({'dtype': 'int16', 'shape': [2], 'strides': [1], 'nbytes': 4, 'requires_grad': False}, b'\\x01\\x00\\x02\\x00')
-    """
-    if not isinstance(t, Tensor):
-        raise TypeError(f"expected a Tensor payload, got {type(t).__name__}")
-    arr = np.ascontiguousarray(t._data)
-    data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
-    shape = [int(d) for d in arr.shape]
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.insert(0, step)
-        step *= max(d, 1)
-    entry = {"dtype": t.dtype.name, "shape": shape, "strides": strides, "nbytes": len(data),
-             "requires_grad": bool(t.requires_grad)}
-    return entry, data
-
-
-def check_tensor_entry(entry: Any, where: str) -> tuple[_dtype.dtype, tuple[int, ...], tuple[int, ...], int]:
-    """Validate an index entry; returns (dtype, shape, strides, nbytes). ``ValueError`` when malformed."""
-    if not isinstance(entry, dict):
-        raise _fail(f"a tensor index entry for {where}", entry)
-    dt_name = entry.get("dtype")
-    if not isinstance(dt_name, str) or dt_name not in {d.name for d in _dtype.ALL_DTYPES}:
-        raise ValueError(f"tensor {where}: unknown dtype {dt_name!r}")
-    shape, strides, nbytes = entry.get("shape"), entry.get("strides"), entry.get("nbytes")
-    for what, seq in (("shape", shape), ("strides", strides)):
-        if not isinstance(seq, list) or len(seq) > MAX_NDIM or not all(type(d) is int and d >= 0 for d in seq):
-            raise ValueError(f"tensor {where}: expected {what} to be a list of at most {MAX_NDIM} "
-                             f"non-negative ints, got {str(seq)[:80]}")
-    if len(shape) != len(strides):
-        raise ValueError(f"tensor {where}: shape {shape} and strides {strides} differ in length")
-    if any(d > MAX_ELEMENTS for d in shape) or math.prod(shape) > MAX_ELEMENTS:
-        raise ValueError(f"tensor {where}: absurd shape {shape} (more than {MAX_ELEMENTS} elements)")
-    if any(s > MAX_ELEMENTS for s in strides):
-        raise ValueError(f"tensor {where}: absurd strides {strides}")
-    dt = _dtype.from_name(dt_name)
-    span = 0 if 0 in shape else 1 + sum((d - 1) * s for d, s in zip(shape, strides, strict=True))
-    if type(nbytes) is not int or nbytes != span * dt.itemsize:
-        raise ValueError(f"tensor {where}: expected nbytes == {span * dt.itemsize} for shape {shape}, "
-                         f"strides {strides} and dtype {dt_name}, got {nbytes!r}")
-    if not isinstance(entry.get("requires_grad", False), bool):
-        raise ValueError(f"tensor {where}: requires_grad must be a bool")
-    return dt, tuple(shape), tuple(strides), nbytes
-
-
-def decode_tensor(entry: Any, data: Any, where: str = "?", *, copy: bool = True) -> Tensor:
-    """Rebuild a tensor from a validated entry and its bytes (or an np.memmap of them when ``copy`` is False).
-
-    >>> import tensorplay as tp
-    >>> decode_tensor(*encode_tensor(tp.tensor([[1.5, 2.0]])))
-    tensor([[1.5000, 2.0000]])
-    """
-    dt, shape, strides, nbytes = check_tensor_entry(entry, where)
-    size = data.nbytes if isinstance(data, np.ndarray) else len(data)
-    if size != nbytes:
-        raise ValueError(f"tensor {where}: expected {nbytes} payload bytes, got {size}")
-    little = dt.storage.newbyteorder("<")
-    flat = np.frombuffer(data, dtype=little) if not isinstance(data, np.ndarray) else data.view(little)
-    if dt is _dtype.bool and flat.size and int(flat.view(np.uint8).max()) > 1:
-        raise ValueError(f"tensor {where}: bool payload holds bytes other than 0 and 1")
-    contiguous = list(strides) == [math.prod(shape[i + 1:]) for i in range(len(shape))]
-    if 0 in shape:
-        arr = np.zeros(shape, dtype=dt.storage)
-    elif contiguous and not copy and little == dt.storage:
-        arr = flat.reshape(shape)  # a view (of an np.memmap when loading weights from disk)
-    else:
-        arr = np.lib.stride_tricks.as_strided(flat, shape, [s * dt.itemsize for s in strides], writeable=False)
-        arr = np.array(arr, dtype=dt.storage)
-    t = Tensor._from_storage(arr, dt)
-    t.requires_grad = bool(entry.get("requires_grad", False)) and dt.is_floating_point
-    return t
 
 
 # ------------------------------------------------------------------------------------ values
@@ -663,7 +583,6 @@ def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) ->
     non-persistent buffers, tensors inside the graph) and ``sample_inputs`` (example inputs).
     """
     from .graph_signature import InputKind
-    from .pt2_archive import weight_type_of
 
     if opset_version is not None and (not isinstance(opset_version, dict) or not all(
             isinstance(k, str) and type(v) is int for k, v in opset_version.items())):
@@ -919,35 +838,6 @@ def _equality_class() -> type:
     return exported_program.EqualityConstraint
 
 
-def _bundle(group: list[Tensor]) -> bytes:
-    return b"".join(encode_tensor(t)[1] for t in group)
-
-
-def _unbundle(data: Any, entries: Any, group: str) -> Callable[[int], Tensor]:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise TypeError(f"serialized {group} must be bytes, got {type(data).__name__}")
-    if not isinstance(entries, list):
-        raise _fail(f"a payload index list for {group}", entries)
-    offsets, pos = [], 0
-    for i, entry in enumerate(entries):
-        nbytes = check_tensor_entry(entry, f"{group}/{i}")[3]
-        offsets.append(pos)
-        pos += nbytes
-    if pos != len(data):
-        raise ValueError(f"serialized {group}: the index describes {pos} bytes, got {len(data)}")
-    view = memoryview(data)
-    cache: dict[int, Tensor] = {}
-
-    def get(i: int) -> Tensor:
-        if not 0 <= i < len(entries):
-            raise ValueError(f"malformed program document: {group} payload {i} does not exist")
-        if i not in cache:
-            nbytes = entries[i]["nbytes"]
-            cache[i] = decode_tensor(entries[i], view[offsets[i]:offsets[i] + nbytes], f"{group}/{i}")
-        return cache[i]
-    return get
-
-
 def serialize_program(ep: Any, opset_version: dict[str, int] | None = None) -> SerializedArtifact:
     """The program as a :class:`SerializedArtifact` (JSON document + weights/constants/example-input bytes).
 
@@ -959,8 +849,8 @@ def serialize_program(ep: Any, opset_version: dict[str, int] | None = None) -> S
     if not isinstance(ep, ExportedProgram):
         raise TypeError(f"serialize_program expected an ExportedProgram, got {type(ep).__name__}")
     doc, groups = program_to_document(ep, opset_version)
-    return SerializedArtifact(json.dumps(doc).encode(), _bundle(groups["weights"]), _bundle(groups["constants"]),
-                              _bundle(groups["sample_inputs"]))
+    weights, constants, samples = (bundle_payloads(groups[g]) for g in GROUPS)
+    return SerializedArtifact(json.dumps(doc).encode(), weights, constants, samples)
 
 
 def deserialize_program(artifact: SerializedArtifact, state_dict: dict | None = None, constants: dict | None = None,
@@ -976,7 +866,7 @@ def deserialize_program(artifact: SerializedArtifact, state_dict: dict | None = 
     payloads = doc.get("payloads") if isinstance(doc, dict) else None
     if not isinstance(payloads, dict):
         raise _fail("a program document with a 'payloads' index", str(doc)[:80])
-    tensors = {g: _unbundle(getattr(artifact, "state_dict" if g == "weights" else
+    tensors = {g: unbundle_payloads(getattr(artifact, "state_dict" if g == "weights" else
                                     "example_inputs" if g == "sample_inputs" else g), payloads.get(g), g)
                for g in GROUPS}
     return document_to_program(doc, tensors, state_dict, constants, example_inputs)
