@@ -60,6 +60,7 @@ __all__ = ["ExportTracer", "export", "export_for_training", "export_joint"]
 
 _INPLACE_OPERATORS = (operator.iadd, operator.isub, operator.imul, operator.itruediv, operator.setitem)
 _PREFIX = {"parameter": "p_", "buffer": "b_", "constant": "c_"}
+_SIMPLE = (int, float, bool, str, type(None))  # non-tensor inputs baked into the graph as constants
 
 
 def _is_inplace(node) -> bool:
@@ -454,7 +455,9 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
             constants[target] = _resolve(model, target)
     user_names = list(bound.arguments)
     for name in user_names:
-        input_specs.append(InputSpec(InputKind.USER_INPUT, _arg_for(placeholders[name])))
+        value = bound.arguments[name]
+        arg = ConstantArgument(name, value) if isinstance(value, _SIMPLE) else _arg_for(placeholders[name])
+        input_specs.append(InputSpec(InputKind.USER_INPUT, arg))
     output_specs = [OutputSpec(kind, TensorArgument(node.name), target) for node, kind, target in mutations]
     user_kind = OutputKind.USER_OUTPUT if gradients is None else OutputKind.LOSS_OUTPUT
     for i, value in enumerate(user_nodes):
@@ -498,11 +501,10 @@ def _arg_for(node) -> Any:
 
 def _set_defaults(graph, user_names: list[str], bound) -> None:
     """Give the trailing simple-valued user placeholders their example values as defaults."""
-    simple = (int, float, bool, str, type(None))
     placeholders = {n.name: n for n in graph.placeholders}
     for name in reversed(user_names):
         value = bound.arguments[name]
-        if not isinstance(value, simple):
+        if not isinstance(value, _SIMPLE):
             break
         placeholders[name].args = (value,)
 

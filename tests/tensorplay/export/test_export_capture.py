@@ -130,6 +130,7 @@ def test_example_inputs_include_defaults():
 
     prog = export(fn, tp.ones(3), offset=5.0)
     assert prog.example_inputs["scale"] == 2.0 and prog.example_inputs["offset"] == 5.0
+    assert prog.graph_signature.user_inputs == ("x", 2.0, 5.0)  # non-tensor inputs are constants
     assert arr(prog(tp.ones(3))).tolist() == [7.0, 7.0, 7.0]
     assert arr(prog(x=tp.zeros(3))).tolist() == [5.0, 5.0, 5.0]
     assert arr(prog()).tolist() == [7.0, 7.0, 7.0]  # missing inputs come from example_inputs
