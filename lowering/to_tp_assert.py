@@ -31,9 +31,21 @@ def _escape(text: Any) -> str:
     return str(text).replace("{", "{{").replace("}", "}}")
 
 
+def integral(cond: Any) -> Any:
+    """Strict comparisons of integer sizes as non-strict ones (``s0 > 4`` -> ``s0 >= 5``): the form the
+    text format reads back."""
+    def fix(r: Any) -> Any:
+        if isinstance(r, sympy.StrictGreaterThan):
+            return sympy.Ge(r.lhs, r.rhs + 1)
+        return sympy.Le(r.lhs, r.rhs - 1)
+    if not isinstance(cond, sympy.Basic):
+        return cond
+    return cond.replace(lambda x: isinstance(x, (sympy.StrictGreaterThan, sympy.StrictLessThan)), fix)
+
+
 def guard_assertion(cx: Cx, fact: Any, where: str, rename: Callable[[Any], Any], names: dict[str, str]) -> None:
     """Emit ``tp.assert_guard`` for one recorded guard (its symbols renamed to dialect symbols)."""
-    cond = rename(fact)
+    cond = integral(rename(fact))
     if cond in (sympy.true, True) or not getattr(cond, "free_symbols", None):
         return
     syms = sorted(cond.free_symbols, key=str)
@@ -112,7 +124,7 @@ def lower_assertion(cx: Cx, fn: Any, args: tuple, kwargs: dict, rename: Callable
             size = _tensor(values[index], name).type.shape[axis]
             symbols.append(sympy.floor((size - offset) / scale) if scale != 1 else size - offset)
             shown.append((label, size))
-        cond = sympy.simplify(condition_expr(condition, symbols))
+        cond = integral(sympy.simplify(condition_expr(condition, symbols)))
         if cond in (sympy.true, True):
             return
         if cond in (sympy.false, False):
