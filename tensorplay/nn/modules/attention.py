@@ -98,19 +98,21 @@ def _in_projection_packed(query, key, value, w, b):
     return _in_projection(query, key, value, *w.chunk(3), *biases)
 
 
-def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, num_heads: int, in_proj_weight,
+def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, embed_dim_to_check: int,
+                                 num_heads: int, in_proj_weight,
                                  in_proj_bias, bias_k, bias_v, add_zero_attn: bool, dropout_p: float,
                                  out_proj_weight: Tensor, out_proj_bias, training: bool = True,
                                  key_padding_mask=None, need_weights: bool = True, attn_mask=None,
                                  use_separate_proj_weight: bool = False, q_proj_weight=None, k_proj_weight=None,
                                  v_proj_weight=None, average_attn_weights: bool = True,
                                  is_causal: bool = False) -> tuple[Tensor, Tensor | None]:
-    """PyTorch's ``F.multi_head_attention_forward`` on sequence-first inputs ``(L, N, E)`` (or ``(L, E)``).
+    """PyTorch's ``F.multi_head_attention_forward`` on sequence-first inputs ``(L, N, E)`` (or ``(L, E)``);
+    its ``static_k``/``static_v`` arguments are not supported.
 
     >>> import tensorplay as tp
     >>> w, o = tp.ones(12, 4), tp.ones(4, 4)
-    >>> out, _ = multi_head_attention_forward(tp.ones(3, 1, 4), tp.ones(5, 1, 4), tp.ones(5, 1, 4), 2, w, None,
-    ...                                       None, None, False, 0.0, o, None, need_weights=False)
+    >>> out, _ = multi_head_attention_forward(tp.ones(3, 1, 4), tp.ones(5, 1, 4), tp.ones(5, 1, 4), 4, 2, w,
+    ...                                       None, None, None, False, 0.0, o, None, need_weights=False)
     >>> tuple(out.shape)
     (3, 1, 4)
     """
@@ -121,6 +123,9 @@ def multi_head_attention_forward(query: Tensor, key: Tensor, value: Tensor, num_
             key_padding_mask = key_padding_mask.unsqueeze(0)
     tgt_len, bsz, embed_dim = query.shape
     src_len = key.shape[0]
+    if embed_dim != embed_dim_to_check:
+        raise RuntimeError(f"MultiheadAttention: was expecting embedding dimension of {embed_dim_to_check}, but got "
+                           f"{embed_dim}")
     head_dim = embed_dim // num_heads
     if head_dim * num_heads != embed_dim:
         raise RuntimeError(f"MultiheadAttention: embed_dim {embed_dim} not divisible by num_heads {num_heads}")
@@ -304,9 +309,9 @@ class MultiheadAttention(Module):
             else:
                 query, key, value = query.transpose(1, 0), key.transpose(1, 0), value.transpose(1, 0)
         out, weights = multi_head_attention_forward(
-            query, key, value, self.num_heads, self.in_proj_weight, self.in_proj_bias, self.bias_k, self.bias_v,
-            self.add_zero_attn, self.dropout, self.out_proj.weight, self.out_proj.bias, training=self.training,
-            key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
+            query, key, value, self.embed_dim, self.num_heads, self.in_proj_weight, self.in_proj_bias, self.bias_k,
+            self.bias_v, self.add_zero_attn, self.dropout, self.out_proj.weight, self.out_proj.bias,
+            training=self.training, key_padding_mask=key_padding_mask, need_weights=need_weights, attn_mask=attn_mask,
             use_separate_proj_weight=not self._qkv_same_embed_dim, q_proj_weight=self.q_proj_weight,
             k_proj_weight=self.k_proj_weight, v_proj_weight=self.v_proj_weight,
             average_attn_weights=average_attn_weights, is_causal=is_causal)

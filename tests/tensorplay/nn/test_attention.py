@@ -242,3 +242,24 @@ def test_training_dropout_without_weights_is_differentiable():
     mha.eval()
     with tp.no_grad():
         assert not np.allclose(np.asarray(mha(x, x, x, need_weights=False)[0]), np.asarray(out.detach()))
+
+
+def test_functional_form_matches_torch_functional():
+    from tensorplay.nn.modules.attention import multi_head_attention_forward
+    rng = np.random.default_rng(9)
+    arrays = {"q": (L, N, E), "k": (S, N, E), "v": (S, N, E), "w": (3 * E, E), "b": (3 * E,), "bk": (1, 1, E),
+              "bv": (1, 1, E), "ow": (E, E), "ob": (E,)}
+    values = {n: rng.standard_normal(s).astype(np.float32) for n, s in arrays.items()}
+    kpm = _bool_kpm()
+
+    def call(lib, fn):
+        t = {n: lib.tensor(v) for n, v in values.items()}
+        return fn(t["q"], t["k"], t["v"], E, H, t["w"], t["b"], t["bk"], t["bv"], True, 0.0, t["ow"], t["ob"],
+                  training=False, key_padding_mask=lib.tensor(kpm), average_attn_weights=False)
+    ours = call(tp, multi_head_attention_forward)
+    theirs = call(torch, torch.nn.functional.multi_head_attention_forward)
+    _close(ours[0], theirs[0], "output")
+    _close(ours[1], theirs[1], "weights")
+    with pytest.raises(RuntimeError, match="was expecting embedding dimension of 6, but got 8"):
+        multi_head_attention_forward(*(tp.ones(L, N, E),) * 3, 6, H, tp.ones(3 * E, E), None, None, None, False,
+                                     0.0, tp.ones(E, E), None)
