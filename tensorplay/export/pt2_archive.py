@@ -330,10 +330,15 @@ class PT2ArchiveReader:
         elif isinstance(f, str | os.PathLike):
             self._path = os.fspath(f)
             source = self._path
-        elif hasattr(f, "read") and hasattr(f, "seek"):
+        elif hasattr(f, "read") and getattr(f, "seekable", lambda: hasattr(f, "seek"))():
             source = f
+        elif hasattr(f, "read"):  # a pipe or socket: zip needs random access, so read it (capped) first
+            data = f.read(max_total_bytes + 1)
+            if not isinstance(data, bytes) or len(data) > max_total_bytes:
+                raise ValueError(f"expected at most {max_total_bytes} bytes from the stream")
+            source = io.BytesIO(data)
         else:
-            raise TypeError(f"expected a path, bytes or a readable seekable binary buffer, got {type(f).__name__}")
+            raise TypeError(f"expected a path, bytes or a readable binary buffer, got {type(f).__name__}")
         try:
             if hasattr(source, "seek"):
                 source.seek(0)

@@ -474,14 +474,8 @@ def encode_graph(graph: Graph, table: TensorTable, symbols: _Symbols | None = No
             raise ValueError(f"cannot save {where}: call_module nodes need the module object; inline it first")
         else:
             target = n.target
-        meta = {}
-        for key in _META_KEYS:
-            if key in n.meta:
-                try:
-                    meta[key] = encode_value(n.meta[key], table, symbols, f"{where} meta[{key!r}]")
-                except ValueError:
-                    if key != "val":
-                        raise
+        meta = {key: encode_value(n.meta[key], table, symbols, f"{where} meta[{key!r}]")
+                for key in _META_KEYS if key in n.meta}
         nodes.append({"name": n.name, "op": n.op, "target": target,
                       "args": encode_value(list(n.args), table, symbols, f"{where} args"),
                       "kwargs": encode_value(dict(n.kwargs), table, symbols, f"{where} kwargs"), "meta": meta})

@@ -307,3 +307,58 @@ def test_unsaveable_programs_are_refused_at_save_time():
     ep.graph_signature.input_specs[0].kind = InputKind.CUSTOM_OBJ
     with pytest.raises(ValueError, match="custom objects"):
         save(ep, io.BytesIO())
+
+
+def test_load_from_a_non_seekable_stream():
+    class Pipe:
+        def __init__(self, data):
+            self._buf = io.BytesIO(data)
+
+        def read(self, n=-1):
+            return self._buf.read(n)
+
+        def seekable(self):
+            return False
+
+    check_runs_like_reference(load(Pipe(saved(small_program()).getvalue())), small_program())
+
+
+Pair = __import__("collections").namedtuple("Pair", "left right")
+
+
+def test_structured_example_inputs_roundtrip():
+    ep = small_program()
+    ep.example_inputs["extra"] = Pair(tp.tensor([1, 2]), {"k": [tp.zeros(2, dtype=tp.bool), None]})
+    back = load(saved(ep)).example_inputs["extra"]
+    assert type(back) is Pair and back.left.tolist() == [1, 2] and back.left.dtype is tp.int64
+    assert back.right["k"][0].dtype is tp.bool and back.right["k"][1] is None
+
+
+def double_check(x):
+    """A user function that saved graphs may call once it is on the allow-list."""
+    return x
+
+
+def test_user_functions_on_the_allow_list(monkeypatch):
+    ep = small_program()
+    with pytest.raises(ValueError, match="cannot save node 'double_check'"):
+        g = ep.graph
+        with g.inserting_before(g.output_node):
+            g.call_function(double_check, (g.placeholders[5],))
+        save(ep, io.BytesIO())
+    monkeypatch.setitem(serde._ALLOWED_FUNCTIONS, f"{__name__}.double_check", None)  # removed after the test
+    assert serde.allow_function(double_check) is double_check
+    ep = small_program()
+    g = ep.graph
+    out = g.output_node
+    with g.inserting_before(out):
+        g.call_function(double_check, (g.placeholders[5],))
+    buf = saved(ep)
+    loaded = load(buf)
+    node = [n for n in loaded.graph.nodes if n.name == "double_check"][0]
+    assert node.target is double_check
+    monkeypatch.delitem(serde._ALLOWED_FUNCTIONS, f"{double_check.__module__}.{double_check.__qualname__}")
+    with pytest.raises(ValueError, match="not on the allow-list"):
+        load(buf)
+    with pytest.raises(ValueError, match="importable module-level"):
+        serde.allow_function(lambda v: v)

@@ -76,3 +76,14 @@ def test_small_cnn_dynamic_batch():
                           nn.Linear(4 * 4 * 4, 3))
     loaded = roundtrip(model, (tp.randn(2, 3, 8, 8),), {"input": {0: Dim("b")}})
     assert_matches_eager(model, loaded, (tp.randn(5, 3, 8, 8),))
+
+
+def test_loaded_module_view_matches_eager():
+    tp.manual_seed(5)
+    layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    loaded = roundtrip(layer, (tp.randn(2, 5, 8),), {"src": {0: Dim("b")}})
+    x = tp.randn(4, 5, 8)
+    with tp.no_grad():
+        expected = layer(x)
+    np.testing.assert_allclose(loaded.module()(x).numpy(force=True), expected.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loaded.module()(src=x).numpy(force=True), expected.numpy(), rtol=1e-5, atol=1e-6)
