@@ -307,7 +307,9 @@ class ScalarOps:
                 return self.round_bf16(x)
             if sty == dty:
                 return x
-            return b.fpext(x, dty) if _fbits(dty) > _fbits(sty) else b.fptrunc(x, dty)
+            if sty == _F64 and dty == _F16:  # LLVM would call __truncdfhf2, which the JIT cannot resolve
+                x = b.fptrunc(x, _F32)
+            return b.fpext(x, dty) if _fbits(dty) > _fbits(x.type) else b.fptrunc(x, dty)
         if src.is_float:  # -> integer
             wide = self._intrinsic("llvm.fptosi.sat", [x], ir.IntType(64), f"i64.{_tag(sty)}")
             return b.trunc(wide, dty) if dty.width < 64 else wide

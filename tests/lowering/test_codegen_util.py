@@ -27,10 +27,15 @@ def from_storage(y: np.ndarray, dtype: str) -> np.ndarray:
 
 def check(text: str, inputs: Sequence[np.ndarray], *, dtypes: Sequence[str] | None = None,
           out_dtypes: Sequence[str] | None = None, rtol: float = 1e-5, atol: float = 1e-6,
-          num_threads: int | None = None, exe=None, **options) -> list[np.ndarray]:
-    """Compile ``text``, run it natively and in the interpreter on ``inputs``, compare, return outputs."""
+          num_threads: int | None = None, exe=None, reference_text: str | None = None,
+          **options) -> list[np.ndarray]:
+    """Compile ``text``, run it natively and in the interpreter on ``inputs``, compare, return outputs.
+
+    ``reference_text`` is interpreted instead of ``text`` (the interpreter cannot run bf16 scalar code,
+    so bf16 kernels are checked against their f32 version).
+    """
     m = parse(text)
-    want = run(m, list(inputs))
+    want = run(parse(reference_text) if reference_text else m, list(inputs))
     if exe is None:
         exe = compile_kernel_module(m, num_threads=num_threads, **options)
     dtypes = dtypes or [""] * len(inputs)
