@@ -614,6 +614,7 @@ def _insert_assertions(graph, decl: _Declarations, site_nodes: dict, kept) -> No
             graph.call_function(assertions.assert_dim_relation,
                                 (site_nodes[site["label"]], where, site["axis"], root["node"], root["where"],
                                  root["axis"], leaf.scale, leaf.offset, leaf.name))
+    _insert_unanchored_relations(graph, decl, site_nodes, anchors)
     sources = _symbol_sources(decl, site_nodes)
     for guard in kept:
         syms = sorted(guard.fact.free_symbols, key=str)
@@ -629,6 +630,27 @@ def _insert_assertions(graph, decl: _Declarations, site_nodes: dict, kept) -> No
             src_tuples.append((values.index(src.node), src.axis, src.scale, src.offset, decl.symbols[s].label))
         graph.call_function(assertions.assert_guard, (tuple(values), tuple(src_tuples),
                                                       encode(guard.fact, index), render(guard.fact)))
+
+
+def _insert_unanchored_relations(graph, decl: _Declarations, site_nodes: dict, anchors: dict) -> None:
+    """Derived dims whose root has no site of its own: every site must agree with the first one."""
+    groups: dict[str, list[dict]] = {}
+    for site in decl.sites:
+        leaf = site["spec"]
+        if isinstance(leaf, _DerivedDim) and leaf.root.name not in anchors:
+            groups.setdefault(leaf.root.name, []).append(site)
+    for name, sites in groups.items():
+        ref = sites[0]
+        root, size = sympy.Symbol(name, integer=True), sympy.Symbol("size", integer=True)
+        for site in sites:
+            leaf = site["spec"]
+            fact = sympy.Eq(size, leaf.scale * root + leaf.offset, evaluate=False)
+            nodes = [site_nodes[ref["label"]], site_nodes[site["label"]]]
+            values = tuple(dict.fromkeys(nodes))
+            src = ((values.index(nodes[0]), ref["axis"], ref["spec"].scale, ref["spec"].offset, name),
+                   (values.index(nodes[1]), site["axis"], 1, 0, site["label"]))
+            graph.call_function(assertions.assert_guard, (values, src, encode(fact, {root: 0, size: 1}),
+                                                          f"{site['label']} == {leaf.name}"))
 
 
 def _symbol_sources(decl: _Declarations, site_nodes: dict) -> dict:

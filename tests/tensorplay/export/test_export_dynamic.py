@@ -239,3 +239,14 @@ def test_containers_with_dynamic_elements():
     assert arr(prog([tp.ones(5), tp.ones(5)])).tolist() == [2.0] * 5
     with pytest.raises(ConstraintsExceededError):
         prog([tp.ones(5), tp.ones(4)])
+
+
+def test_derived_dims_without_a_root_site_are_checked_against_each_other():
+    n = Dim("n")
+    prog = export(lambda x, y: x.sum() + y.sum(), tp.ones(4), tp.ones(5),
+                  dynamic_shapes={"x": {0: 2 * n}, "y": {0: 2 * n + 1}})
+    assert float(prog(tp.ones(6), tp.ones(7))) == 13.0
+    with pytest.raises(ConstraintsExceededError, match=r"captured under x.size\(\)\[0\] == 2\*n"):
+        prog(tp.ones(7), tp.ones(8))
+    with pytest.raises(ConstraintsExceededError, match=r"captured under y.size\(\)\[0\] == 2\*n \+ 1"):
+        prog(tp.ones(6), tp.ones(9))
