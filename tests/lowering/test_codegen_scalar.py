@@ -97,8 +97,8 @@ CAST_TYPES = ("f32", "f64", "f16", "bf16", "i8", "i16", "i32", "i64", "u8", "i1"
 def test_casts_between_every_dtype(src):
     dsts = [d for d in CAST_TYPES if d != src]
     outs = ", ".join(f"%o{k}: buffer<[s0], {d}>" for k, d in enumerate(dsts))
-    body = "\n".join(f"    %c{k} = kernel.cast %x0 {{dtype = {d}}} : {d}\n    kernel.store %c{k}, %o{k} {{index = [i0]}}"
-                     for k, d in enumerate(dsts))
+    body = "\n".join(f"    %c{k} = kernel.cast %x0 {{dtype = {d}}} : {d}\n"
+                     f"    kernel.store %c{k}, %o{k} {{index = [i0]}}" for k, d in enumerate(dsts))
     text = (f"func @k(%x: buffer<[s0], {src}>, {outs}) -> () where {{s0 in [1, 1024]}} {{\n"
             f"  kernel.for {{iv = i0, upper = s0}} {{\n    %x0 = kernel.load %x {{index = [i0]}} : {src}\n{body}\n"
             "  }\n  kernel.return\n}\n")
