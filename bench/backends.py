@@ -56,37 +56,62 @@ def tensorplay_eager(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
     return Runner(call)
 
 
-def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
-    """``tensorplay.compile`` when it exists; for the GEMM rows, the compiler's GEMM kernel itself."""
+def _as_array(result: Any) -> np.ndarray:
+    """The first output of a compiled call (a Tensor, an ndarray, or a tuple/list of them) as numpy."""
+    if isinstance(result, (tuple, list)):
+        result = result[0]
+    return np.asarray(result.numpy() if hasattr(result, "numpy") else result)
+
+
+def _compiled_entry(case: Case, model: Any) -> Callable[[], Any] | None:
+    """``tensorplay.compile(model)`` when it exists, else ``lowering.compile_program`` on
+    ``tensorplay.export.export`` (batch, or sequence for GPT, dynamic); None when neither is built."""
     import tensorplay
 
     if hasattr(tensorplay, "compile"):
-        args = [tensorplay.from_numpy(x) for x in case.inputs]
-        t0 = time.perf_counter()
-        compiled = tensorplay.compile(pair[1])
-        compiled(*args)
-        setup = time.perf_counter() - t0
-        return Runner(lambda: np.asarray(compiled(*args).numpy()), setup)
-    if case.model == "matmul":
-        from lowering.gemm import compile_gemm, scratch_bytes
-
-        from .bench_gemm import raw_call
-
-        a, b = case.inputs
-        (m, k), n = a.shape, b.shape[1]
-        out, scratch = np.empty((m, n), np.float32), np.empty(scratch_bytes(m, n, k), np.uint8)
-        t0 = time.perf_counter()
-        kernel = compile_gemm()
-        setup = time.perf_counter() - t0
-        fn = raw_call(kernel, a, b, out, scratch)  # raw pointers only: Runner.keep holds the arrays
-        return Runner(lambda: (fn(), out)[1], setup, note="lowering.gemm kernel called directly (1 thread), "
-                      "no graph compile", keep=(a, b, out, scratch))
+        compiled, args = tensorplay.compile(model), [tensorplay.from_numpy(x) for x in case.inputs]
+        return lambda: compiled(*args)
     try:
-        import lowering
-        has_entry = hasattr(lowering, "compile_program")
+        from lowering import compile_program
     except ImportError:
-        has_entry = False
-    raise Unavailable("n/a (entry point exists, not wired here)" if has_entry else "n/a (not built)")
+        return None
+    from tensorplay.export import Dim, export
+
+    axis = DYNAMIC_AXIS.get(case.model)
+    dynamic = None if axis is None else ({axis: Dim.AUTO},) + ({},) * (len(case.inputs) - 1)
+    program = export(model, tuple(tensorplay.from_numpy(x) for x in case.inputs), dynamic_shapes=dynamic)
+    executable = compile_program(program)
+    return lambda: executable(*case.inputs)
+
+
+def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
+    """The compiled model (see :func:`_compiled_entry`); before the compiler exists, the GEMM rows
+    run the compiler's GEMM kernel itself and every other row says "n/a (not built)"."""
+    t0 = time.perf_counter()
+    try:
+        call = _compiled_entry(case, pair[1])
+        if call is not None:
+            call()
+    except Exception as exc:  # an unsupported model is a result: show why
+        raise Unavailable(f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}") \
+            from exc
+    if call is not None:
+        return Runner(lambda: _as_array(call()), time.perf_counter() - t0)
+    if case.model != "matmul":
+        raise Unavailable("n/a (not built)")
+    from lowering.gemm import compile_gemm, scratch_bytes
+
+    from .bench_gemm import raw_call
+
+    a, b = case.inputs
+    (m, k), n = a.shape, b.shape[1]
+    out, scratch = np.empty((m, n), np.float32), np.empty(scratch_bytes(m, n, k), np.uint8)
+    t0 = time.perf_counter()
+    kernel = compile_gemm()
+    setup = time.perf_counter() - t0
+    fn = raw_call(kernel, a, b, out, scratch)  # raw pointers only: Runner.keep holds the arrays
+    return Runner(lambda: (fn(), out)[1], setup, note="lowering.gemm kernel called directly (1 thread), "
+                  "no graph compile", keep=(a, b, out, scratch))
 
 
 def torch_eager(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:

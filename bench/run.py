@@ -31,14 +31,18 @@ def reexec_without_openblas_overrides() -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="short timing budget, fewer rows (< 2 minutes)")
+    parser.add_argument("--quick", action="store_true",
+                        help="short timing budget, fewer rows, 1 thread unless --threads is given (< 2 minutes)")
     parser.add_argument("--models", default="", help="comma-separated subset, e.g. mlp,chain")
     parser.add_argument("--backends", default="", help="comma-separated subset of the columns")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 2)")
     parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per cell")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--no-limits", action="store_true", help="skip measuring the machine limits")
-    return parser.parse_args(argv)
+    opts = parser.parse_args(argv)
+    if opts.threads is None:
+        opts.threads = [1] if opts.quick else [1, 2]
+    return opts
 
 
 def _quiet() -> None:
