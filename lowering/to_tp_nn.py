@@ -206,6 +206,37 @@ def _avg_pool(cx: Cx, input: Value, kernel_size: Any, stride: Any = None, paddin
     return cx.emit("tp.div", total, cx.const(div, dt))
 
 
+@rule("avg_pool_backward")
+def _avg_pool_backward(cx: Cx, grad: Value, input: Value, kernel_size: Any, stride: Any = None, padding: Any = 0,
+                       ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Value:
+    """Each output's share ``grad / divisor`` spread over its window: a ``tp.conv_transpose`` with a kernel of
+    ones (channels folded into the batch), then the padding cropped off."""
+    nd, kernel, stride_, padding_, _ = _pool_params(kernel_size, stride, padding, 1)
+    if nd not in (1, 2):
+        raise UnsupportedOp(f"{nd}-d pooling gradient")
+    dt = cx.compute(grad.type.dtype)
+    lengths, outs = input.type.shape[-nd:], grad.type.shape[-nd:]
+    if not all(sympy.sympify(d).is_Integer for d in (*lengths, *outs)):
+        raise UnsupportedOp("pooling gradient over spatial dims of symbolic extent")
+    lengths, outs = [int(d) for d in lengths], [int(d) for d in outs]
+    div = _divisor(lengths, outs, kernel, stride_, padding_, count_include_pad, divisor_override)
+    share = cx.emit("tp.div", cx.cast(grad, dt), cx.const(div, dt))
+    lead = list(grad.type.shape[:-nd])
+    if any(cx.b.facts.equal(a, b) is not True for a, b in zip(lead, input.type.shape[:-nd])):
+        raise UnsupportedOp(f"grad {grad.type} and input {input.type} leading dims differ by a symbolic extent")
+    flat = cx.reshape(share, [sympy.Mul(*lead), 1, *outs])
+    ones = cx.const(np.ones([1, 1, *kernel]), dt)
+    spread = cx.emit("tp.conv_transpose", flat, ones, stride=stride_, padding=[0] * nd, dilation=[1] * nd,
+                     output_padding=[0] * nd)
+    for axis in range(nd):
+        full, p, n = int(spread.type.shape[2 + axis]), padding_[axis], lengths[axis]
+        if full < p + n:
+            pads = [(0, p + n - full) if d == 2 + axis else (0, 0) for d in range(spread.type.rank)]
+            spread = cx.emit("tp.pad", spread, pads=pads)
+        spread = cx.slice(spread, 2 + axis, p, p + n)
+    return cx.reshape(spread, input.type.shape)
+
+
 def _divisor(lengths: list, outs: list, kernel: list, stride: list, padding: list, include_pad: bool,
              override: Any) -> np.ndarray:
     if override is not None:

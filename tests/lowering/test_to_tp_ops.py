@@ -25,13 +25,13 @@ from tests.tensorplay.ops.opinfo import Sample, all_samples, load_all, to_numpy
 load_all()
 
 #: op -> why the dialect cannot express it yet (the test requires LoweringError for these).
-UNSUPPORTED: dict[str, str] = {
-    "avg_pool_backward": "a training-only op; tp has no strided scatter for the adjoint of pooling",
-}
+UNSUPPORTED: dict[str, str] = {}
 
 #: op -> why it converts with static extents only (a dynamic first dim must give LoweringError).
 STATIC_ONLY: dict[str, str] = {
     "cumprod": "tp has no product scan; the Hillis-Steele rewrite needs a static extent",
+    "avg_pool_backward": "pooling windows are unrolled: spatial extents must be static, and a dynamic grad "
+                         "batch must provably equal the input's",
 }
 
 #: op -> [(sample predicate, reason)]: uses of an op the dialect cannot express (must give LoweringError).
@@ -186,6 +186,6 @@ def test_primitive_all_samples(name):
     _walk(name, None)
 
 
-def test_unsupported_list_names_real_primitives():
-    for name in UNSUPPORTED:
+def test_unsupported_lists_name_real_primitives():
+    for name in (*UNSUPPORTED, *STATIC_ONLY, *UNSUPPORTED_SAMPLES):
         assert name in REGISTRY and REGISTRY[name].primitive, name
