@@ -158,7 +158,6 @@ class ExportedProgram:
     equality_constraints: list = field(default_factory=list)
     verifier: Verifier = field(default_factory=Verifier)
     _unlifted: GraphModule | None = field(default=None, init=False, repr=False)
-    _bindings: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.graph_module, GraphModule):
