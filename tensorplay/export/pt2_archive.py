@@ -20,8 +20,8 @@ encryption. A bad archive raises ``ValueError`` and nothing else.
 >>> with PT2ArchiveWriter(buf) as w:
 ...     w.write_string("extra/note.txt", "hi")
 >>> with PT2ArchiveReader(buf) as r:
-...     r.read_string("extra/note.txt"), r.archive_version
-('hi', '1')
+...     r.read_string("extra/note.txt"), r.archive_version()
+('hi', 1)
 >>> is_pt2_package(buf.getvalue())
 True
 """
@@ -293,6 +293,15 @@ class PT2ArchiveWriter:
         self._zip.writestr(info, bytes(data))
         self._names.add(name)
 
+    def write_file(self, name: str, path: str | os.PathLike[str]) -> None:
+        """Add the contents of the file at ``path`` as entry ``name`` (stored, not compressed)."""
+        with open(path, "rb") as fh:
+            self.write_bytes(name, fh.read())
+
+    def count_prefix(self, prefix: str) -> int:
+        """How many entries written so far start with ``prefix``."""
+        return sum(n.startswith(prefix) for n in self._names)
+
     def write_string(self, name: str, text: str) -> None:
         """Add a UTF-8 text entry (compressed)."""
         if not isinstance(text, str):
@@ -357,7 +366,7 @@ class PT2ArchiveReader:
             version = self.read_bytes("archive_version", limit=64).decode("ascii", "replace").strip()
             if version != ARCHIVE_VERSION:
                 raise ValueError(f"unsupported archive_version {version!r}; this tensorplay reads {ARCHIVE_VERSION!r}")
-            self.archive_version = version
+            self._version = int(version)
         except BaseException:
             self._zip.close()
             raise
@@ -415,9 +424,15 @@ class PT2ArchiveReader:
     def close(self) -> None:
         self._zip.close()
 
+    def archive_version(self) -> int:
+        """The archive's format version (``archive_version`` record)."""
+        return self._version
+
     def names(self) -> list[str]:
         """Entry names, in archive order."""
         return list(self._infos)
+
+    get_file_names = names
 
     def iter_prefix(self, prefix: str) -> Iterator[str]:
         return (n for n in self._infos if n.startswith(prefix))

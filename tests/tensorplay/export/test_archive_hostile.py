@@ -392,3 +392,23 @@ def test_crc_checked_when_payloads_are_read():
     with pytest.raises(ValueError):
         load_pt2(io.BytesIO(bytes(data)))
 
+
+
+def test_reader_and_writer_helpers(tmp_path):
+    source = tmp_path / "blob.bin"
+    source.write_bytes(b"\x00\x01")
+    path = tmp_path / "a.pt2"
+    with PT2ArchiveWriter(str(path)) as w:
+        w.write_file("extra/blob.bin", source)
+        w.write_string("extra/t.txt", "é")
+        assert w.has_record("extra/t.txt") and w.count_prefix("extra/") == 2
+    with PT2ArchiveReader(path) as r:
+        assert r.archive_version() == 1 and r.read_bytes("extra/blob.bin") == b"\x00\x01"
+        assert r.read_string("extra/t.txt") == "é"
+        assert set(r.get_file_names()) == {"extra/blob.bin", "extra/t.txt", "archive_format", "archive_version"}
+        with pytest.raises(ValueError, match="no entry"):
+            r.read_bytes("extra/missing")
+    with pytest.raises(TypeError, match="writable"):
+        PT2ArchiveWriter(3)
+    with pytest.raises(TypeError, match="readable"):
+        PT2ArchiveReader(3.5)
