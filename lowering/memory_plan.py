@@ -30,6 +30,7 @@ Every slot is 64-byte aligned.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import sympy
@@ -123,10 +124,54 @@ def _sample(e: sympy.Expr, facts: Facts) -> float:
     return float(e.xreplace(env))
 
 
+_SMALL = 32  # symbol values below lo + _SMALL are checked one by one when rounding blocks a proof
+
+
+def _relaxed_upper(d: sympy.Expr) -> sympy.Expr:
+    """An upper bound of ``d`` free of ceiling/floor (``ceiling(u) < u + 1``, ``floor(u) <= u``)."""
+    out = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(d)):
+        c, rest = term.as_coeff_Mul()
+        ceil_up, floor_up = (1, 0) if c > 0 else (0, -1)
+        rest = rest.replace(sympy.ceiling, lambda u, k=ceil_up: u + k)
+        rest = rest.replace(sympy.floor, lambda u, k=floor_up: u + k)
+        out += c * rest
+    return sympy.expand(out)
+
+
+def proves_le(a: sympy.Expr, b: sympy.Expr, facts: Facts) -> bool:
+    """``a <= b`` for every symbol value in range (aligned sizes: ceilings are split into small values
+    checked exactly and large values proved with rounding relaxed)."""
+    d = sympy.expand(a - b)
+    r = facts.prove(sympy.Le(d, 0))
+    if r is not None or not d.has(sympy.ceiling, sympy.floor):
+        return r is True
+    syms = sorted(d.free_symbols, key=str)
+    if len(syms) > 2:
+        return False
+    parts = []
+    for s in syms:
+        lo, hi = facts.ranges.get(s, (sympy.Integer(0), sympy.oo))
+        cut = lo + _SMALL
+        parts.append([("small", list(range(int(lo), int(min(hi, cut - 1)) + 1)))] +
+                     ([("big", (cut, hi))] if cut <= hi else []))
+    for choice in itertools.product(*parts):
+        small = [(s, vals) for s, (kind, vals) in zip(syms, choice) if kind == "small"]
+        big = Facts({**facts.ranges, **{s: rng for s, (kind, rng) in zip(syms, choice) if kind == "big"}})
+        for values in itertools.product(*[vals for _, vals in small]):
+            part = d.xreplace({s: sympy.Integer(v) for (s, _), v in zip(small, values)})
+            if part.is_number:
+                if part > 0:
+                    return False
+            elif big.prove(sympy.Le(part, 0)) is not True and \
+                    big.prove(sympy.Le(_relaxed_upper(part), 0)) is not True:
+                return False
+    return True
+
+
 def _fits(at: sympy.Expr, size: sympy.Expr, live: list[tuple[SlotInfo, sympy.Expr]], facts: Facts) -> bool:
     """``[at, at + size)`` provably misses every live slot."""
-    return all(facts.prove(sympy.Le(at + size, off)) is True or facts.prove(sympy.Ge(at, off + o.size)) is True
-               for o, off in live)
+    return all(proves_le(at + size, off, facts) or proves_le(off + o.size, at, facts) for o, off in live)
 
 
 def plan_memory(f: Function) -> None:
@@ -146,9 +191,9 @@ def plan_memory(f: Function) -> None:
         else:
             at = total
         end = sympy.expand(at + s.size)
-        if facts.prove(sympy.Le(end, total)) is True:
+        if proves_le(end, total, facts):
             pass
-        elif at == total or facts.prove(sympy.Ge(end, total)) is True:
+        elif at == total or proves_le(total, end, facts):
             total = end
         else:
             total = sympy.Max(total, end)
