@@ -33,11 +33,10 @@ from typing import Any
 
 import sympy
 
-from ..graph import Graph, GraphModule, Node, map_arg
-from ..graph.decompose import SUPPLEMENTARY_DECOMPOSITIONS, _shape_env_for
+from ..graph import Graph, GraphCaptureError, GraphModule, Node, map_arg
+from ..graph.decompose import SUPPLEMENTARY_DECOMPOSITIONS, DecompositionTracer, _shape_env_for
 from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
-from ..graph.tracer import Tracer
 from ..ops import REGISTRY
 from ..ops._registry import Op
 
@@ -93,7 +92,7 @@ def _trace_into(graph: Graph, node: Node, fn: Callable) -> Any:
     if any("val" not in n.meta or "example_value" not in n.meta for n in inputs):
         return node  # no meta to trace with: keep the node
     owner = graph.owning_module
-    tracer = Tracer(_env_for(graph))
+    tracer = DecompositionTracer(_env_for(graph), recursive=False)
     if isinstance(owner, GraphModule):
         tracer.reserved_names = set(owner._graph_attrs) | {n.target for n in graph.nodes if n.op == "get_attr"}
     sub = tracer.graph
@@ -105,7 +104,12 @@ def _trace_into(graph: Graph, node: Node, fn: Callable) -> Any:
         standins[inp] = SymProxy(ph, val, tracer) if isinstance(val, sympy.Expr) else Proxy(ph, tracer)
     args = map_arg(node.args, standins.__getitem__)
     kwargs = map_arg(node.kwargs, standins.__getitem__)
-    result = tracer.to_node(fn(*args, **kwargs))
+    try:
+        result = tracer.to_node(fn(*args, **kwargs))
+    except GraphCaptureError as exc:
+        if "values of a tensor" in str(exc):
+            return node  # the decomposition needs tensor values (one_hot without num_classes): keep the op
+        raise
     mapping: dict[Node, Any] = {standin.node: inp for inp, standin in standins.items()}
     last = node.prev
     for n in sub.nodes:

@@ -37,7 +37,7 @@ from .proxy import TENSOR_OPERATORS, Proxy, SymProxy
 from .shape_env import ShapeEnv
 from .tracer import Tracer
 
-__all__ = ["decompose", "node_op", "decomposition_of", "SUPPLEMENTARY_DECOMPOSITIONS"]
+__all__ = ["decompose", "node_op", "decomposition_of", "DecompositionTracer", "SUPPLEMENTARY_DECOMPOSITIONS"]
 
 # Method names traced by Proxy helpers rather than bound from the registry.
 _EXTRA_METHODS = {"to": "to_dtype", "clip": "clamp"}
@@ -190,14 +190,24 @@ def decomposition_of(op: Op, table: Mapping | None = None) -> Callable | None:
     return op.decomposition or SUPPLEMENTARY_DECOMPOSITIONS.get(op.name)
 
 
-class _DecomposingTracer(Tracer):
-    """A tracer whose op calls run decompositions instead of recording non-primitive ops."""
+class DecompositionTracer(Tracer):
+    """The tracer decompositions run under: op calls decompose (``recursive``) or are recorded as they are.
 
-    def __init__(self, shape_env: ShapeEnv, table: Mapping | None):
+    Sizes passed as number operands of arithmetic ops and non-integral-looking size hints are
+    handled here, so decompositions written for eager tensors trace with symbolic extents.
+    """
+
+    def __init__(self, shape_env: ShapeEnv, table: Mapping | None = None, *, recursive: bool = True):
         super().__init__(shape_env)
         self.table = table
+        self.recursive = recursive
         self.depth = 0
         self._scalar_operands = False
+
+    def _node_meta(self, node, val, example) -> None:
+        # stack_trace / nn_module_stack come from the replaced node (see _inherit), not from here
+        node.meta["val"] = val
+        node.meta["example_value"] = example
 
     def to_meta(self, value):
         # A size used as a number operand of an arithmetic op (``x / (n - 1)``): its value does not
@@ -222,7 +232,7 @@ class _DecomposingTracer(Tracer):
         return super().to_example(value)
 
     def call_op(self, op: Op, kind: str, target, args: tuple, kwargs: dict):
-        rule = decomposition_of(op, self.table)
+        rule = decomposition_of(op, self.table) if self.recursive else None
         if rule is None or self.depth >= _MAX_DEPTH:
             self._scalar_operands = op.promote is not None
             try:
@@ -292,7 +302,7 @@ def decompose(gm: GraphModule, table: Mapping | Iterable | None = None) -> Graph
     table = _normalize_table(table)
     env = _shape_env_for(gm)
     guards_before = len(env.guards)
-    tracer = _DecomposingTracer(env, table)
+    tracer = DecompositionTracer(env, table)
     tracer.reserved_names = set(gm._graph_attrs) | set(gm.__dict__.get("_modules", {}))
     graph = tracer.graph
     mapped: dict[Node, Any] = {}
@@ -351,7 +361,7 @@ def _last_node(graph: Graph) -> Node | None:
     return next(iter(reversed(graph.nodes)), None)
 
 
-def _rollback(tracer: _DecomposingTracer, last: Node | None, guards: int) -> None:
+def _rollback(tracer: DecompositionTracer, last: Node | None, guards: int) -> None:
     """Erase the nodes recorded after ``last`` and forget the guards and cached sizes they brought."""
     graph = tracer.graph
     while True:

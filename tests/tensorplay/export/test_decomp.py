@@ -157,3 +157,31 @@ def test_output_names_and_signature_stay_consistent():
         [s.arg.name for s in program.graph_signature.output_specs]
     x = np.ones((4, 3), dtype=np.float32)
     np.testing.assert_allclose(_np(flat(tp.tensor(x))), x @ _np(net.weight).T + _np(net.bias), rtol=1e-6)
+
+
+def test_symbolic_counts_and_data_dependent_ops():
+    def f(x):
+        return x.var(0), x.std(1), tp.nn.functional.one_hot(x.argmax(1))
+
+    x = np.random.default_rng(4).standard_normal((5, 3)).astype(np.float32)
+    program = export(f, tp.tensor(x), dynamic_shapes={"x": {0: Dim("batch")}})
+    flat = program.run_decompositions()
+    assert _non_primitive(flat) == ["one_hot"]  # sized by the values of argmax: kept
+    for rows in (5, 8):
+        xi = np.random.default_rng(rows).standard_normal((rows, 3)).astype(np.float32)
+        var, std, hot = flat(tp.tensor(xi))
+        np.testing.assert_allclose(_np(var), xi.var(0, ddof=1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(_np(std), xi.std(1, ddof=1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(_np(hot), np.eye(xi.argmax(1).max() + 1, dtype=np.int64)[xi.argmax(1)])
+
+
+@pytest.mark.parametrize("name", ["tensorplay.graph.decompose", "tensorplay.export.decomp",
+                                  "tensorplay.export.unflatten", "tensorplay.export.passes",
+                                  "tensorplay.export.custom_obj"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+    import sys
+    importlib.import_module(name)
+    result = doctest.testmod(sys.modules[name], optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0
