@@ -248,14 +248,12 @@ class _Converter:
                 args.append((_weight_name(node.target), self.ttype(node.meta["val"])))
                 sources.append(ArgSource("state", node.target))
                 self.binding.state[node.target] = _array(_fetch(self.gm, node.target))
-                self.values[node] = ("arg", len(args) - 1)
+                self.values[node] = _Arg(len(args) - 1)
         f = Function(self.name, args)
         self.binding.arguments = sources
-        for i, (a, (_, t)) in enumerate(zip(f.args, args)):
-            del t
-            for key, v in list(self.values.items()):
-                if v == ("arg", i):
-                    self.values[key] = a
+        for key, v in self.values.items():
+            if isinstance(v, _Arg):
+                self.values[key] = f.args[v.index]
         self.f = f
         self.header(f)
         b = Builder(f)
@@ -317,14 +315,14 @@ class _Converter:
                 raise LoweringError(f"weight {name!r} must have a static shape, got {val}")
             self.module_weights[wname] = t
             self.binding.weights[wname] = value.astype(t.dtype.numpy)
-            self.values[node] = ("weight", wname, t)
+            self.values[node] = _Weight(wname, t)
             return
         if hasattr(val, "shape"):
             args.append((_weight_name(name), self.ttype(val)))
             sources.append(ArgSource("state" if name in self.weights else "input", name))
             if name in self.weights:
                 self.binding.state[name] = _array(self.weights[name])
-            self.values[node] = ("arg", len(args) - 1)
+            self.values[node] = _Arg(len(args) - 1)
             return
         example = node.meta.get("example_value")
         items = {}
@@ -335,7 +333,7 @@ class _Converter:
                     key = user.args[1]
                     args.append((_weight_name(f"{name}_{key}"), self.ttype(user.meta["val"])))
                     sources.append(ArgSource("input", name, (key,)))
-                    items[key] = ("arg", len(args) - 1)
+                    items[key] = _Arg(len(args) - 1)
             self.values[node] = _Container(items, example)
             return
         self.values[node] = example if example is not None else val
@@ -401,8 +399,8 @@ class _Converter:
             got = self.values[v]
             if isinstance(got, _Poison):
                 raise _PoisonUse(got.name)
-            if isinstance(got, tuple) and got and got[0] == "weight":
-                got = self.cx.emit("tp.constant", result_types=[got[2]], value=WeightRef(got[1]))
+            if isinstance(got, _Weight):  # materialized at its first use
+                got = self.cx.emit("tp.constant", result_types=[got.type], value=WeightRef(got.name))
                 self.values[v] = got
             return got
         if isinstance(v, (list, tuple)):
@@ -484,9 +482,7 @@ class _Converter:
             return SymVal(d, self.cx.emit("tp.dim", base.tensor, axis=key))
         if isinstance(base, _Container):
             got = base.items.get(key)
-            if isinstance(got, tuple) and got[0] == "arg":
-                return self.f.args[got[1]]
-            return base.example[key]
+            return self.f.args[got.index] if isinstance(got, _Arg) else base.example[key]
         return base[key]
 
     def sym_arith(self, node: Any, fn: Any, args: tuple) -> Any:
@@ -526,6 +522,20 @@ class _Converter:
 
 
 _ASSERTIONS = "tensorplay.export.assertions"
+
+
+class _Arg:
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+class _Weight:
+    __slots__ = ("name", "type")
+
+    def __init__(self, name: str, type: TensorType):
+        self.name, self.type = name, type
 
 
 class _Shape:

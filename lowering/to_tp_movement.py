@@ -196,6 +196,3 @@ def _topk(cx: Cx, input: Value, k: Any, dim: int = -1, largest: bool = True, sor
     kk = k.expr if isinstance(k, SymVal) else sympy.Integer(_static_int(k, "k"))
     return cx.emit("tp.topk", x, k=kk, axis=_static_int(dim, "dim") % x.type.rank, largest=bool(largest))
 
-
-__all__ += []
-_ = I1

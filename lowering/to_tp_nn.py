@@ -19,7 +19,7 @@ import sympy
 
 from dialect import F32, I1, I64, Value
 
-from .to_tp_core import Cx, SymVal, UnsupportedOp, rule, to_dialect_dtype
+from .to_tp_core import Cx, SymVal, UnsupportedOp, rule
 
 __all__ = ["iota"]
 
@@ -330,5 +330,3 @@ def _nonzero(cx: Cx, input: Value, *, as_tuple: bool = False) -> Any:
         return idx if input.type.rank else cx.reshape(cx.slice(idx, 1, 0, 0), [rows, 0])
     return tuple(cx.reshape(cx.slice(idx, 1, j, j + 1), [rows]) for j in range(max(input.type.rank, 1)))
 
-
-_ = to_dialect_dtype
