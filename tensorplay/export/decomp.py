@@ -38,7 +38,6 @@ from ..graph.decompose import SUPPLEMENTARY_DECOMPOSITIONS, DecompositionTracer,
 from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
 from ..ops import REGISTRY
-from ..ops._registry import Op
 
 __all__ = ["CustomDecompTable", "default_decompositions", "decomposition_builder", "run_decompositions",
            "DEFAULT_EXCLUDED"]
@@ -337,10 +336,15 @@ def _lookup(table: Any, node: Node) -> Callable | None:
 
 
 def _tensor_node(node: Node) -> bool:
-    """Size arithmetic (``operator.*`` on sizes) is not decomposed, only calls on tensors."""
-    if node.op == "call_function" and not isinstance(node.target, Op):
-        return not (node.target in (operator.getitem, getattr) and not _has_tensor_input(node))
+    """Python operators on sizes (``operator.mul`` of two extents, ``getattr(x, "shape")``) are not
+    tensor ops and are never looked up; every other call is."""
+    if node.op == "call_function" and (node.target is getattr or _is_python_operator(node.target)):
+        return _has_tensor_input(node)
     return True
+
+
+def _is_python_operator(target: Any) -> bool:
+    return getattr(target, "__module__", None) in ("_operator", "operator")
 
 
 def _has_tensor_input(node: Node) -> bool:

@@ -185,3 +185,28 @@ def test_docstring_examples(name):
     importlib.import_module(name)
     result = doctest.testmod(sys.modules[name], optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_size_arithmetic_is_not_a_tensor_op():
+    def f(x):
+        return x.reshape(x.shape[0] * 2, -1) + 1
+
+    program = export(f, tp.ones(4, 4), dynamic_shapes={"x": {0: Dim("batch")}})
+    seen = []
+    table = CustomDecompTable({"mul": lambda graph, node: seen.append(node.name)}, defaults=False)
+    out = program.run_decompositions(table)
+    assert seen == []
+    np.testing.assert_array_equal(_np(out(tp.zeros(3, 4))), np.ones((6, 2), dtype=np.float32))
+
+
+def test_decomposed_program_still_unflattens():
+    from tensorplay.export import unflatten
+    net = Net()
+    program = export(net, tp.ones(3, 3), dynamic_shapes={"x": {0: Dim("batch")}})
+    view = unflatten(program.run_decompositions())
+    assert {n.target for n in view.graph.nodes if n.op == "call_module"} == {"fc", "norm"}
+    x = np.random.default_rng(7).standard_normal((6, 3)).astype(np.float32)
+    gelu, values, _ = _reference(net, x)
+    out, (v, _) = view(tp.tensor(x))
+    np.testing.assert_allclose(_np(out), gelu, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_np(v), values, rtol=1e-5, atol=1e-6)
