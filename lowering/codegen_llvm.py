@@ -44,10 +44,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import llvmlite.ir as ir
+import numpy as np
 import sympy
 
+from dialect.attrs import Dense
 from dialect.ir import Function, Module, Operation, Value
 from dialect.kernel_ops import COMBINES
+from dialect.reference import round_bf16
 from dialect.shapes import elem_dtype
 from dialect.types import BufferType, DType
 from runtime.abi import Executable, Signature, TensorSpec
@@ -213,6 +216,9 @@ class _Codegen:
             off = sc.em.emit(a["offset"])
             sc.vals[op.result] = b.gep(sc.ws, [off], inbounds=True, source_etype=ir.IntType(8))
             return
+        if name == "kernel.global":
+            sc.vals[op.result] = self._global(op)
+            return
         if name in SHAPE_VALUE_OPS:
             sc.vals[op.result] = shape_value(op, sc.em, sc.vals, self._dim_of_input(sc), self.plan.positions,
                                              lambda i, j: sc.em.emit(self.out_shapes[i - self.nin][j]))
@@ -249,6 +255,29 @@ class _Codegen:
             sc.vals[op.result] = sc.ops.binary(short, args[0], args[1], dt)
         else:
             raise CodegenError(f"cannot lower {name} with {len(args)} operands")
+
+    def _global(self, op: Operation) -> ir.Value:
+        """An inline ``dense<...>`` literal as an internal constant; weights must be arguments."""
+        value, t = op.attributes["value"], op.result.type
+        if not isinstance(value, Dense):
+            raise CodegenError(f"kernel.global {value}: module weights are passed as arguments; run "
+                               "lowering.kernel_globals.globals_to_args on the function first")
+        arr = np.asarray(value.array, dtype=t.dtype.numpy).reshape(-1)
+        if t.dtype.name == "bf16":
+            arr = (round_bf16(arr).view(np.uint32) >> 16).astype(np.uint16)
+        elif t.dtype.name == "i1":
+            arr = arr.astype(np.uint8)
+        ety = _storage(t.dtype)
+        if arr.size == 0:
+            arr = np.zeros(1, arr.dtype)
+        aty = ir.ArrayType(ety, arr.size)
+        if isinstance(ety, ir.IntType):
+            init = ir.Constant(aty, [ir.Constant(ety, int(v)) for v in arr.tolist()])
+        else:
+            init = ir.Constant(aty, [ir.Constant(ety, float(v)) for v in arr.tolist()])
+        g = ir.GlobalVariable(self.module, aty, f"{self.prefix}.const{len(self.module.globals)}")
+        g.linkage, g.global_constant, g.initializer, g.align = "internal", True, init, 64
+        return g
 
     def _dim_of_input(self, sc: _Scope):
         def dims(p: int) -> ir.Value:
