@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import sympy
+from sympy.core.assumptions import _assume_defined
 
 from .. import _dtype
 from .._tensor import Tensor, device
@@ -190,7 +191,7 @@ def parse_sympy(text: str, symbols: dict[str, sympy.Symbol]) -> sympy.Basic:
         raise ValueError(f"malformed sympy expression {text[:80]!r}: {exc}") from None
     try:
         return _sym_node(tree.body, symbols, 0)
-    except (TypeError, ValueError, ArithmeticError, RecursionError, AttributeError) as exc:
+    except Exception as exc:  # sympy is third-party: any failure on hostile text is a malformed document
         raise ValueError(f"malformed sympy expression {text[:80]!r}: {exc}") from None
 
 
@@ -214,6 +215,8 @@ def _sym_node(node: ast.AST, symbols: dict[str, sympy.Symbol], depth: int) -> An
         base, exp = rec(node.left), rec(node.right)
         if not (exp.is_Rational and abs(exp) <= 64):
             raise ValueError(f"exponent {exp} out of range (|exponent| <= 64 allowed)")
+        if base.is_Rational and abs(exp) * max(int(base.p).bit_length(), int(base.q).bit_length()) > 65536:
+            raise ValueError(f"power {str(base)[:20]}**{exp} is too large")
         return base**exp
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert | ast.Not):
         value = rec(node.operand)
@@ -229,8 +232,14 @@ def _sym_node(node: ast.AST, symbols: dict[str, sympy.Symbol], depth: int) -> An
     raise ValueError(f"unsupported syntax {ast.dump(node)[:60]}")
 
 
-_ASSUMPTIONS = frozenset({"integer", "nonnegative", "positive", "negative", "nonpositive", "real", "finite",
-                          "zero", "nonzero", "even", "odd", "rational", "commutative", "prime"})
+_ASSUMPTIONS = frozenset(_assume_defined)
+_RESERVED_SYMBOLS = frozenset(_SYM_FUNCS) | frozenset(_SYM_CONSTS)
+
+
+def _check_symbol_name(name: Any) -> None:
+    if not isinstance(name, str) or not _IDENT.match(name) or name in _RESERVED_SYMBOLS or len(name) > 200:
+        raise ValueError(f"symbol name {str(name)[:60]!r}: expected a Python identifier other than "
+                         f"{', '.join(sorted(_RESERVED_SYMBOLS))}")
 
 
 class _Symbols:
@@ -243,6 +252,9 @@ class _Symbols:
 
     def note(self, expr: sympy.Basic) -> str:
         for sym in expr.free_symbols:
+            if not isinstance(sym, sympy.Symbol):
+                raise ValueError(f"cannot save {expr}: only plain symbols can be free in a saved expression")
+            _check_symbol_name(sym.name)
             known = self.by_name.setdefault(sym.name, sym)
             if known != sym:
                 raise ValueError(f"cannot save: two different symbols are both called {sym.name!r}")
@@ -257,12 +269,13 @@ class _Symbols:
         if not isinstance(doc, dict):
             raise _fail("a symbol table object", doc)
         for name, assumptions in doc.items():
-            if not _IDENT.match(name) or not isinstance(assumptions, dict) or not all(
+            _check_symbol_name(name)
+            if not isinstance(assumptions, dict) or not all(
                     k in _ASSUMPTIONS and isinstance(v, bool) for k, v in assumptions.items()):
                 raise _fail("symbol name -> {assumption: bool}", {name: assumptions})
             try:
                 table.by_name[name] = sympy.Symbol(name, **assumptions)
-            except (ValueError, TypeError, AttributeError) as exc:  # inconsistent assumptions
+            except Exception as exc:  # sympy refuses inconsistent assumptions in several ways
                 raise ValueError(f"malformed symbol {name!r}: {exc}") from None
         return table
 
@@ -270,7 +283,7 @@ class _Symbols:
 # ------------------------------------------------------------------------------------ tensors
 
 class TensorTable:
-    """Tensors collected while encoding: ``refs[i]`` is the payload index of ``tensors[i]``.
+    """Tensors collected while encoding; :meth:`add` returns a tensor's payload index (once per object).
 
     >>> import tensorplay as tp
     >>> table = TensorTable()
@@ -290,7 +303,6 @@ class TensorTable:
             known = self._ids[id(t)] = len(self.tensors)
             self.tensors.append(t)
         return known
-
 
 
 # ------------------------------------------------------------------------------------ values
@@ -470,6 +482,8 @@ def encode_graph(graph: Graph, table: TensorTable, symbols: _Symbols | None = No
         where = f"node {n.name!r}"
         if n.op == "call_function":
             target: Any = _target_name(n.target, n.name)
+            if n.target is getattr and not _public_getattr(n.args):
+                raise ValueError(f"cannot save {where}: getattr may only read a public attribute, got {n.args[1:]!r}")
         elif n.op == "call_module":
             raise ValueError(f"cannot save {where}: call_module nodes need the module object; inline it first")
         else:
@@ -505,7 +519,7 @@ def decode_graph(doc: Any, tensors: Callable[[int], Tensor] | dict[int, Tensor],
         args, kwargs = decode(item["args"]), decode(item["kwargs"])
         if type(args) is not list or type(kwargs) is not dict or not all(isinstance(k, str) for k in kwargs):
             raise _fail(f"node {name!r} args as a list and kwargs as a str-keyed dict", (args, kwargs))
-        if target is getattr and (len(args) != 2 or not isinstance(args[1], str) or args[1].startswith("_")):
+        if target is getattr and not _public_getattr(args):
             raise ValueError(f"node {name!r}: getattr may only read a public attribute, got {args[1:]!r}")
         try:
             node = graph.create_node(op, target, tuple(args), kwargs, name=name)
@@ -523,6 +537,10 @@ def decode_graph(doc: Any, tensors: Callable[[int], Tensor] | dict[int, Tensor],
     if len(outputs) != 1 or outputs[0] is not list(graph.nodes)[-1]:
         raise ValueError("malformed program document: a graph needs exactly one output node, at the end")
     return graph
+
+
+def _public_getattr(args: Any) -> bool:
+    return len(args) == 2 and isinstance(args[1], str) and bool(_IDENT.match(args[1])) and not args[1].startswith("_")
 
 
 def _decode_target(op: str, doc: Any, name: str) -> Any:

@@ -317,3 +317,37 @@ def test_parse_json_turns_every_failure_into_value_error():
     for data in (b"\xff\xfe", b"{", b"[" * 100_000, "nan?"):
         with pytest.raises(ValueError):
             serde.parse_json(data, "doc")
+
+
+def test_private_getattr_is_refused_at_save_time():
+    g = Graph()
+    x = g.placeholder("x")
+    g.output(g.call_function(getattr, (x, "_data")))
+    with pytest.raises(ValueError, match="cannot save node 'getattr'.*public attribute"):
+        serde.encode_graph(g, serde.TensorTable())
+
+
+@pytest.mark.parametrize("name", ["oo", "Max", "True", "not-an-identifier", "nan"])
+def test_symbols_whose_names_would_parse_as_something_else_are_refused(name):
+    with pytest.raises(ValueError, match="symbol name"):
+        serde.encode_value(sympy.Symbol(name) + 1, serde.TensorTable())
+    with pytest.raises(ValueError, match="symbol name"):
+        serde.decode_value({"$": "sym", "v": "1"}, symbols={name: {}})
+
+
+def test_symbol_assumptions_of_any_kind_roundtrip():
+    odd = sympy.Symbol("k", odd=True, positive=True)
+    back = roundtrip(odd * 3)
+    assert back == odd * 3 and back.free_symbols.pop().is_odd
+
+
+@pytest.mark.parametrize("text", ["((((2**64)**64)**64)**64)**64", "Eq(s0)", "floor()", "Mod(s0)",
+                                  "1" * 5000])
+def test_pathological_sympy_text_is_refused_quickly(text):
+    with pytest.raises(ValueError):
+        serde.parse_sympy(text, {"s0": S0})
+
+
+def test_odd_but_valid_sympy_text_parses():
+    assert serde.parse_sympy("9**(1/2)**2", {}) == sympy.Integer(9) ** sympy.Rational(1, 4)
+    assert serde.parse_sympy("(2**64)**64", {}) == sympy.Integer(2) ** 4096
