@@ -420,8 +420,8 @@ class _Converter:
             return _Shape(args[0])
         if t is operator.getitem and isinstance(args[0], (_Shape, tuple, list, _Container)):
             return self.getitem_special(node, args)
-        if node.op == "call_function" and t in SYM_OPS and not isinstance(args[0], Value) and not (
-                len(args) > 1 and isinstance(args[1], Value)):
+        if node.op == "call_function" and t in SYM_OPS and any(isinstance(a, SymVal) for a in args) and all(
+                isinstance(a, SymVal) or (isinstance(a, (int, np.integer)) and not isinstance(a, bool)) for a in args):
             return self.sym_arith(node, t, args)
         if node.op == "call_function" and callable(t) and getattr(t, "__module__", "") == _ASSERTIONS:
             return self.assertion(node, t, args, kwargs)

@@ -138,18 +138,14 @@ class Cx:
         c = value if isinstance(value, Value) else self.const(value, dtype)
         c = self.cast(c, dtype)
         if c.type.rank:
-            c = self.emit("tp.reshape", c, shape=[])
+            c = self.reshape(c, [])
         return self.expand(c, shape)
 
     def expand(self, v: Value, shape: Sequence[Any]) -> Value:
         shape = [sympy.sympify(d) for d in shape]
         if list(v.type.shape) == shape:
             return v
-        if v.type.rank < len(shape):
-            v = self.reshape(v, [1] * (len(shape) - v.type.rank) + list(v.type.shape))
-        if list(v.type.shape) == shape:
-            return v
-        return self.emit("tp.expand", v, shape=shape)
+        return self.emit("tp.expand", v, shape=shape)  # new leading dims are allowed
 
     def reshape(self, v: Value, shape: Sequence[Any]) -> Value:
         shape = [sympy.sympify(d) for d in shape]
