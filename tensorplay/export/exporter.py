@@ -587,6 +587,10 @@ def _insert_assertions(graph, decl: _Declarations, site_nodes: dict, kept) -> No
         node = site_nodes[site["label"]]
         leaf = site["spec"]
         where = site["arg"] if site["key"] is None else site["label"].rsplit(".size()", 1)[0]
+        if isinstance(leaf, DimHint) and leaf.type is DimHintType.STATIC:
+            graph.call_function(assertions.assert_dim_range, (node, where, site["axis"], site["size"],
+                                                              site["size"], site["label"]))
+            continue
         if isinstance(leaf, DimHint):
             if leaf.min is not None or leaf.max is not None:
                 graph.call_function(assertions.assert_dim_range,

@@ -227,7 +227,7 @@ def settle(env: ShapeEnv, declared: dict[sympy.Symbol, DeclaredSymbol]) -> list[
             continue
         syms = [declared[s] for s in sorted(fact.free_symbols, key=str) if s in declared]
         named = [d for d in syms if d.kind == "named"]
-        if named and env.implied(fact, at_least=2) is not True:
+        if named and env.implied(fact, at_least=2) is not True and not _pins_auto(fact, syms):
             problems.append(_violation(env, fact, guard, named, fixes))
             names.extend(d.label for d in named if d.label not in names)
             continue
@@ -250,6 +250,12 @@ def settle(env: ShapeEnv, declared: dict[sympy.Symbol, DeclaredSymbol]) -> list[
             text += "\nSuggested fixes:\n" + "\n".join(lines)
         raise ConstraintsExceededError(text)
     return kept
+
+
+def _pins_auto(fact: sympy.Basic, syms: list) -> bool:
+    """An equality that ties ``Dim.AUTO`` dims to others restricts only the AUTO dims: export decides it."""
+    rel = _relation(fact)
+    return rel is not None and rel[0] == "==" and any(d.kind == "auto" for d in syms)
 
 
 def _violation(env: ShapeEnv, fact: sympy.Basic, guard: Guard, named: list, fixes: _Fixes) -> str:

@@ -250,3 +250,18 @@ def test_derived_dims_without_a_root_site_are_checked_against_each_other():
         prog(tp.ones(7), tp.ones(8))
     with pytest.raises(ConstraintsExceededError, match=r"captured under y.size\(\)\[0\] == 2\*n \+ 1"):
         prog(tp.ones(6), tp.ones(9))
+
+
+def test_auto_dim_tied_to_a_named_dim_is_decided_at_run_time():
+    prog = export(lambda x, y: x + y, tp.ones(4), tp.ones(4),
+                  dynamic_shapes={"x": {0: Dim("batch")}, "y": {0: Dim.AUTO}})
+    assert arr(prog(tp.ones(6), tp.ones(6))).tolist() == [2.0] * 6
+    with pytest.raises(ConstraintsExceededError, match=r"captured under batch == y.size\(\)\[0\]"):
+        prog(tp.ones(6), tp.ones(5))
+
+
+def test_static_hint_is_checked_at_run_time():
+    prog = export(lambda x: x * 2, tp.ones(4, 3), dynamic_shapes={"x": (Dim.STATIC, Dim.AUTO)})
+    assert tuple(prog(tp.ones(4, 7)).shape) == (4, 7)
+    with pytest.raises(ConstraintsExceededError, match=r"expected dimension 0 in \[4, 4\], got 5"):
+        prog(tp.ones(5, 3))
