@@ -307,6 +307,13 @@ def decompose(gm: GraphModule, table: Mapping | Iterable | None = None) -> Graph
     graph = tracer.graph
     mapped: dict[Node, Any] = {}
     kept: dict[str, str] = {}
+    # Original names are reserved, so copied nodes and decomposition results keep the names that
+    # signatures and module call graphs refer to; new nodes take other names.
+    graph._names |= {n.name for n in gm.graph.nodes}
+
+    def copy_node(node: Node) -> Node:
+        graph._names.discard(node.name)
+        return graph.node_copy(node, mapped.__getitem__)
 
     def as_value(new: Any) -> Any:
         if isinstance(new, Node):
@@ -321,6 +328,7 @@ def decompose(gm: GraphModule, table: Mapping | Iterable | None = None) -> Graph
     for node in gm.graph.nodes:
         last = _last_node(graph)
         if node.op == "output":
+            graph._names.discard("output")
             out = graph.output(map_arg(node.args[0], mapped.__getitem__) if node.args else None, node.type)
             out.meta = copy.copy(node.meta)
             continue
@@ -336,15 +344,19 @@ def decompose(gm: GraphModule, table: Mapping | Iterable | None = None) -> Graph
                     raise
                 # The decomposition needs tensor values (one_hot without num_classes): keep the op.
                 _rollback(tracer, last, guards)
-                mapped[node] = graph.node_copy(node, mapped.__getitem__)
+                mapped[node] = copy_node(node)
                 kept[node.name] = f"{op.name}: {exc}"
                 continue
             _inherit(graph, last, node)
+            result = mapped[node]
+            if isinstance(result, Node) and result.meta.get("decomposed_from") == node.name:
+                graph._names.discard(node.name)
+                result.name = node.name
         elif (node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[1], int)
               and isinstance(mapped.get(node.args[0]), tuple | list)):
             mapped[node] = mapped[node.args[0]][node.args[1]]
         else:
-            mapped[node] = graph.node_copy(node, mapped.__getitem__)
+            mapped[node] = copy_node(node)
     graph.lint()
     attrs = {**gm._graph_attrs, **tracer.constants}
     root = gm.root

@@ -253,3 +253,13 @@ def test_bad_arguments():
         decompose(gm, table={"relu": 3})
     with pytest.raises(TypeError, match="ops or op names"):
         decompose(gm, table={1: None})
+
+
+def test_names_of_copied_nodes_and_results_are_kept():
+    gm = trace(lambda x: (tp.softmax(x, 1).exp() + 1, x.t()), (tp.ones(4, 3),))
+    flat = decompose(gm)
+    names = {n.name: n for n in flat.graph.nodes}
+    assert {"x", "softmax", "exp", "add", "t", "output"} <= set(names)
+    assert node_op(names["exp"]).name == "exp" and names["exp"].op == "call_method"  # the original exp, copied
+    assert node_op(names["softmax"]).name == "div" and node_op(names["t"]).name == "permute"
+    assert [a.name for a in flat.graph.output_node.args[0]] == ["add", "t"]
