@@ -116,25 +116,30 @@ def encode(expr: Any, index: dict) -> tuple:
 
 
 # ----------------------------------------------------------------------------- fixes
-def _linear(expr: sympy.Basic, sym: sympy.Symbol) -> tuple[int, int] | None:
-    """``(a, b)`` with ``expr == a*sym + b`` (integers), else None."""
-    poly = sympy.Poly(expr, sym) if expr.free_symbols <= {sym} else None
-    if poly is None or poly.degree() > 1:
+def _linear(expr: sympy.Basic, sym: sympy.Symbol, rational: bool = False) -> tuple | None:
+    """``(a, b)`` with ``expr == a*sym + b`` (integers, or rationals when allowed), else None."""
+    if not expr.free_symbols <= {sym}:
         return None
-    coeffs = poly.all_coeffs()
-    a, b = (coeffs if len(coeffs) == 2 else [0, coeffs[0]])
-    if not (sympy.sympify(a).is_Integer and sympy.sympify(b).is_Integer) or a == 0:
+    try:
+        poly = sympy.Poly(expr, sym)
+    except sympy.PolynomialError:
         return None
-    return int(a), int(b)
+    if poly.degree() > 1:
+        return None
+    coeffs = [sympy.sympify(c) for c in poly.all_coeffs()]
+    a, b = (coeffs if len(coeffs) == 2 else [sympy.Integer(0), coeffs[0]])
+    if a == 0 or not all(c.is_Rational if rational else c.is_Integer for c in (a, b)):
+        return None
+    return (a, b) if rational else (int(a), int(b))
 
 
 def _bound_fix(op: str, diff: sympy.Basic, sym: sympy.Symbol) -> tuple[int | None, int | None] | None:
     """The range of ``sym`` where ``diff op 0`` holds, for a linear ``diff``; None otherwise."""
-    lin = _linear(diff, sym)
+    lin = _linear(diff, sym, rational=True)
     if lin is None or op not in (">", ">=", "<", "<="):
         return None
     a, b = lin
-    edge = sympy.Rational(-b, a)
+    edge = -b / a
     if a < 0:
         op = {">": "<", ">=": "<=", "<": ">", "<=": ">="}[op]
     if op == ">":

@@ -265,3 +265,21 @@ def test_static_hint_is_checked_at_run_time():
     assert tuple(prog(tp.ones(4, 7)).shape) == (4, 7)
     with pytest.raises(ConstraintsExceededError, match=r"expected dimension 0 in \[4, 4\], got 5"):
         prog(tp.ones(5, 3))
+
+
+@pytest.mark.parametrize("guard, fix", [
+    (lambda n: n // 2 > 3, "b = Dim('b', min=8)"),
+    (lambda n: 3 * n - 1 < 20, "b = Dim('b', min=2, max=6)"),
+])
+def test_linear_guards_give_range_fixes(guard, fix):
+    def f(x):
+        return x * 2 if guard(x.shape[0]) else x
+
+    size = 10 if "min=8" in fix else 4
+    with pytest.raises(ConstraintsExceededError) as info:
+        export(f, tp.ones(size), dynamic_shapes={"x": {0: Dim("b", min=2)}})
+    assert fix in str(info.value)
+    refined = refine_dynamic_shapes_from_suggested_fixes(str(info.value), {"x": {0: Dim("b", min=2)}})
+    prog = export(f, tp.ones(size), dynamic_shapes=refined)
+    low = prog.range_constraints["b"]["min"]
+    assert arr(prog(tp.ones(low))).tolist() == [2.0] * low
