@@ -126,13 +126,11 @@ class ExprEmitter:
             return acc
         if isinstance(e, (sympy.floor, sympy.ceiling)):
             num, den = sympy.fraction(sympy.together(e.args[0]))
-            if not (den.is_Integer and int(den) > 0):
-                num, den = e.args[0], sympy.Integer(1)
-                if not den.is_Integer:
-                    raise CodegenError(f"cannot lower {e}: the argument must be a polynomial over an integer")
+            n = self.emit(sympy.expand(num))
+            d = i64(int(den)) if den.is_Integer else self.emit(sympy.expand(den))  # e.g. floor(i0/s1)
             if isinstance(e, sympy.floor):
-                return self.floordiv(self.emit(sympy.expand(num)), i64(int(den)))
-            return b.neg(self.floordiv(b.neg(self.emit(sympy.expand(num))), i64(int(den))))
+                return self.floordiv(n, d)
+            return b.neg(self.floordiv(b.neg(n), d))
         if isinstance(e, sympy.Mod):
             a, m = self.emit(e.args[0]), self.emit(e.args[1])
             return b.sub(a, b.mul(m, self.floordiv(a, m)))

@@ -63,8 +63,8 @@ from .gemm import DEFAULT_SHAPE, Epilogue, emit_gemm
 __all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
 
 MAX_THREADS = 64
-#: Iterations of innermost work per thread below which a parallel loop is not split.
-PARALLEL_GRAIN = 32768
+#: Scalar ops per thread below which a parallel loop is not split (thread start + join costs ~50-100 us here).
+PARALLEL_GRAIN = 1 << 20
 _ALIGN = 64
 _UNARY = {"neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
           "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "sign", "reciprocal", "logical_not",

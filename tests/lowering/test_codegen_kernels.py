@@ -266,3 +266,70 @@ def test_parallel_rows_large_threaded_matches_numpy():
     (y,) = exe(x)
     e = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+NESTED = """func @k(%x: buffer<[4, s0], f32>, %y: buffer<[4, s0], f32>) -> () where {s0 in [1, 10000000]} {
+  kernel.for {iv = i0, upper = 4} {
+    kernel.for {iv = i1, parallel = true, upper = s0} {
+      %0 = kernel.load %x {index = [i0, i1]} : f32
+      %1 = kernel.index {expr = i0 + 1} : index
+      %2 = kernel.cast %1 {dtype = f32} : f32
+      %3 = kernel.mul %0, %2 : f32
+      %4 = kernel.sigmoid %3 : f32
+      kernel.store %4, %y {index = [i0, i1]}
+    }
+  }
+  kernel.return
+}
+"""
+
+
+def test_parallel_loop_inside_serial_loop_sees_outer_index():
+    check(NESTED, [f32(4, 9)], num_threads=2)
+    exe = compile_kernel_module(parse(NESTED), num_threads=2)
+    x = f32(4, 400_000)
+    (y,) = exe(x)
+    z = x.astype(np.float64) * np.arange(1, 5)[:, None]
+    np.testing.assert_allclose(y, 1 / (1 + np.exp(-z)), rtol=1e-5, atol=1e-6)
+
+
+def test_gemm_in_parallel_loop_runs_correctly():
+    text = GEMM.replace("ACT", "relu").replace("kernel.for {iv = i0, upper = 2}",
+                                               "kernel.for {iv = i0, parallel = true, upper = 2}")
+    check(text, [f32(2, 9, 6), f32(5, 6), f32(5), f32(2, 9, 5)], num_threads=2, rtol=1e-4, atol=1e-4)
+
+
+def test_concurrent_calls_from_python_threads():
+    from concurrent.futures import ThreadPoolExecutor
+    exe = compile_kernel_module(parse(SOFTMAX), num_threads=2)
+    xs = [f32(50 + 13 * k, 40 + k, lo=-5, hi=5) for k in range(8)]
+
+    def softmax(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda x: exe(x)[0], xs * 4))
+    for x, y in zip(xs * 4, results):
+        np.testing.assert_allclose(y, softmax(x), rtol=1e-5, atol=1e-6)
+
+
+def test_symbolic_divisions_in_indices():
+    text = """func @k(%x: buffer<[s0, s1], f32>, %y: buffer<[s0*s1], f32>, %z: buffer<[s0*s1], f32>) -> () \
+where {s0 in [1, 50]; s1 in [1, 50]} {
+  kernel.for {iv = i0, upper = s0*s1} {
+    %0 = kernel.load %x {index = [floor(i0/s1), Mod(i0, s1)]} : f32
+    kernel.store %0, %y {index = [i0]}
+    %1 = kernel.index {expr = ceiling(i0/(2*s1)) + floor((i0 - 7)/s1)} : index
+    %2 = kernel.cast %1 {dtype = f32} : f32
+    kernel.store %2, %z {index = [i0]}
+  }
+  kernel.return
+}
+"""
+    for s0, s1 in [(1, 1), (3, 7), (20, 6)]:
+        x = f32(s0, s1)
+        (y, z) = check(text, [x])
+        i = np.arange(s0 * s1)
+        np.testing.assert_array_equal(y, x.reshape(-1))
+        np.testing.assert_array_equal(z, -(-i // (2 * s1)) + (i - 7) // s1)
