@@ -1,0 +1,46 @@
+"""Exported programs to the ``tp`` dialect: :func:`program_to_tp`.
+
+Runs the default decompositions, then converts the program's graph with :func:`~lowering.to_tp.graph_to_tp`;
+lifted state (``p_*`` parameters, ``b_*`` buffers, ``c_*`` constants) becomes module weights
+(``state_as="constants"``, the default) or function arguments filled from ``binding.state``.
+
+>>> import numpy as np, tensorplay as tp
+>>> from tensorplay.export import export, Dim
+>>> from dialect.interpret import run
+>>> lin = tp.nn.Linear(3, 2)
+>>> module, binding = program_to_tp(export(lin, tp.ones(4, 3), dynamic_shapes={"input": {0: Dim("n")}}))
+>>> sorted(module.weights)
+['p_bias', 'p_weight']
+>>> x = tp.randn(5, 3)
+>>> got = run(module, binding.flat_inputs({"input": x}), weights=binding.weights)[0]
+>>> bool(np.allclose(got, lin(x).detach().numpy(), atol=1e-6))
+True
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from dialect import Module
+
+from .to_tp import Binding, graph_to_tp
+
+__all__ = ["program_to_tp"]
+
+_STATE_KINDS = ("PARAMETER", "BUFFER", "CONSTANT_TENSOR")
+
+
+def program_to_tp(program: Any, *, name: str = "main", state_as: str = "constants",
+                  decompositions: bool = True) -> tuple[Module, Binding]:
+    """Convert an ``ExportedProgram`` (after its default decompositions) into a ``tp`` module."""
+    if not hasattr(program, "graph_module") or not hasattr(program, "graph_signature"):
+        raise TypeError(f"program_to_tp expects an ExportedProgram, got {type(program).__name__}")
+    if decompositions:
+        program = program.run_decompositions()
+    values = {**program.state_dict, **program.constants}
+    weights = {}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind.name in _STATE_KINDS:
+            if spec.target not in values:
+                raise KeyError(f"state {spec.target!r} of placeholder {spec.arg.name!r} is not in the program")
+            weights[spec.arg.name] = values[spec.target]
+    return graph_to_tp(program.graph_module, name=name, weights=weights, state_as=state_as)
