@@ -3,6 +3,9 @@
 An in-place op on a view whose creation was recorded also rebases the view's base: the base's
 new ``grad_fn`` is a :class:`CopySlices` node that routes the gradient of the written region
 through the in-place op and the rest straight to the base's previous history, as in PyTorch.
+A view of a base that needs no gradient was not recorded; writing a differentiable value into it
+locates the view's elements inside the base's storage instead (PyTorch's ``as_strided`` view), so
+the base starts a history too (``b = zeros(3); b[1:].add_(x)``).
 
 >>> import tensorplay as tp
 >>> x = tp.ones(3, requires_grad=True)
@@ -93,14 +96,14 @@ def record(op, args: tuple, kwargs: dict, outputs: tuple, original: Tensor | Non
 
 # --- views ------------------------------------------------------------------------------------------
 
-def _view_chain(view: Tensor) -> list | None:
+def _view_chain(view: Tensor) -> list | _StridedView | None:
     """The recorded view nodes leading from ``view._base`` to ``view`` (innermost last), or None."""
     base = view._base
     if view.__dict__.get("_detached"):
         return None
     node = view.grad_fn
     if isinstance(node, _ViewOfBase):
-        return list(node.chain)
+        return node.chain if isinstance(node.chain, _StridedView) else list(node.chain)
     chain = []
     t = view
     while t is not base:
@@ -116,6 +119,8 @@ def _view_chain(view: Tensor) -> list | None:
             raise RuntimeError("a view of a leaf Variable that requires grad is being used in an in-place "
                                "operation.")
         return chain
+    if not base.requires_grad and not chain:
+        return _StridedView(base, view)
     if base.requires_grad:
         raise RuntimeError("A view was created in no_grad mode (or by an op without gradient tracking) and "
                            "is being modified inplace with grad mode enabled; its base cannot be updated. "
@@ -123,13 +128,64 @@ def _view_chain(view: Tensor) -> list | None:
     return None
 
 
-def _replay_view(chain: list, g):
+class _StridedView:
+    """Where an unrecorded view's elements sit in its base: flat positions into the base, found from
+    the two arrays' storage addresses (the view's ``as_strided`` description)."""
+
+    __slots__ = ("base_shape", "positions")
+
+    def __init__(self, base: Tensor, view: Tensor):
+        import numpy as np
+        origin = base._data.__array_interface__["data"][0]
+        base_offsets = _byte_offsets(base._data, origin).reshape(-1)
+        order = np.argsort(base_offsets, kind="stable")
+        ordered = base_offsets[order]
+        wanted = _byte_offsets(view._data, origin)
+        found = np.clip(np.searchsorted(ordered, wanted), 0, max(ordered.size - 1, 0))
+        if ordered.size == 0 or not np.array_equal(ordered[found], wanted):
+            raise RuntimeError("in-place operation on a view whose elements could not be located in its base")
+        self.base_shape = tuple(base.shape)
+        self.positions = Tensor(order[found].astype(np.int64))
+
+    def replay(self, g):
+        """The view's region of a base-shaped ``g``."""
+        return g.reshape(-1)[self.positions]
+
+    def scatter(self, g):
+        """A view-shaped ``g`` placed into zeros of the base's shape."""
+        flat = g.new_zeros((_numel(self.base_shape),))
+        return flat.index_add(0, self.positions.reshape(-1), g.reshape(-1)).reshape(self.base_shape)
+
+
+def _numel(shape: tuple) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _byte_offsets(arr, origin: int):
+    """Byte offset from ``origin`` of every element of the numpy array ``arr`` (shape of ``arr``)."""
+    import numpy as np
+    offsets = np.full(arr.shape, arr.__array_interface__["data"][0] - origin, dtype=np.int64)
+    for axis, (n, stride) in enumerate(zip(arr.shape, arr.strides, strict=True)):
+        shape = [1] * arr.ndim
+        shape[axis] = n
+        offsets = offsets + (np.arange(n, dtype=np.int64) * stride).reshape(shape)
+    return offsets
+
+
+def _replay_view(chain, g):
+    if isinstance(chain, _StridedView):
+        return chain.replay(g)
     for node in reversed(chain):
         g = node.op(g, *node.ctx._args[1:], **node.ctx._kwargs)
     return g
 
 
-def _view_backward(chain: list, g):
+def _view_backward(chain, g):
+    if isinstance(chain, _StridedView):
+        return chain.scatter(g)
     for node in chain:
         g = node.apply([g])[0]
     return g

@@ -139,3 +139,62 @@ def test_no_copy_without_grad():
     y = tp.tensor([3.0, 4.0])
     y.mul_(x)
     assert y.grad_fn is None and y.tolist() == [3.0, 8.0]
+
+
+# --- writes into views of a base that needs no gradient (PyTorch: the base gets a CopySlices history) ---
+
+def _into_row_of_constant(lib, x, w, r):
+    base = lib.ones(3, 4, dtype=lib.float64)
+    base[1].mul_(x[0])
+    base[:, 2].add_(w[:, 1])
+    return (base * base).sum()
+
+
+def _twice_into_slice_of_constant(lib, x, w, r):
+    base = lib.ones(3, 4, dtype=lib.float64)
+    v = base[1:]
+    v.mul_(x[1:])
+    v.div_(w[1:])  # the second write finds the view's history from the first
+    return (base ** 2).sum() + (v * r).sum()
+
+
+def _copy_into_transposed_constant(lib, x, w, r):
+    base = lib.zeros(4, 3, dtype=lib.float64)
+    base.t().copy_(x * w)
+    return (base * base.flip(0)).sum()
+
+
+def _strided_view_of_constant(lib, x, w, r):
+    base = lib.zeros(6, 4, dtype=lib.float64)
+    base[::2, 1:3].add_(x[:, :2] * 3)
+    return (base.sin() * lib.arange(24, dtype=lib.float64).reshape(6, 4)).sum()
+
+
+VIEW_SCENARIOS = [_into_row_of_constant, _twice_into_slice_of_constant, _copy_into_transposed_constant,
+                  _strided_view_of_constant]
+
+
+@pytest.mark.parametrize("program", VIEW_SCENARIOS, ids=lambda f: f.__name__.strip("_"))
+def test_writes_into_views_of_constants_match_torch(program):
+    test_inplace_gradients_match_torch(program)
+
+
+def test_write_into_view_of_constant_gives_the_base_a_history():
+    x = tp.tensor([1.0, 2.0], requires_grad=True)
+    base = tp.zeros(3, 2)
+    base[1].add_(x)
+    assert base.requires_grad and base.grad_fn.name() == "CopySlices"
+    (base * tp.tensor([[1.0, 1.0], [5.0, 7.0], [1.0, 1.0]])).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), [5.0, 7.0])
+
+
+def test_second_order_through_view_of_constant():
+    def program(lib):
+        x = lib.tensor([0.5, 1.5, -1.0], dtype=lib.float64, requires_grad=True)
+        base = lib.ones(2, 3, dtype=lib.float64)
+        base[0].mul_(x * x)
+        (g,) = lib.autograd.grad((base ** 3).sum(), x, create_graph=True)
+        (h,) = lib.autograd.grad(g.sum(), x)
+        return g.detach().numpy(), h.numpy()
+    for ours, theirs in zip(program(tp), program(torch), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
