@@ -401,8 +401,10 @@ class _Decoder:
             out = {}
             for k, val in v:
                 key = rec(k)
-                if not isinstance(key, str | int | float | bool | tuple | type(None)):
-                    raise _fail("a hashable dict key", key)
+                try:
+                    hash(key)
+                except TypeError:
+                    raise _fail("a hashable dict key", key) from None
                 out[key] = rec(val)
             return out
         if tag == "slice" and type(v) is list and len(v) == 3:
@@ -433,15 +435,16 @@ class _Decoder:
         if tag == "treespec" and isinstance(v, str):
             try:
                 return TreeSpec.from_json(v)
-            except (TypeError, KeyError, AttributeError, RecursionError) as exc:
+            except Exception as exc:  # registered containers decode their own context: any failure is bad data
                 raise ValueError(f"malformed tree spec: {exc}") from None
         if tag == "pytree" and isinstance(doc.get("spec"), str) and type(doc.get("leaves")) is list:
             spec = rec({"$": "treespec", "v": doc["spec"]})
             if spec.num_leaves != len(doc["leaves"]):
                 raise _fail(f"{spec.num_leaves} pytree leaves", len(doc["leaves"]))
+            leaves = [rec(e) for e in doc["leaves"]]
             try:
-                return spec.unflatten([rec(e) for e in doc["leaves"]])
-            except (TypeError, KeyError, AttributeError) as exc:
+                return spec.unflatten(leaves)
+            except Exception as exc:  # user-registered unflatten functions may fail in any way on bad data
                 raise ValueError(f"malformed pytree value: {exc}") from None
         if tag == "arg":
             return _arg_of(doc, self)
@@ -694,18 +697,27 @@ def _shape_env_to_value(env: Any) -> dict[str, Any]:
 def _shape_env_from_value(value: Any) -> Any:
     from ..graph.shape_env import Guard, ShapeEnv, SymbolInfo
 
-    if not isinstance(value, dict) or value.get("$shape_env") != 1:
-        raise _fail("a shape environment record", value)
+    def int_or_none(v: Any) -> bool:
+        return v is None or type(v) is int
+
+    def good_symbol(s: Any) -> bool:
+        return isinstance(s, dict) and isinstance(s.get("symbol"), sympy.Symbol) and int_or_none(s.get("hint")) \
+            and type(s.get("lo")) is int and int_or_none(s.get("hi")) and isinstance(s.get("kind"), str) \
+            and isinstance(s.get("reason"), str) and type(s.get("sources")) is list
+
+    def good_guard(g: Any) -> bool:
+        return isinstance(g, dict) and isinstance(g.get("fact"), sympy.Basic) and isinstance(g.get("reason"), str) \
+            and isinstance(g.get("where"), str)
+
+    if not isinstance(value, dict) or value.get("$shape_env") != 1 or type(value.get("symbols")) is not list \
+            or type(value.get("guards")) is not list or not all(map(good_symbol, value["symbols"])) \
+            or not all(map(good_guard, value["guards"])):
+        raise _fail("a shape environment record {symbols: [...], guards: [...]}", value)
     env = ShapeEnv()
-    try:
-        for s in value["symbols"]:
-            if not isinstance(s["symbol"], sympy.Symbol):
-                raise _fail("a symbol", s["symbol"])
-            env.symbols[s["symbol"]] = SymbolInfo(s["symbol"], s["hint"], s["lo"], s["hi"], s["kind"], s["reason"],
-                                                  [tuple(x) for x in s["sources"]])
-        env.guards = [Guard(g["fact"], g["reason"], g["where"]) for g in value["guards"]]
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"malformed shape environment record: {exc!r}") from None
+    for s in value["symbols"]:
+        env.symbols[s["symbol"]] = SymbolInfo(s["symbol"], s["hint"], s["lo"], s["hi"], s["kind"], s["reason"],
+                                              list(s["sources"]))
+    env.guards = [Guard(g["fact"], g["reason"], g["where"]) for g in value["guards"]]
     return env
 
 
@@ -803,6 +815,9 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     meta = _req(doc, "meta", dict)
     for key, value in meta.items():
         gm.meta[key] = dec["constants"](value)
+    for key in ("in_spec", "out_spec"):
+        if gm.meta.get(key) is not None and not isinstance(gm.meta[key], TreeSpec):
+            raise _fail(f"graph_module.meta[{key!r}] as a tree spec", gm.meta[key])
     mutations = gm.meta.get("num_mutations", 0)
     if type(mutations) is not int or not 0 <= mutations <= len(outputs):
         raise _fail(f"num_mutations between 0 and {len(outputs)}", mutations)
@@ -824,6 +839,9 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
             raise _fail("a module call entry {fqn, signature}", rec)
         sig = rec.get("signature")
         if sig is not None:
+            names = sig.get("forward_arg_names") if isinstance(sig, dict) else None
+            if names is not None and (type(names) is not list or not all(isinstance(n, str) for n in names)):
+                raise _fail("forward_arg_names as a list of str", names)
             try:
                 sig = ModuleCallSignature([arg_of(a) for a in sig["inputs"]], [arg_of(a) for a in sig["outputs"]],
                                           dec["constants"](sig["in_spec"]), dec["constants"](sig["out_spec"]),

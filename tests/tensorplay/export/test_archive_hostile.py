@@ -238,6 +238,12 @@ HOSTILE_DOCS = {
     "module call graph": _set(["module_call_graph"], [{"fqn": 3}]),
     "call signature": _set(["module_call_graph"], [{"fqn": "", "signature": {"inputs": 1}}]),
     "meta treespec": _set(["meta", "out_spec"], {"$": "treespec", "v": "[]"}),
+    "meta spec type": _set(["meta", "out_spec"], 3),
+    "num_mutations": _set(["meta", "num_mutations"], 7),
+    "forward_arg_names": _set(["module_call_graph"], [{"fqn": "", "signature": {
+        "inputs": [], "outputs": [], "in_spec": None, "out_spec": None, "forward_arg_names": [1]}}]),
+    "shape env": _set(["meta", "shape_env"], {"$": "dict", "v": [["$shape_env", 1], ["symbols", [3]],
+                                                                 ["guards", []]]}),
     "example tensor ref": _set(["example_inputs"], {"$": "tensor", "v": 12}),
     "graph attrs": _set(["graph_attrs"], {"$": "dict", "v": [["__class__", 1]]}),
     "graph not a dict": _set(["graph"], []),

@@ -18,11 +18,11 @@ def first(out):
     return out if isinstance(out, tp.Tensor) else out[0]
 
 
-def roundtrip(model, args, dynamic_shapes=None):
+def roundtrip(model, args, dynamic_shapes=None, *, with_original=False):
     ep = export(model, *args, dynamic_shapes=dynamic_shapes)
     buf = io.BytesIO()
     save(ep, buf)
-    return load(buf)
+    return (ep, load(buf)) if with_original else load(buf)
 
 
 def assert_matches_eager(model, loaded, args):
@@ -36,9 +36,16 @@ def assert_matches_eager(model, loaded, args):
 def test_transformer_encoder_layer_dynamic_batch_and_sequence():
     tp.manual_seed(0)
     layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
-    loaded = roundtrip(layer, (tp.randn(2, 5, 8),), {"src": {0: Dim("b"), 1: Dim("s")}})
+    ep, loaded = roundtrip(layer, (tp.randn(2, 5, 8),), {"src": {0: Dim("b"), 1: Dim("s")}}, with_original=True)
     assert_matches_eager(layer, loaded, (tp.randn(3, 7, 8),))
-    assert set(loaded.range_constraints) == {"b", "s"}
+    assert set(loaded.range_constraints) == {"b", "s"} and loaded.range_constraints == ep.range_constraints
+
+    def symbols(program):
+        env = program.graph_module.meta["shape_env"]
+        return {str(s): (i.lo, i.hi, i.hint, i.kind, i.sources) for s, i in env.symbols.items()}
+    assert set(symbols(loaded)) >= {"b", "s"} and symbols(loaded) == symbols(ep)
+    assert [str(g.fact) for g in loaded.graph_module.meta["shape_env"].guards] == \
+        [str(g.fact) for g in ep.graph_module.meta["shape_env"].guards]
 
 
 @pytest.mark.parametrize("cls, batch_first", [(nn.LSTM, True), (nn.GRU, False)])

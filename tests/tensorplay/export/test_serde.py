@@ -83,6 +83,7 @@ def test_unencodable_value_is_refused_with_its_type():
 
 @pytest.mark.parametrize("doc", [
     {"$": "nope"}, {"$": "tuple", "v": 3}, {"$": "dict", "v": [[1]]}, {"$": "dict", "v": [[[1], 2]]},
+    {"$": "dict", "v": [[{"$": "tuple", "v": [[1]]}, 2]]}, {"$": "pytree", "spec": "{}", "leaves": []},
     {"$": "slice", "v": [1, 2]}, {"$": "float", "v": "1e5"}, {"$": "dtype", "v": "complex64"},
     {"$": "device", "v": "cuda"}, {"$": "tensor", "v": 0}, {"$": "node", "v": "x"}, {"no": "tag"},
     {"$": "dim", "name": "not an identifier"}, {"$": "dim", "name": "a", "min": 5, "max": 1},
