@@ -38,6 +38,7 @@ from ..graph.decompose import SUPPLEMENTARY_DECOMPOSITIONS, DecompositionTracer,
 from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
 from ..ops import REGISTRY
+from ..ops._registry import methods
 
 __all__ = ["CustomDecompTable", "default_decompositions", "decomposition_builder", "run_decompositions",
            "DEFAULT_EXCLUDED"]
@@ -141,6 +142,9 @@ def _registry_rules() -> dict[str, Callable]:
             rules[name] = op.decomposition
     for name, fn in SUPPLEMENTARY_DECOMPOSITIONS.items():
         rules.setdefault(name, fn)
+    for method, op in methods().items():  # method spellings of the same ops (x.clip -> clamp)
+        if method != op.name and op.name in rules:
+            rules.setdefault(method, rules[op.name])
     return rules
 
 

@@ -167,6 +167,16 @@ class UnflattenedModule(Module):
     def state_dict(self, *args: Any, **kwargs: Any) -> dict:
         return self.graph_module.state_dict(*args, **kwargs)
 
+    def train(self, mode: bool = True) -> UnflattenedModule:
+        super().train(mode)
+        self.graph_module.train(mode)
+        return self
+
+    def __repr__(self) -> str:
+        inner = repr(self.graph_module).replace("\n", "\n  ")
+        kind = "hierarchical" if self._hierarchical else "flat"
+        return f"UnflattenedModule({kind}\n  (root): {inner}\n)"
+
     # --- running
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         program = self.exported_program

@@ -102,9 +102,9 @@ def _clamp(input, min=None, max=None):
     t = _tp()
     out = input
     if min is not None:
-        out = t.maximum(out, min if isinstance(min, Proxy) else t.full((), min, dtype=input.dtype))
+        out = t.maximum(out, min)
     if max is not None:
-        out = t.minimum(out, max if isinstance(max, Proxy) else t.full((), max, dtype=input.dtype))
+        out = t.minimum(out, max)
     return out
 
 

@@ -210,3 +210,12 @@ def test_decomposed_program_still_unflattens():
     out, (v, _) = view(tp.tensor(x))
     np.testing.assert_allclose(_np(out), gelu, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(_np(v), values, rtol=1e-5, atol=1e-6)
+
+
+def test_method_spellings_are_keys_too():
+    table = default_decompositions()
+    assert "clip" in table and "swapaxes" in table
+    program = export(lambda x: x.clip(-1, 1), tp.ones(3))
+    flat = program.run_decompositions()
+    assert _non_primitive(flat) == []
+    np.testing.assert_array_equal(_np(flat(tp.tensor([-3.0, 0.5, 2.0]))), [-1.0, 0.5, 1.0])

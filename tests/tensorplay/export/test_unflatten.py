@@ -226,3 +226,11 @@ def test_sequential_children_and_tuple_returning_submodules():
     a, b = view(tp.tensor(x))
     np.testing.assert_allclose(_np(a), 2 * h[:, :2], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(_np(b), np.maximum(h[:, 2:], 0), rtol=1e-5, atol=1e-6)
+
+
+def test_repr_and_train_mode_reach_the_hierarchy():
+    view = unflatten(export(MLP(), tp.ones(2, 4)))
+    text = repr(view)
+    assert text.startswith("UnflattenedModule(hierarchical") and "(inner): Inner(" in text
+    view.eval()
+    assert not view.training and not view.inner.training and not view.inner.proj.training

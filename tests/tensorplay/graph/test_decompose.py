@@ -263,3 +263,13 @@ def test_names_of_copied_nodes_and_results_are_kept():
     assert node_op(names["exp"]).name == "exp" and names["exp"].op == "call_method"  # the original exp, copied
     assert node_op(names["softmax"]).name == "div" and node_op(names["t"]).name == "permute"
     assert [a.name for a in flat.graph.output_node.args[0]] == ["add", "t"]
+
+
+def test_clamp_rule_promotes_like_eager():
+    gm = decompose(trace(lambda x: (x.clamp(2.5), x.clamp(max=3), x.clamp(1, 4)), (tp.tensor([1, 5, 9]),)))
+    assert {node_op(n).name for n in gm.graph.nodes if node_op(n)} == {"maximum", "minimum"}
+    low, high, both = gm(tp.tensor([0, 3, 7]))
+    assert low.dtype is tp.float32 and high.dtype is tp.int64
+    np.testing.assert_array_equal(low.numpy(), np.clip([0, 3, 7], 2.5, None).astype(np.float32))
+    np.testing.assert_array_equal(high.numpy(), [0, 3, 3])
+    np.testing.assert_array_equal(both.numpy(), [1, 3, 4])
