@@ -288,7 +288,7 @@ class NestEmitter:
             if k in axes:
                 if keep:
                     next(outer)
-                src.append(None)
+                src.append(sympy.Integer(0) if x.shape[k] == 1 else None)
             else:
                 src.append(next(outer))
         combine = REDUCTIONS[op.name]
