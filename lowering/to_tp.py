@@ -167,6 +167,7 @@ class _Converter:
         self.module_weights: dict[str, TensorType] = {}
         self.binding = Binding([], None, {})
         self.bound_unknowns: set[str] = set()
+        self.aliases: dict[Any, Any] = {}  # in-place node -> the node it mutated
 
     # ------------------------------------------------------------------ symbols
     def rename(self, e: Any) -> Any:
@@ -426,6 +427,9 @@ class _Converter:
         if node.op == "call_function" and callable(t) and getattr(t, "__module__", "") == _ASSERTIONS:
             return self.assertion(node, t, args, kwargs)
         name = self.op_name(node)
+        base = self.inplace_base(node, name)
+        if base is not None:
+            return self.inplace(node, base, args, kwargs)
         rule = RULES.get(name)
         if rule is None:
             op = t if isinstance(t, Op) else None
@@ -434,6 +438,44 @@ class _Converter:
         self.cx.op = name
         out = rule(self.cx, *args, **kwargs)
         return self.conform(node, out)
+
+    def inplace_base(self, node: Any, name: str) -> str | None:
+        """The functional op behind an in-place one (``add_`` -> ``add``, ``setitem`` -> ``assign``)."""
+        from tensorplay.ops import REGISTRY
+        if name == "setitem":
+            return "assign"
+        op = REGISTRY.get(name)
+        return op.inplace_of.name if op is not None and op.inplace_of is not None else None
+
+    def inplace(self, node: Any, base: str, args: tuple, kwargs: dict) -> Any:
+        """``t.op_(...)``: compute ``op(t, ...)`` and let every later use of ``t`` see the result.
+
+        Only for targets that nothing else aliases: a computed, non-view tensor none of whose users is a
+        view (mutating inputs or views needs the exporter's functionalization)."""
+        from tensorplay.ops import REGISTRY
+        target = node.args[0]
+        why = None
+        if getattr(target, "op", None) != "call_function" and getattr(target, "op", None) != "call_method":
+            why = "it mutates a graph input or module state"
+        elif self.op_name(target) in _VIEW_OPS or any(self.op_name(u) in _VIEW_OPS for u in target.users
+                                                        if u.op in ("call_function", "call_method")):
+            why = "its target is a view or has views that would see the change"
+        if why is not None:
+            raise UnsupportedOp(f"in-place op the converter cannot functionalize: {why}")
+        rule = RULES.get(base)
+        if rule is None or not REGISTRY[base].primitive:
+            raise UnsupportedOp(f"in-place form of {base}, which is {self.why_unsupported(base, None)}")
+        self.cx.out = self.out_meta(target)
+        self.cx.op = base
+        out = rule(self.cx, *args, **kwargs)
+        if not isinstance(out, Value):
+            raise UnsupportedOp(f"in-place {base} does not give one tensor")
+        out = self.check(node, out, self.cx.out)
+        self.aliases[node] = target
+        while target is not None:  # later uses of the target (and of what it stands for) read the new value
+            self.values[target] = out
+            target = self.aliases.get(target)
+        return out
 
     def why_unsupported(self, name: str, op: Any) -> str:
         from tensorplay.ops import REGISTRY
@@ -522,6 +564,10 @@ class _Converter:
 
 
 _ASSERTIONS = "tensorplay.export.assertions"
+#: ops whose eager result shares memory with their input
+_VIEW_OPS = frozenset({"getitem", "reshape", "view", "permute", "expand", "transpose", "select", "narrow",
+                       "unsqueeze", "squeeze", "flatten", "unflatten", "diagonal", "split", "chunk", "unbind",
+                       "movedim", "t", "as_strided", "view_as", "expand_as", "detach", "contiguous"})
 
 
 class _Arg:

@@ -250,3 +250,31 @@ def test_binding_reports_missing_input():
 def test_supported_ops_cover_every_primitive():
     from tensorplay.ops import REGISTRY
     assert {n for n, op in REGISTRY.items() if op.primitive} <= set(supported_ops())
+
+
+def test_inplace_ops_on_computed_tensors_are_functionalized():
+    def f(x):
+        y = x * 2
+        y[0] = 5.0
+        w = y.add_(1)
+        z = y.exp()
+        w.mul_(y)
+        return y, z
+
+    module, binding = _convert(f, (tp.ones(3, 2),))
+    assert not any(n.endswith("_") for n in _ops(module))
+    x = tp.randn(3, 2)
+    got = run(module, [x.numpy()])
+    want = f(x.clone())
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("body, why", [
+    (lambda x: x.add_(1), "mutates a graph input"),
+    (lambda x: (lambda y: (y[0].add_(1), y)[1])(x * 1), "view"),
+])
+def test_inplace_ops_that_need_functionalization_are_refused(body, why):
+    gm = trace(body, (tp.ones(3, 2),))
+    with pytest.raises(LoweringError, match=why):
+        graph_to_tp(gm)
