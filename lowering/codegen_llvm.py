@@ -66,6 +66,7 @@ MAX_THREADS = 64
 #: Scalar ops per thread below which a parallel loop is not split (thread start + join costs ~50-100 us here).
 PARALLEL_GRAIN = 1 << 20
 _ALIGN = 64
+_FASTMATH = {"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
 _UNARY = {"neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
           "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "sign", "reciprocal", "logical_not",
           "bitwise_not", "isnan", "isinf", "isfinite"}
@@ -616,6 +617,9 @@ def emit_llvm(kernel_module: Module | Function, *, prefix: str = "tp_main", num_
     (True, ['y'])
     """
     f = _function(kernel_module, function)
+    bad = set(fastmath) - _FASTMATH
+    if isinstance(fastmath, str) or bad:
+        raise ValueError(f"fastmath must be a sequence of {sorted(_FASTMATH)}, got {fastmath!r}")
     for i, a in enumerate(f.args):
         if not isinstance(a.type, BufferType):
             raise CodegenError(f"argument {i} of @{f.name} must be a buffer, got {a.type}")
@@ -631,16 +635,17 @@ def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp
                           num_outputs: int | None = None, function: str | None = None,
                           fastmath: Sequence[str] = ("contract",), num_threads: int | None = None,
                           shape_error: type[BaseException] = RuntimeError, opt: int = 3,
-                          cache: bool = True) -> Executable:
+                          cache: bool = True, prefer_vector_width: int | None = None) -> Executable:
     """Compile a kernel-level function to native code behind the :mod:`runtime.abi` convention.
 
     Options as in :func:`emit_llvm`, plus ``num_threads`` (default ``TENSORPLAY_NUM_THREADS`` or the
-    core count), ``shape_error`` (the exception class for failed shape checks), ``opt`` and ``cache``
-    (see :func:`runtime.jit.compile_ir`).
+    core count), ``shape_error`` (the exception class for failed shape checks), ``opt``, ``cache`` and
+    ``prefer_vector_width`` (256 or 512; default ``TENSORPLAY_VECTOR_WIDTH``, else 512), passed to
+    :func:`runtime.jit.compile_ir`.
     """
     from runtime.jit import compile_ir
     text, sig = emit_llvm(kernel_module, prefix=prefix, num_outputs=num_outputs, function=function,
                           fastmath=fastmath)
-    lib = compile_ir(text, opt=opt, cache=cache, name=prefix)
+    lib = compile_ir(text, opt=opt, cache=cache, name=prefix, prefer_vector_width=prefer_vector_width)
     return Executable(lib, prefix, sig, shape_error=shape_error, num_threads=num_threads)
 

@@ -183,3 +183,11 @@ def test_signature_and_bad_options():
     from lowering.codegen_expr import CodegenError
     with pytest.raises(CodegenError, match="not determined by the input sizes"):
         emit_llvm(parse(unsolvable))
+
+
+def test_fastmath_option_is_checked_and_256_bit_build_works():
+    with pytest.raises(ValueError, match="fastmath must be a sequence of"):
+        emit_llvm(parse(COPY), fastmath=("fastest",))
+    exe = compile_kernel_module(parse(COPY), prefer_vector_width=256, fastmath=())
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(exe(x)[0], x)
