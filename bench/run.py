@@ -180,8 +180,12 @@ def main(argv: list[str] | None = None) -> dict:
     opts.out.mkdir(parents=True, exist_ok=True)
     stem = opts.out / time.strftime("%Y%m%d-%H%M%S")
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    report.chart(doc["results"], backends, REFERENCE, stem.with_suffix(".png"))
-    print("\n" + doc["text"] + f"\n\nwrote {stem.with_suffix('.json')} and {stem.with_suffix('.png')}")
+    written = [stem.with_suffix(".json")]
+    try:
+        written.append(report.chart(doc["results"], backends, REFERENCE, stem.with_suffix(".png")))
+    except ImportError as exc:
+        print(f"no chart: {exc} (matplotlib is in the 'bench' extra)", file=sys.stderr)
+    print("\n" + doc["text"] + "\n\nwrote " + " and ".join(map(str, written)))
     return doc
 
 

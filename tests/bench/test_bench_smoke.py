@@ -73,6 +73,7 @@ def test_theoretical_peak_follows_cpuinfo():
 
 
 def test_report_tables_and_chart(tmp_path):
+    pytest.importorskip("matplotlib")
     recs = [{"model": "m", "case": "b1", "threads": 1, "backend": "ref", "median_ms": 2.0, "p90_ms": 3.0},
             {"model": "m", "case": "b1", "threads": 1, "backend": "x", "median_ms": 1.0, "p90_ms": 1.5,
              "setup_s": 0.25, "max_abs_diff": 1e-7, "gflops": 4.0},
@@ -91,7 +92,12 @@ def test_end_to_end_quick_run(tmp_path, capsys):
     doc = run.main(["--quick", "--models", "mlp", "--threads", "1", "--budget", "0.01", "--no-limits",
                     "--backends", "tensorplay eager,tensorplay compiled,numpy", "--out", str(tmp_path)])
     written = json.loads(next(tmp_path.glob("*.json")).read_text())
-    assert written["results"] == doc["results"] and next(tmp_path.glob("*.png")).stat().st_size > 0
+    assert written["results"] == doc["results"]
+    try:
+        import matplotlib  # noqa: F401
+        assert next(tmp_path.glob("*.png")).stat().st_size > 0
+    except ImportError:
+        assert not list(tmp_path.glob("*.png"))
     by = {(r["case"], r["backend"]): r for r in doc["results"]}
     assert set(by) == {(c, b) for c in ("b1", "b64") for b in ("torch eager", "tensorplay eager",
                                                                  "tensorplay compiled", "numpy")}
