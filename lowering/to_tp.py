@@ -667,5 +667,19 @@ def graph_to_tp(gm: Any, *, name: str = "main", weights: Mapping[str, Any] | Non
     ``"arguments"`` function arguments (``binding.state`` holds their values). ``get_attr`` state of
     plain traces follows the same option. Raises :class:`LoweringError` (a NotImplementedError)
     listing every op of the graph the dialect cannot express.
+
+    >>> import tensorplay as tp
+    >>> from tensorplay.graph.tracer import trace
+    >>> module, binding = graph_to_tp(trace(lambda x, w: x @ w, (tp.ones(2, 3), tp.ones(3, 4))),
+    ...                               weights={"w": tp.ones(3, 4)}, state_as="constants")
+    >>> list(module.weights), [a.name for a in binding.arguments]
+    (['w'], ['x'])
     """
+    if not hasattr(gm, "graph") or not hasattr(gm.graph, "nodes"):
+        raise TypeError(f"graph_to_tp expects a GraphModule, got {type(gm).__name__}")
+    if weights:
+        names = [n.target for n in gm.graph.nodes if n.op == "placeholder"]
+        unknown = sorted(set(weights) - set(names))
+        if unknown:
+            raise KeyError(f"weights names {unknown}, which are not placeholders of the graph (it has {names})")
     return _Converter(gm, name, weights, state_as).convert()

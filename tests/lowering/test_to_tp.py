@@ -278,3 +278,11 @@ def test_inplace_ops_that_need_functionalization_are_refused(body, why):
     gm = trace(body, (tp.ones(3, 2),))
     with pytest.raises(LoweringError, match=why):
         graph_to_tp(gm)
+
+
+def test_bad_arguments_name_what_was_expected():
+    with pytest.raises(TypeError, match="expects a GraphModule, got int"):
+        graph_to_tp(3)
+    gm = trace(lambda x: x + 1, (tp.ones(2),))
+    with pytest.raises(KeyError, match=r"weights names \['nope'\].*it has \['x'\]"):
+        graph_to_tp(gm, weights={"nope": tp.ones(2)})
