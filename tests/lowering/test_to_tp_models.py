@@ -8,6 +8,7 @@ import pytest
 import tensorplay as tp
 from dialect import parse, structurally_equal
 from dialect.interpret import DialectAssertionError, run
+from dialect.passes import PassManager
 from dialect.verify import verify
 from lowering.to_tp import graph_to_tp
 from tensorplay import nn
@@ -94,6 +95,17 @@ def test_model_prints_readably_and_round_trips(converted):
     assert "tp.matmul" in text and (name != "cnn" or "tp.conv" in text)
     assert 'loc("tests/lowering/test_to_tp_models.py:' in text or "test_to_tp_models.py:" in text
     assert structurally_equal(parse(text), module)
+
+
+def test_model_survives_the_cleanup_pipeline(converted):
+    name, model, feature, module, binding = converted
+    module = parse(str(module))  # a private copy
+    PassManager("canonicalize,cse,dce,simplify-assertions", verify=True).run(module)
+    x = tp.randn(6, *feature)
+    with tp.no_grad():
+        want = model(x).numpy()
+    got = run(module, binding.flat_inputs({next(iter(_arg_names(model))): x}), weights=binding.weights)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_model_rejects_wrong_feature_size(converted):
