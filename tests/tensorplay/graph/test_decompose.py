@@ -33,6 +33,8 @@ KNOWN_GAPS = {
     "triu": "the registry decomposition of tril/triu returns int64 for a bool input (reorder.py)",
     "im2col": "with a dynamic batch the decomposition calls repeat() with traced sizes, which repeat refuses",
     "col2im": "with a dynamic batch the decomposition calls repeat() with traced sizes, which repeat refuses",
+    "hardtanh": "the registry decomposition clamps with float bounds, which promotes an int64 input to float32 "
+                "(as eager clamp does), while eager hardtanh keeps int64 (nn_activation.py)",
     "flip": "with a dynamic first extent the decomposition indexes with a non-integer tensor (IndexError)",
 }
 
