@@ -32,15 +32,67 @@ Pipeline use (``plan-memory`` then reuses workspace slots)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from dialect.ir import Module
+import sympy
+
+from dialect.ir import Function, Module
+from dialect.opdef import ELEMENTWISE, REGISTRY
 from dialect.passes.manager import ModulePass, register_pass
 
 from . import memory_plan  # noqa: F401  (registers plan-memory)
 from .tp_to_kernel import lower_module
 
-__all__ = ["Fuse"]
+__all__ = ["Fuse", "KernelStats", "FusionStats", "fusion_stats"]
+
+_COMPUTE = {"kernel.where", "kernel.cast", "kernel.reduce", "kernel.gemm"}
+
+
+@dataclass(frozen=True)
+class KernelStats:
+    """One kernel.kernel: its name, scalar compute ops (elementwise, where, cast, reduce, gemm), loads,
+    stores, and the tp ops it fused (distinct ``origin`` attributes, when the tp ops carried them)."""
+
+    name: str
+    compute_ops: int
+    loads: int
+    stores: int
+    origins: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class FusionStats:
+    """Per-kernel statistics of a kernel-level function and its workspace size in bytes (sympy)."""
+
+    kernels: tuple[KernelStats, ...]
+    workspace_bytes: sympy.Expr
+
+
+def fusion_stats(f: Function) -> FusionStats:
+    """Statistics of a kernel-level function (after ``fuse``).
+
+    >>> from dialect import parse
+    >>> m = parse('''func @main(%x: tensor<[s0, 8], f32>) -> (tensor<[s0, 8], f32>) where {s0 in [1, 64]} {
+    ...   %0 = tp.exp %x {origin = "exp"} : tensor<[s0, 8], f32>
+    ...   %1 = tp.mul %0, %x {origin = "mul"} : tensor<[s0, 8], f32>
+    ...   tp.return %1
+    ... }
+    ... ''')
+    >>> _ = Fuse().apply(m)
+    >>> fusion_stats(m.functions[0]).kernels
+    (KernelStats(name='fused_0', compute_ops=2, loads=1, stores=1, origins=('exp', 'mul')),)
+    """
+    kernels = []
+    for top in f.body.ops:
+        if top.name != "kernel.kernel":
+            continue
+        ops = list(top.walk())[1:]
+        compute = sum(1 for op in ops if op.name in _COMPUTE or REGISTRY[op.name].has(ELEMENTWISE))
+        origins = tuple(sorted({op.attributes["origin"] for op in ops if op.attributes.get("origin")}))
+        kernels.append(KernelStats(top.attributes["name"], compute, sum(op.name == "kernel.load" for op in ops),
+                                   sum(op.name == "kernel.store" for op in ops), origins))
+    size = f.workspace.size if f.workspace is not None else sympy.Integer(0)
+    return FusionStats(tuple(kernels), size)
 
 
 @register_pass

@@ -111,3 +111,20 @@ def test_conv(nd, stride, pad, dil, groups, bias):
     b.ret(b.tanh(y))
     m = check_lowering(print_function(f), [{"s0": 1}, {"s0": 2}])
     assert count(m, "kernel.gemm") == 1 and count(m, "kernel.abs") == 1
+
+
+def test_fusion_stats_of_a_two_layer_model():
+    from lowering.fuse import fusion_stats
+    text = """func @main(%x: tensor<[s0, 16], f32>, %w: tensor<[16, 16], f32>) -> (tensor<[s0, 16], f32>)
+    where {s0 in [1, 64]} {
+  %0 = tp.matmul %x, %w {origin = "mm1"} : tensor<[s0, 16], f32>
+  %1 = tp.sin %0 {origin = "sin"} : tensor<[s0, 16], f32>
+  %2 = tp.matmul %1, %w {origin = "mm2"} : tensor<[s0, 16], f32>
+  %3 = tp.tanh %2 {origin = "tanh"} : tensor<[s0, 16], f32>
+  tp.return %3
+}"""
+    m = check_lowering(text, S)
+    st = fusion_stats(m.functions[0])
+    # tanh rides in the second gemm's epilogue
+    assert [(k.compute_ops, k.origins) for k in st.kernels] == [(1, ("mm1",)), (1, ("sin",)), (1, ("mm2",))]
+    assert str(st.workspace_bytes) == "128*s0"  # two [s0, 16] f32 slots live together
