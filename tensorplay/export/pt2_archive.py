@@ -58,6 +58,8 @@ MAX_MEMBERS = 200_000
 MAX_TOTAL_BYTES = 32 << 30
 MAX_TEXT_BYTES = 1 << 28
 MAX_RATIO = 1100
+ALIGNMENT = 64  # stored payloads start at multiples of this offset in archives we write
+_PAD_ID = 0x7470  # zip extra-field id of our alignment padding ("tp")
 MAX_NDIM = 64
 MAX_ELEMENTS = 1 << 40  # deflate cannot compress better than ~1032:1; more means a lie or a bomb
 _SEGMENT = r"[^/\\\x00-\x1f:*?\"<>|]+"
@@ -290,6 +292,9 @@ class PT2ArchiveWriter:
         info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
         info.compress_type = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
         info.external_attr = 0o644 << 16
+        if not compress:  # pad the local header so the data starts on a 64-byte boundary (for memory maps)
+            header_end = self._zip.start_dir + 30 + len(name.encode("utf-8")) + 4
+            info.extra = struct.pack("<HH", _PAD_ID, (-header_end) % ALIGNMENT) + bytes((-header_end) % ALIGNMENT)
         self._zip.writestr(info, bytes(data))
         self._names.add(name)
 
@@ -469,7 +474,10 @@ class PT2ArchiveReader:
             raise ValueError(f"archive entry {name!r} is not UTF-8 text: {exc}") from None
 
     def memmap(self, name: str) -> np.ndarray | None:
-        """A copy-on-write ``np.memmap`` (uint8) over a stored entry of a file-backed archive, else None."""
+        """A copy-on-write ``np.memmap`` (uint8) over a stored, 64-byte aligned entry of a file-backed archive.
+
+        None when the entry cannot be mapped (compressed, unaligned, or the archive is not a file).
+        """
         info = self._info(name)
         if self._path is None or info.compress_type != zipfile.ZIP_STORED or info.file_size == 0:
             return None
@@ -487,6 +495,8 @@ class PT2ArchiveReader:
         offset = info.header_offset + 30 + name_len + extra_len
         if offset + info.file_size > file_size:
             raise ValueError(f"archive entry {name!r} runs past the end of the file")
+        if offset % ALIGNMENT:
+            return None
         return np.memmap(self._path, dtype=np.uint8, mode="c", offset=offset, shape=(info.file_size,))
 
 

@@ -393,8 +393,9 @@ def test_fuzz_mutated_documents_give_value_error_or_a_program(data):
 
 def test_crc_checked_when_payloads_are_read():
     data = bytearray(valid_archive())
-    weights_at = data.index(b"data/weights/model/0") + len("data/weights/model/0")  # local header name
-    data[weights_at + 3] ^= 0xFF  # inside the stored payload bytes
+    start = header_offset(bytes(data), "data/weights/model/0")
+    name_len, extra_len = struct.unpack_from("<HH", data, start + 26)
+    data[start + 30 + name_len + extra_len + 3] ^= 0xFF  # inside the stored payload bytes
     with pytest.raises(ValueError):
         load_pt2(io.BytesIO(bytes(data)))
 

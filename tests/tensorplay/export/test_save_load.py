@@ -235,6 +235,14 @@ def test_load_weights_from_disk_memory_maps_payloads(tmp_path):
     while base is not None and not isinstance(base, np.memmap):
         base = base.base
     assert isinstance(base, np.memmap)
+    assert weight._data.ctypes.data % 64 == 0  # payloads are written 64-byte aligned
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if info.filename.startswith("data/"):
+                with open(path, "rb") as fh:
+                    fh.seek(info.header_offset + 26)
+                    name_len, extra_len = np.frombuffer(fh.read(4), "<u2")
+                assert (info.header_offset + 30 + int(name_len) + int(extra_len)) % 64 == 0
     check_runs_like_reference(loaded, ep)
     loaded(tp.ones(1, 3))  # in-place buffer update works on the copy-on-write map
     assert path.read_bytes() == (tmp_path / "m.pt2").read_bytes()
