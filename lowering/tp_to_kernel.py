@@ -76,11 +76,15 @@ class UnsupportedOpError(LoweringError):
                          f"matmul, conv, constants, iota/arange and shape assertions")
 
 
-def _check_supported(f: Function) -> None:
+def _check_supported(f: Function, module: Module | None) -> None:
     bad: dict[str, list[str]] = {}
     for op in f.body.ops:
         if op.name not in SUPPORTED_OPS:
             bad.setdefault(op.name, []).append(op.loc or "")
+        ref = op.attributes.get("value") if op.name == "tp.constant" else None
+        if module is not None and isinstance(ref, WeightRef) and ref.name not in module.weights:
+            raise LoweringError(f"@{f.name}: tp.constant refers to weight @{ref.name}, which the module does "
+                                f"not declare (declared: {', '.join(sorted(module.weights)) or 'none'})")
     for a in f.args:
         if not isinstance(a.type, TensorType):
             raise LoweringError(f"@{f.name}: argument %{a.name} must be a tensor, got {a.type}")
@@ -295,7 +299,7 @@ class _Lowering:
             self.buf[op.result] = out
 
     def run(self) -> Function:
-        _check_supported(self.f)
+        _check_supported(self.f, self.module)
         for _ in range(4 * len(self.f.body.ops) + 4):
             try:
                 return self.build()

@@ -253,3 +253,20 @@ def test_origin_attributes_follow_to_kernel_ops():
     m = check_lowering(text, S)
     got = {op.name: op.attributes.get("origin") for op in m.functions[0].walk()}
     assert got["kernel.exp"] == "exp_1" and got["kernel.reduce"] == "sum_2"
+
+
+def test_bad_inputs_are_named():
+    from dialect import Module, parse
+    from lowering.tp_to_kernel import LoweringError, lower_function
+    f = parse("""func @main(%x: tensor<[s0, 4], f32>) -> (tensor<[s0, 4], f32>) where {s0 in [1, 16]} {
+  %w = tp.constant {value = @missing} : tensor<[4], f32>
+  %0 = tp.mul %x, %w : tensor<[s0, 4], f32>
+  tp.return %0
+}""").functions[0]
+    with pytest.raises(LoweringError, match="weight @missing, which the module does not declare"):
+        lower_function(f, Module([f]))
+    k = lower_text("""func @main(%x: tensor<[4], f32>) -> (tensor<[4], f32>) {
+  tp.return %x
+}""").functions[0]
+    with pytest.raises(LoweringError, match="expected a tp-level function ending in tp.return"):
+        lower_function(k)
