@@ -333,3 +333,10 @@ where {s0 in [1, 50]; s1 in [1, 50]} {
         i = np.arange(s0 * s1)
         np.testing.assert_array_equal(y, x.reshape(-1))
         np.testing.assert_array_equal(z, -(-i // (2 * s1)) + (i - 7) // s1)
+
+
+def test_zero_sized_inputs():
+    text = ROW_SUM.replace("s0 in [1, 4096]", "s0 in [0, 4096]").replace("s1 in [1, 4096]", "s1 in [0, 4096]")
+    exe = compile_kernel_module(parse(text), num_threads=2)
+    for shape in [(0, 5), (4, 0), (0, 0)]:
+        check(text, [f32(*shape)], exe=exe)
