@@ -194,7 +194,7 @@ def test_default_initialisation_follows_pytorch():
     assert tuple(separate.k_proj_weight.shape) == (16, 5) and tuple(separate.v_proj_weight.shape) == (16, 7)
 
 
-def test_load_rejects_mismatched_shapes():
+def test_weights_load_for_any_head_count_and_reject_other_sizes():
     theirs = torch.nn.MultiheadAttention(E, H)
     ours = tp.nn.MultiheadAttention(E, 4)
     ours.load_state_dict({k: tp.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})

@@ -45,7 +45,10 @@ def test_encoder_stack_with_padding_mask_exports():
     enc = tp.nn.TransformerEncoder(tp.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2,
                                    norm=tp.nn.LayerNorm(8)).eval()
     kpm = tp.tensor([[False, False, False, True], [False, True, False, False]])
-    _check(enc, (tp.randn(2, 4, 8), None, kpm))
+    batch, seq = Dim("batch"), Dim("seq", max=32)
+    other = tp.tensor(np.random.default_rng(0).random((3, 6)) < 0.3)
+    _check(enc, (tp.randn(2, 4, 8), None, kpm), [(tp.randn(3, 6, 8), None, other)],
+           ({0: batch, 1: seq}, None, {0: batch, 1: seq}))
 
 
 def test_decoder_layer_exports():
