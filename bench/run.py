@@ -39,6 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=None, help="seconds of timed calls per cell")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--no-limits", action="store_true", help="skip measuring the machine limits")
+    parser.add_argument("--update-readme", action="store_true", help="put the report into bench/README.md")
     opts = parser.parse_args(argv)
     if opts.threads is None:
         opts.threads = [1] if opts.quick else [1, 2]
@@ -128,6 +129,16 @@ def render(doc: dict, backends: list[str], reference: str) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
+def update_readme(text: str, path: Path = ROOT / "bench" / "README.md") -> None:
+    """Replace what lies between the ``results:start`` / ``results:end`` markers of ``path``."""
+    start, end = "<!-- results:start -->", "<!-- results:end -->"
+    doc = path.read_text()
+    if start not in doc or end not in doc:
+        raise ValueError(f"{path}: expected the markers {start} and {end}")
+    head, rest = doc.split(start, 1)
+    path.write_text(f"{head}{start}\n{text}\n{end}{rest.split(end, 1)[1]}")
+
+
 def _versions() -> dict[str, str]:
     import importlib
 
@@ -185,6 +196,9 @@ def main(argv: list[str] | None = None) -> dict:
         written.append(report.chart(doc["results"], backends, REFERENCE, stem.with_suffix(".png")))
     except ImportError as exc:
         print(f"no chart: {exc} (matplotlib is in the 'bench' extra)", file=sys.stderr)
+    if opts.update_readme:
+        update_readme(doc["text"])
+        written.append(ROOT / "bench" / "README.md")
     print("\n" + doc["text"] + "\n\nwrote " + " and ".join(map(str, written)))
     return doc
 

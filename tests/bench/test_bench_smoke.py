@@ -124,3 +124,13 @@ def test_openblas_overrides_are_dropped_by_reexec(monkeypatch):
     run.reexec_without_openblas_overrides()
     (argv, env), = calls
     assert argv[1:3] == ["-m", "bench"] and "OPENBLAS_CORETYPE" not in env and env["PATH"] == os.environ["PATH"]
+
+
+def test_update_readme_replaces_only_the_marked_section(tmp_path):
+    page = tmp_path / "README.md"
+    page.write_text("# t\nintro\n<!-- results:start -->\nold\n<!-- results:end -->\ntail\n")
+    run.update_readme("| new |", page)
+    assert page.read_text() == "# t\nintro\n<!-- results:start -->\n| new |\n<!-- results:end -->\ntail\n"
+    page.write_text("no markers")
+    with pytest.raises(ValueError, match="expected the markers"):
+        run.update_readme("x", page)
