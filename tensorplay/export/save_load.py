@@ -175,7 +175,7 @@ def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
 def load(f: Any, *, extra_files: dict[str, Any] | None = None,
          expected_opset_version: dict[str, int] | None = None) -> Any:
     """Load the program written by :func:`save`; ``extra_files`` (a dict) is updated in place with the
-    archive's extra files (as ``str``). ``ValueError`` when the archive holds no program."""
+    archive's extra files (``str``; ``bytes`` when not UTF-8). ``ValueError`` when the archive holds no program."""
     if extra_files is not None and not isinstance(extra_files, dict):
         raise TypeError(f"extra_files must be a dict (filled in place), got {type(extra_files).__name__}")
     contents = load_pt2(f, expected_opset_version=expected_opset_version)
@@ -229,7 +229,11 @@ def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, ru
                 if rest[0] == "manifest.json":
                     contents.tp_runners.setdefault(model, {})[triple] = _load_native(reader, model, triple)
             elif name.startswith("extra/"):
-                contents.extra_files[name[len("extra/"):]] = reader.read_string(name)
+                data = reader.read_bytes(name)
+                try:
+                    contents.extra_files[name[len("extra/"):]] = data.decode("utf-8")
+                except UnicodeDecodeError:  # binary extra files come back as bytes
+                    contents.extra_files[name[len("extra/"):]] = data
         return contents
 
 

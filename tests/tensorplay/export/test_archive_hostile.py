@@ -315,8 +315,9 @@ def test_hostile_native_code_entries():
             load_pt2(io.BytesIO(build(changes)))
 
 
-def test_bad_utf8_extra_file():
-    expect_value_error(rebuild({"extra/note.txt": b"\xff\xfe\xfd"}))
+def test_binary_extra_files_come_back_as_bytes():
+    contents = load_pt2(io.BytesIO(rebuild({"extra/note.txt": b"\xff\xfe\xfd"})))
+    assert contents.extra_files["note.txt"] == b"\xff\xfe\xfd"
 
 
 def test_hostile_archives_never_run_code(tmp_path, monkeypatch):
