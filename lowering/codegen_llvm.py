@@ -281,12 +281,9 @@ class _Codegen:
         return g
 
     def _dim_of_input(self, sc: _Scope):
-        def dims(p: int) -> ir.Value:
-            for (i, j), q in self.plan.positions.items():
-                if q == p:
-                    return sc.em.emit(self.f.args[i].type.shape[j])
-            raise CodegenError(f"no input dimension at position {p}")
-        return dims
+        """In the body, input dims are their (already checked) shape expressions."""
+        exprs = {p: self.f.args[i].type.shape[j] for (i, j), p in self.plan.positions.items()}
+        return lambda p: sc.em.emit(exprs[p])
 
     def _addr(self, sc: _Scope, buf: Value, index: Sequence[sympy.Expr]) -> ir.Value:
         t: BufferType = buf.type

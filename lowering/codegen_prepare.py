@@ -141,12 +141,11 @@ def shape_value(op: Operation, em: ExprEmitter, values: dict[Value, ir.Value], d
         return em.emit(t.shape[axis])
     if op.name == "tp.symexpr":
         e = op.attributes["expr"]
-        subs = {}
-        for i, v in enumerate(op.operands):
-            s = sympy.Symbol(f"_{i}", integer=True, nonnegative=True)
-            em.bind(s, values[v])
-            subs[s] = s
-        return em.emit(e.xreplace({x: subs.get(x, x) for x in e.free_symbols}))
+        by_name = {}
+        for i, v in enumerate(op.operands):  # a fresh symbol per op and operand: no stale cache hits
+            by_name[f"_{i}"] = fresh = sympy.Dummy(f"op{i}", integer=True)
+            em.bind(fresh, values[v])
+        return em.emit(e.xreplace({x: by_name[x.name] for x in e.free_symbols if x.name in by_name}))
     return em.emit(op.attributes["expr"])
 
 

@@ -126,7 +126,9 @@ ASSERTS = """func @k(%x: buffer<[s0, s1], f32>, %y: buffer<[s0, s1], f32>) -> ()
 where {s0 in [1, 100]; s1 in [1, 100]} {
   %d0 = tp.dim %x {axis = 0} : index
   %d1 = tp.dim %x {axis = 1} : index
+  %e0 = tp.symexpr %d1 {expr = _0 + 1} : index
   %e = tp.symexpr %d0 {expr = _0 + 1} : index
+  tp.assert_range %e0 {hi = 101, lo = 2, message = "cols + 1 = {value} out of [{lo}, {hi}]"}
   tp.assert_range %d0 {hi = 50, lo = 2, message = "dim 0 of x must be in [{lo}, {hi}], got {value}"}
   tp.assert_relation %d1, %d0 {message = "expected {expected} columns for {root} rows, got {size}", offset = 1, \
 scale = 1}
