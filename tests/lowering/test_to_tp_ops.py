@@ -14,7 +14,7 @@ import pytest
 
 import tensorplay as tp
 from dialect import BF16
-from dialect.interpret import run
+from dialect.interpret import DialectAssertionError, InterpretError, run
 from dialect.verify import verify
 from lowering.to_tp import LoweringError, graph_to_tp
 from tensorplay.graph.errors import GraphCaptureError
@@ -142,7 +142,26 @@ def _check(op, sample: Sample, dynamic: bool) -> bool:
     assert len(got) == len(want), f"{sample}: {len(got)} results, eager has {len(want)}"
     for i, (g, w) in enumerate(zip(got, want)):
         _compare(g, w, sample, f"{op.name} {sample} {'dynamic' if dynamic else 'static'} result {i}")
+    if dynamic:
+        _check_other_size(fn, tensors, module, binding, sample, op.name)
     return True
+
+
+def _check_other_size(fn, tensors, module, binding, sample, name) -> None:
+    """The dynamic program at first dim + 1 (the first row repeated) against eager, when both accept it."""
+    grown = [tp.cat([tensors[0], tensors[0][:1]])] + list(tensors[1:])
+    env = {f"a{i}": t for i, t in enumerate(grown)}
+    try:
+        with tp.no_grad():
+            eager = fn(**env)
+    except (RuntimeError, ValueError, IndexError, TypeError):
+        return  # the op itself refuses the grown inputs
+    try:
+        got = run(module, binding.flat_inputs(env), weights=binding.weights)
+    except (DialectAssertionError, InterpretError):
+        return  # the program was specialized (an input check or a kept guard says no)
+    for i, (g, w) in enumerate(zip(got, _leaves(eager), strict=True)):
+        _compare(g, w, sample, f"{name} {sample} dynamic, first dim grown, result {i}")
 
 
 def _rank0_bf16(module) -> bool:
