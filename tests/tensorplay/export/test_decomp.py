@@ -219,3 +219,13 @@ def test_method_spellings_are_keys_too():
     flat = program.run_decompositions()
     assert _non_primitive(flat) == []
     np.testing.assert_array_equal(_np(flat(tp.tensor([-3.0, 0.5, 2.0]))), [-1.0, 0.5, 1.0])
+
+
+def test_rules_that_return_an_existing_value_rename_the_outputs():
+    program = export(lambda x: (x.contiguous(), x.detach() * 2), tp.ones(3))
+    flat = program.run_decompositions()
+    assert [n.op for n in flat.graph.nodes] == ["placeholder", "call_function", "output"]
+    assert [s.arg.name for s in flat.graph_signature.output_specs] == ["x", "mul"]
+    a, b = flat(tp.tensor([1.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(_np(a), [1, 2, 3])
+    np.testing.assert_array_equal(_np(b), [2, 4, 6])
