@@ -193,3 +193,23 @@ def test_fastmath_option_is_checked_and_256_bit_build_works():
     exe = compile_kernel_module(parse(COPY), prefer_vector_width=256, fastmath=())
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(exe(x)[0], x)
+
+
+def test_emitted_ir_is_deterministic_for_the_compile_cache():
+    assert emit_llvm(parse(ASSERTS))[0] == emit_llvm(parse(ASSERTS))[0]
+
+
+def test_weights_must_be_arguments():
+    text = """func @k(%x: buffer<[4], f32>, %y: buffer<[4], f32>) -> () {
+  %w = kernel.global {value = @w} : buffer<[4], f32>
+  kernel.for {iv = i0, upper = 4} {
+    %0 = kernel.load %w {index = [i0]} : f32
+    kernel.store %0, %y {index = [i0]}
+  }
+  kernel.return
+}
+"""
+    import lowering.fuse  # noqa: F401  (registers kernel.global)
+    from lowering.codegen_expr import CodegenError
+    with pytest.raises(CodegenError, match="globals_to_args"):
+        emit_llvm(parse(text), num_outputs=1)
