@@ -229,16 +229,26 @@ class NestEmitter:
         return self.create(len(self.levels) - 1, name, list(operands), attrs)
 
     def in_bounds(self, conds: list[tuple[sympy.Expr, str, sympy.Expr]]) -> Value | None:
-        """i1 value of ``a < b`` / ``a >= b`` conditions (None when all are provably true)."""
+        """i1 value of ``a < b`` / ``a >= b`` conditions (None when all are provably true).
+
+        Each comparison (and each partial conjunction) sits at the outermost loop defining its variables.
+        """
         f = self.index_facts()
-        out = None
-        for a, rel, b in conds:
-            if rel == "lt" and f.in_range(a, -sympy.oo, b):
-                continue
-            if rel == "ge" and f.in_range(a, b, sympy.oo):
-                continue
-            c = self.op(f"kernel.{rel}", self.index_value(a), self.index_value(b))
-            out = c if out is None else self.op("kernel.logical_and", out, c)
+        keep = [(sympy.expand(a), rel, sympy.expand(b)) for a, rel, b in conds
+                if not f.in_range(a, *((-sympy.oo, b) if rel == "lt" else (b, sympy.oo)))]
+        keep.sort(key=lambda c: self.depth_of([c[0], c[2]]))
+        out, key = None, ("and",)
+        for a, rel, b in keep:
+            key = key + ((a, rel, b),)
+            depth = self.depth_of([e for c in key[1:] for e in (c[0], c[2])])
+            found = next((lv.memo[key] for lv in reversed(self.levels) if key in lv.memo), None)
+            if found is None:
+                def build(a=a, rel=rel, b=b, prev=out) -> Value:
+                    c = self.op(f"kernel.{rel}", self.index_value(a), self.index_value(b))
+                    return c if prev is None else self.op("kernel.logical_and", prev, c)
+                found = self.at_depth(depth, build)
+                self.levels[depth].memo[key] = found
+            out = found
         return out
 
     def _compute(self, v: Value, index: Index, depth: int) -> Value:
