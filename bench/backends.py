@@ -29,6 +29,12 @@ class Unavailable(Exception):
     """A cell that has no number: the reason is printed in its place."""
 
 
+def error_text(exc: BaseException, prefix: str = "error") -> str:
+    """One line for a table cell: ``error: ValueError: first line of the message``."""
+    first = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return f"{prefix}: {type(exc).__name__}: {first}"
+
+
 @dataclass
 class Runner:
     call: Callable[[], np.ndarray]
@@ -92,8 +98,7 @@ def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runn
         if call is not None:
             call()
     except Exception as exc:  # an unsupported model is a result: show why
-        raise Unavailable(f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}") \
-            from exc
+        raise Unavailable(error_text(exc)) from exc
     if call is not None:
         return Runner(lambda: _as_array(call()), time.perf_counter() - t0)
     if case.model != "matmul":
@@ -139,7 +144,7 @@ def torch_compile(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
         with torch.inference_mode():
             compiled(*args)
     except Exception as exc:  # the error text is the result, shown in the table
-        raise Unavailable(f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from exc
+        raise Unavailable(error_text(exc)) from exc
     setup = time.perf_counter() - t0
 
     def call() -> np.ndarray:
@@ -170,7 +175,7 @@ def _onnx_bytes(case: Case, model: Any) -> tuple[bytes, float]:
             program = torch.onnx.export(model, args, dynamic_shapes=dynamic, dynamo=True, verbose=False)
             blob = program.model_proto.SerializeToString()
         except Exception as exc:
-            raise Unavailable(f"export error: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}") from exc
+            raise Unavailable(error_text(exc, "export error")) from exc
         _ONNX_CACHE[key] = (blob, time.perf_counter() - t0)
     return _ONNX_CACHE[key]
 

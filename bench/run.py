@@ -59,7 +59,7 @@ def measure_case(case, backends: list[str], thread_counts: list[int], budget: fl
     """All records of one row group: every backend at every thread count."""
     import numpy as np
 
-    from bench.backends import BACKENDS, REFERENCE, Unavailable
+    from bench.backends import BACKENDS, REFERENCE, Unavailable, error_text
     from bench.models import make_pair
     from bench.timing import measure, threads
 
@@ -77,7 +77,7 @@ def measure_case(case, backends: list[str], thread_counts: list[int], budget: fl
                 except Unavailable as exc:
                     rec["error"] = str(exc)
                 except Exception as exc:  # a crash of one path is a result too: show it, go on
-                    rec["error"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+                    rec["error"] = error_text(exc)
                 else:
                     rec.update(median_ms=stats.median_ms, p90_ms=stats.p90_ms, runs=stats.runs, setup_s=runner.setup_s)
                     if runner.note:
