@@ -144,7 +144,7 @@ def _torch_vjp(name, sample: Sample, args, kwargs, leaves, cotangents):
 
 # Ops whose generic gradient check fails today: open work, recorded in the issue notes. Strict, so a
 # fix makes the test fail until the entry is removed.
-KNOWN_GRADIENT_GAPS = {"avg_pool_backward"}
+KNOWN_GRADIENT_GAPS: set[str] = set()
 
 
 @pytest.mark.parametrize("name", [

@@ -356,9 +356,8 @@ def _avg_backward_ref(grad, x, kernel_size, stride=None, padding=0, ceil_mode=Fa
 @samples("avg_pool_backward")
 def _avg_pool_backward(rng):
     def torch_call(torch, grad, x, *args):
-        x = x.clone().requires_grad_(True)
-        _torch_avg(torch, x, *args).backward(grad)
-        return x.grad
+        xx = x.detach().requires_grad_(True)
+        return torch.autograd.grad(_torch_avg(torch, xx, *args), xx, grad, create_graph=True)[0]
     for xs, k, kw in POOL_CASES[1:4]:
         for extra in AVG_KWARGS[:2]:
             x = make(rng, xs)
