@@ -168,6 +168,7 @@ class _Converter:
         self.binding = Binding([], None, {})
         self.bound_unknowns: set[str] = set()
         self.aliases: dict[Any, Any] = {}  # in-place node -> the node it mutated
+        self.weight_sources: dict[str, str] = {}  # module weight name -> the graph name it holds
 
     # ------------------------------------------------------------------ symbols
     def rename(self, e: Any) -> Any:
@@ -309,7 +310,7 @@ class _Converter:
         name = node.target
         val = node.meta.get("val")
         if name in self.weights and self.state_as == "constants":
-            wname = _weight_name(name)
+            wname = self.weight_slot(name)
             value = _array(self.weights[name])
             t = self.ttype(val) if val is not None else None
             if t is None or t.symbols:
@@ -339,11 +340,20 @@ class _Converter:
             return
         self.values[node] = example if example is not None else val
 
+    def weight_slot(self, source: str) -> str:
+        """A module-weight name for ``source`` (sanitized; distinct sources never share one)."""
+        base = _weight_name(source)
+        name, k = base, 1
+        while self.weight_sources.get(name, source) != source:
+            name, k = f"{base}_{k}", k + 1
+        self.weight_sources[name] = source
+        return name
+
     def get_attr(self, node: Any) -> Any:
         value = _array(_fetch(self.gm, node.target))
         t = self.ttype(node.meta["val"])
         if self.is_state(node) or value.size > INLINE_LIMIT:
-            wname = _weight_name(node.target)
+            wname = self.weight_slot(node.target)
             self.module_weights[wname] = t
             self.binding.weights[wname] = value.astype(t.dtype.numpy)
             return self.cx.emit("tp.constant", result_types=[t], value=WeightRef(wname))

@@ -286,3 +286,24 @@ def test_bad_arguments_name_what_was_expected():
     gm = trace(lambda x: x + 1, (tp.ones(2),))
     with pytest.raises(KeyError, match=r"weights names \['nope'\].*it has \['x'\]"):
         graph_to_tp(gm, weights={"nope": tp.ones(2)})
+
+
+def test_weight_names_never_collide():
+    class Twins(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(3, 3, bias=False)
+            self.a_weight = nn.Parameter(tp.randn(3, 3))
+
+        def forward(self, x):
+            return self.a(x) @ self.a_weight
+
+    model = Twins()
+    from tensorplay.graph.decompose import decompose
+    gm = decompose(trace(model, (tp.ones(2, 3),)))
+    module, binding = graph_to_tp(gm, state_as="constants")
+    assert sorted(module.weights) == ["a_weight", "a_weight_1"]
+    x = tp.randn(2, 3)
+    with tp.no_grad():
+        want = model(x).numpy()
+    np.testing.assert_allclose(run(module, [x.numpy()], weights=binding.weights)[0], want, rtol=1e-5, atol=1e-6)
