@@ -169,6 +169,7 @@ class _Converter:
         self.bound_unknowns: set[str] = set()
         self.aliases: dict[Any, Any] = {}  # in-place node -> the node it mutated
         self.weight_sources: dict[str, str] = {}  # module weight name -> the graph name it holds
+        self.retired: set[str] = set()  # symbol names replaced by the dialect's own expressions
 
     # ------------------------------------------------------------------ symbols
     def rename(self, e: Any) -> Any:
@@ -194,14 +195,15 @@ class _Converter:
                 if len(sol) == 1 and sol[0].is_Integer:
                     self.symmap[free[0]] = sol[0]
             elif len(free) == 2 and d in (free[0] - free[1], free[1] - free[0]):
-                keep = self.symmap.get(free[0]) or self.new_symbol(free[0])
+                keep = self.symmap[free[0]] if free[0] in self.symmap else self.new_symbol(free[0])
                 self.symmap[free[1]] = keep
 
     def new_symbol(self, s: sympy.Symbol) -> sympy.Symbol:
         info = self.env.symbols.get(s) if self.env is not None else None
         unknown = info is not None and info.kind == "unknown"
-        prefix = "u" if unknown else "s"
-        n = sum(1 for v in self.names if v.startswith(prefix))
+        prefix, n = ("u" if unknown else "s"), 0
+        while f"{prefix}{n}" in self.names or f"{prefix}{n}" in self.retired:
+            n += 1
         d = sym(f"{prefix}{n}")
         self.symmap[s] = d
         self.names[d.name] = str(s)
@@ -218,7 +220,7 @@ class _Converter:
 
     def fresh_unknown(self) -> sympy.Symbol:
         k = 0
-        while f"u{k}" in self.names:
+        while f"u{k}" in self.names or f"u{k}" in self.retired:
             k += 1
         d = sym(f"u{k}")
         self.names[d.name] = d.name
@@ -240,6 +242,34 @@ class _Converter:
     def convert(self) -> tuple[Module, Binding]:
         nodes = list(self.graph.nodes)
         self.specialize()
+        self.f = f = self.signature(nodes)
+        self.header(f)
+        b = Builder(f)
+        self.cx = Cx(b, self.rename)
+        self.cx.bound = self.bound_unknowns
+        self.cx.fresh = self.fresh_unknown
+        if not any(n.op == "call_function" and getattr(n.target, "__module__", "") == _ASSERTIONS for n in nodes):
+            from .to_tp_assert import guard_assertion  # no exporter checks: keep the capture's own guards
+            for g in self.guards():
+                guard_assertion(self.cx, g.fact, g.where, self.rename, self.names)
+        results: list[Value] = []
+        for node in self.checks_first(nodes):
+            if node.op != "placeholder":
+                self.node(node, results)
+        if self.unsupported:
+            ops = sorted({op for op, _, _ in self.unsupported})
+            lines = [f"  {op} (node {n}): {why}" for op, n, why in self.unsupported]
+            raise LoweringError(f"cannot convert the graph to the tp dialect: {len(ops)} unsupported op(s) "
+                                f"({', '.join(ops)}):\n" + "\n".join(lines), self.unsupported)
+        b.loc = None
+        self.cx.node = None
+        b.ret(*results)
+        f.symbols = {s: r for s, r in f.symbols.items() if s.name in self.names}
+        self.binding.symbols = dict(self.names)
+        return Module([f], self.module_weights), self.binding
+
+    def signature(self, nodes: list[Any]) -> Function:
+        """The function's arguments: graph inputs, then (``state_as="arguments"``) used module state."""
         args: list[tuple[str, TensorType]] = []
         sources: list[ArgSource] = []
         for node in nodes:
@@ -256,51 +286,30 @@ class _Converter:
         for key, v in self.values.items():
             if isinstance(v, _Arg):
                 self.values[key] = f.args[v.index]
-        self.f = f
-        self.header(f)
-        b = Builder(f)
-        self.cx = Cx(b, self.rename)
-        self.cx.bound = self.bound_unknowns
-        self.cx.fresh = self.fresh_unknown
-        if not any(n.op == "call_function" and getattr(n.target, "__module__", "") == _ASSERTIONS for n in nodes):
-            from .to_tp_assert import guard_assertion
-            for g in self.guards():
-                guard_assertion(self.cx, g.fact, g.where, self.rename, self.names)
-        results: list[Value] = []
-        for node in self.checks_first(nodes):
-            if node.op == "placeholder":
-                continue
-            b.loc = short_loc(node.meta.get("stack_trace"))
-            self.cx.node, self.cx.op, self.cx.out = node, None, None
-            try:
-                if node.op == "output":
-                    self.binding.outputs = self.output(node.args[0], results)
-                elif node.op == "get_attr":
-                    if node not in self.values and node.users:
-                        self.values[node] = self.get_attr(node)
-                elif node.op in ("call_function", "call_method"):
-                    self.values[node] = self.call(node)
-                else:
-                    raise UnsupportedOp(f"graph op {node.op!r} is not convertible")
-            except UnsupportedOp as e:
-                self.unsupported.append((self.op_name(node), node.name, str(e)))
-                self.values[node] = _Poison(node.name)
-            except _PoisonUse:
-                self.values[node] = _Poison(node.name)
-            except OpError as e:
-                self.unsupported.append((self.op_name(node), node.name, f"dialect rejected the conversion: {e}"))
-                self.values[node] = _Poison(node.name)
-        if self.unsupported:
-            ops = sorted({op for op, _, _ in self.unsupported})
-            lines = [f"  {op} (node {n}): {why}" for op, n, why in self.unsupported]
-            raise LoweringError(f"cannot convert the graph to the tp dialect: {len(ops)} unsupported op(s) "
-                                f"({', '.join(ops)}):\n" + "\n".join(lines), self.unsupported)
-        b.loc = None
-        self.cx.node = None
-        b.ret(*results)
-        f.symbols = {s: r for s, r in f.symbols.items() if s.name in self.names}
-        self.binding.symbols = dict(self.names)
-        return Module([f], self.module_weights), self.binding
+        return f
+
+    def node(self, node: Any, results: list[Value]) -> None:
+        """Convert one node; an op the dialect cannot express is recorded (and its users skipped)."""
+        self.cx.b.loc = short_loc(node.meta.get("stack_trace"))
+        self.cx.node, self.cx.op, self.cx.out = node, None, None
+        try:
+            if node.op == "output":
+                self.binding.outputs = self.output(node.args[0], results)
+            elif node.op == "get_attr":
+                if node not in self.values and node.users:
+                    self.values[node] = self.get_attr(node)
+            elif node.op in ("call_function", "call_method"):
+                self.values[node] = self.call(node)
+            else:
+                raise UnsupportedOp(f"graph op {node.op!r} is not convertible")
+        except UnsupportedOp as e:
+            self.unsupported.append((self.op_name(node), node.name, str(e)))
+            self.values[node] = _Poison(node.name)
+        except _PoisonUse:
+            self.values[node] = _Poison(node.name)
+        except OpError as e:
+            self.unsupported.append((self.op_name(node), node.name, f"dialect rejected the conversion: {e}"))
+            self.values[node] = _Poison(node.name)
 
     # ------------------------------------------------------------------ inputs and state
     def is_state(self, node: Any) -> bool:
@@ -520,6 +529,7 @@ class _Converter:
                 # an extent the tracer could not express: the dialect's own expression stands for it
                 self.symmap[orig[0]] = a
                 self.names.pop(w.name, None)
+                self.retired.add(w.name)
                 continue
             raise UnsupportedOp(f"internal: lowered type {got} differs from the graph's {want} at dim {i}")
         if got.dtype != want.dtype:
