@@ -7,15 +7,23 @@
 >>> extra = {}; loaded = load(buf, extra_files=extra); extra  # doctest: +SKIP
 {'note.txt': 'hello'}
 
-See :mod:`tensorplay.export.pt2_archive` for the layout and what loading checks.
+A program becomes one JSON document (:func:`program_to_document`: graph, signature, state
+records, example inputs, dynamic shapes, constraints, module call graph, graph-module meta) plus
+tensor payloads in three groups (weights, constants, sample inputs). See
+:mod:`tensorplay.export.pt2_archive` for the zip layout and what loading checks.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
+import sympy
+
+from .._tensor import Tensor
+from ..graph._pytree import TreeSpec
 from . import serde
 from .pt2_archive import (
     PT2ArchiveContents,
@@ -25,9 +33,24 @@ from .pt2_archive import (
     check_tensor_entry,
     decode_tensor,
     encode_tensor,
+    weight_type_of,
+)
+from .serde import (
+    GROUPS,
+    SCHEMA_VERSION,
+    SymbolTable,
+    TensorTable,
+    ValueDecoder,
+    arg_from_doc,
+    arg_to_doc,
+    decode_graph,
+    encode_graph,
+    encode_value,
+    is_state_path,
+    malformed,
 )
 
-__all__ = ["load", "load_pt2", "package_pt2", "save"]
+__all__ = ["document_to_program", "load", "load_pt2", "package_pt2", "program_to_document", "save"]
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _TRIPLE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -49,6 +72,269 @@ def _check_opset(opset_version: Any, what: str) -> None:
 def _check_protocol(pickle_protocol: Any) -> None:
     if type(pickle_protocol) is not int:  # accepted for compatibility; archives never contain pickle
         raise TypeError(f"pickle_protocol must be an int, got {type(pickle_protocol).__name__}")
+
+
+# ------------------------------------------------------------------------------------ programs <-> documents
+
+PROGRAM_FORMAT = "tensorplay.exported_program"
+
+
+def _is_weight(spec: Any) -> bool:
+    from .graph_signature import InputKind
+    return spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and bool(spec.persistent))
+
+
+def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) -> tuple[dict, dict[str, list]]:
+    """``(document, {group: [tensors]})`` for an ``ExportedProgram``; payload ``i`` of a group is tensor ``i``.
+
+    Groups: ``weights`` (parameters, persistent buffers), ``constants`` (lifted constants,
+    non-persistent buffers, tensors inside the graph) and ``sample_inputs`` (example inputs).
+    """
+    from .graph_signature import InputKind
+
+    if opset_version is not None and (not isinstance(opset_version, dict) or not all(
+            isinstance(k, str) and type(v) is int for k, v in opset_version.items())):
+        raise TypeError(f"opset_version must be a dict str -> int, got {opset_version!r}")
+    tables = {g: TensorTable() for g in GROUPS}
+    symbols = SymbolTable()
+    enc = lambda v, group, where: encode_value(v, tables[group], symbols, where)  # noqa: E731
+    sig = ep.graph_signature
+    state = []
+    for spec in sig.input_specs:
+        if spec.kind is InputKind.CUSTOM_OBJ:
+            raise ValueError(f"cannot save input {spec.arg.name!r}: custom objects have no archive form")
+        if spec.kind in (InputKind.USER_INPUT, InputKind.TOKEN):
+            continue
+        value = ep._state_value(spec.target)
+        if not isinstance(value, Tensor):
+            raise ValueError(f"cannot save state {spec.target!r}: expected a Tensor, got {type(value).__name__}")
+        group = "weights" if _is_weight(spec) else "constants"
+        state.append({"target": spec.target, "group": group, "ref": tables[group].add(value),
+                      "weight_type": int(weight_type_of(spec)), "parameter": type(value).__name__ == "Parameter"})
+    gm = ep.graph_module
+    meta = {}
+    for key, value in gm.meta.items():
+        if key == "constants":
+            continue  # rebuilt from the state records
+        if key == "shape_env":
+            value = _shape_env_to_value(value)
+        meta[key] = enc(value, "constants", f"graph_module.meta[{key!r}]")
+    doc = {
+        "format": PROGRAM_FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "opset_version": dict(opset_version or {}),
+        "graph": encode_graph(ep.graph, tables["constants"], symbols),
+        "graph_attrs": enc(dict(gm._graph_attrs), "constants", "graph constants"),
+        "input_specs": [{"kind": s.kind.name, "arg": arg_to_doc(s.arg, enc), "target": s.target,
+                         "persistent": s.persistent} for s in sig.input_specs],
+        "output_specs": [{"kind": s.kind.name, "arg": arg_to_doc(s.arg, enc), "target": s.target}
+                         for s in sig.output_specs],
+        "state": state,
+        "meta": meta,
+        "example_inputs": enc(dict(ep.example_inputs), "sample_inputs", "example_inputs"),
+        "dynamic_shapes": enc(dict(ep.dynamic_shapes), "constants", "dynamic_shapes"),
+        "range_constraints": enc(dict(ep.range_constraints), "constants", "range_constraints"),
+        "equality_constraints": [{"sites": enc(tuple(c.sites), "constants", "equality_constraints"),
+                                  "name": c.name} for c in ep.equality_constraints],
+        "module_call_graph": [_call_entry_doc(e, enc) for e in ep.module_call_graph],
+        "verifier": getattr(ep.verifier, "dialect", "STABLE"),
+    }
+    doc["symbols"] = symbols.to_json()
+    groups = {g: tables[g].tensors for g in GROUPS}
+    doc["payloads"] = {g: [encode_tensor(t)[0] for t in groups[g]] for g in GROUPS}
+    return doc, groups
+
+
+def _call_entry_doc(entry: Any, enc: Callable[..., Any]) -> dict[str, Any]:
+    sig = entry.signature
+    if sig is None:
+        return {"fqn": entry.fqn, "signature": None}
+    return {"fqn": entry.fqn, "signature": {
+        "inputs": [arg_to_doc(a, enc) for a in sig.inputs], "outputs": [arg_to_doc(a, enc) for a in sig.outputs],
+        "in_spec": enc(sig.in_spec, "constants", "in_spec"), "out_spec": enc(sig.out_spec, "constants", "out_spec"),
+        "forward_arg_names": sig.forward_arg_names}}
+
+
+def _shape_env_to_value(env: Any) -> dict[str, Any]:
+    symbols = [{"symbol": i.symbol, "hint": i.hint, "lo": i.lo, "hi": i.hi, "kind": i.kind, "reason": i.reason,
+                "sources": [tuple(s) for s in i.sources]} for i in env.symbols.values()]
+    guards = [{"fact": g.fact, "reason": g.reason, "where": g.where} for g in env.guards]
+    return {"$shape_env": 1, "symbols": symbols, "guards": guards}
+
+
+def _shape_env_from_value(value: Any) -> Any:
+    from ..graph.shape_env import Guard, ShapeEnv, SymbolInfo
+
+    def int_or_none(v: Any) -> bool:
+        return v is None or type(v) is int
+
+    def good_symbol(s: Any) -> bool:
+        return isinstance(s, dict) and isinstance(s.get("symbol"), sympy.Symbol) and int_or_none(s.get("hint")) \
+            and type(s.get("lo")) is int and int_or_none(s.get("hi")) and isinstance(s.get("kind"), str) \
+            and isinstance(s.get("reason"), str) and type(s.get("sources")) is list
+
+    def good_guard(g: Any) -> bool:
+        return isinstance(g, dict) and isinstance(g.get("fact"), sympy.Basic) and isinstance(g.get("reason"), str) \
+            and isinstance(g.get("where"), str)
+
+    if not isinstance(value, dict) or value.get("$shape_env") != 1 or type(value.get("symbols")) is not list \
+            or type(value.get("guards")) is not list or not all(map(good_symbol, value["symbols"])) \
+            or not all(map(good_guard, value["guards"])):
+        raise malformed("a shape environment record {symbols: [...], guards: [...]}", value)
+    env = ShapeEnv()
+    for s in value["symbols"]:
+        env.symbols[s["symbol"]] = SymbolInfo(s["symbol"], s["hint"], s["lo"], s["hi"], s["kind"], s["reason"],
+                                              list(s["sources"]))
+    env.guards = [Guard(g["fact"], g["reason"], g["where"]) for g in value["guards"]]
+    return env
+
+
+def _required(doc: dict, key: str, kind: type | tuple[type, ...]) -> Any:
+    value = doc.get(key)
+    if not isinstance(value, kind):
+        raise malformed(f"{key!r} of type {getattr(kind, '__name__', kind)}", value)
+    return value
+
+
+def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
+                        state_dict: dict | None = None, constants: dict | None = None,
+                        example_inputs: Any = None) -> Any:
+    """Rebuild an ``ExportedProgram`` from a validated document; ``tensors[group](i)`` yields payload ``i``.
+
+    ``state_dict`` / ``constants`` (target -> tensor) and ``example_inputs`` replace stored values.
+    """
+    from ..graph import GraphModule
+    from ..nn import Module, Parameter
+    from . import graph_signature as gs
+    from .exported_program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
+
+    if not isinstance(doc, dict) or doc.get("format") != PROGRAM_FORMAT:
+        raise malformed(f"a {PROGRAM_FORMAT!r} document", str(doc)[:80])
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"unsupported program schema_version {doc.get('schema_version')!r}; this tensorplay "
+                         f"reads version {SCHEMA_VERSION}")
+    opset = doc.get("opset_version", {})
+    if not isinstance(opset, dict) or not all(isinstance(k, str) and type(v) is int for k, v in opset.items()):
+        raise malformed("opset_version as a dict str -> int", opset)
+    symbols = SymbolTable.from_json(doc.get("symbols", {}))
+    dec = {g: ValueDecoder(symbols, tensors[g]) for g in GROUPS}
+    graph = decode_graph(_required(doc, "graph", dict), tensors["constants"], symbols)
+
+    def arg_of(d: Any) -> Any:
+        return arg_from_doc(d, dec["constants"])
+
+    try:
+        inputs = [gs.InputSpec(gs.InputKind[s["kind"]], arg_of(s["arg"]), s["target"], s["persistent"])
+                  for s in _required(doc, "input_specs", list)]
+        outputs = [gs.OutputSpec(gs.OutputKind[s["kind"]], arg_of(s["arg"]), s["target"])
+                   for s in _required(doc, "output_specs", list)]
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"malformed graph signature record: {exc!r}") from None
+    for spec in inputs:
+        if spec.target is not None and not is_state_path(spec.target):
+            raise malformed("a dotted state target", spec.target)
+    state_values: dict[str, Tensor] = {}
+    kinds = {s.target: s for s in inputs if s.target is not None}
+    for rec in _required(doc, "state", list):
+        if not isinstance(rec, dict) or not isinstance(rec.get("target"), str) or rec["target"] not in kinds \
+                or not isinstance(rec.get("group"), str) or rec["group"] not in GROUPS[:2] \
+                or type(rec.get("ref")) is not int or not isinstance(rec.get("parameter"), bool):
+            raise malformed("a state record {target, group, ref, weight_type, parameter}", rec)
+        target = rec["target"]
+        override = (state_dict if rec["group"] == "weights" else constants) or {}
+        value = override.get(target) if target in override else tensors[rec["group"]](rec["ref"])
+        if not isinstance(value, Tensor):
+            raise TypeError(f"state {target!r}: expected a Tensor, got {type(value).__name__}")
+        if rec["parameter"] and not isinstance(value, Parameter):
+            value = Parameter(value, requires_grad=value.requires_grad)
+        state_values[target] = value
+    root = Module()
+    graph_constants = {}
+    for target, value in state_values.items():
+        spec = kinds[target]
+        *path, leaf = target.split(".")
+        owner = root
+        for part in path:
+            child = owner._modules.get(part)
+            if child is None:
+                child = Module()
+                owner.add_module(part, child)
+            owner = child
+        if isinstance(value, Parameter):
+            owner.register_parameter(leaf, value)
+        elif spec.kind is gs.InputKind.BUFFER:
+            owner.register_buffer(leaf, value, persistent=bool(spec.persistent))
+        else:
+            object.__setattr__(owner, leaf, value)
+        if not _is_weight(spec):
+            graph_constants[target] = value
+    missing = [s.target for s in inputs if s.target is not None and s.kind is not gs.InputKind.USER_INPUT
+               and s.target not in state_values]
+    if missing:
+        raise ValueError(f"malformed program document: no stored value for the lifted state {missing}")
+    graph_attrs = dec["constants"](doc.get("graph_attrs", {"$": "dict", "v": []}))
+    if not isinstance(graph_attrs, dict) or not all(
+            isinstance(k, str) and serde.IDENT.match(k) and not k.startswith("__") for k in graph_attrs):
+        raise malformed("graph constants keyed by identifiers", graph_attrs)
+    try:
+        gm = GraphModule(root, graph, graph_attrs=graph_attrs)
+    except Exception as exc:  # GraphError and friends: the document names attributes that do not exist
+        raise ValueError(f"malformed program document: {exc}") from None
+    meta = _required(doc, "meta", dict)
+    for key, value in meta.items():
+        gm.meta[key] = dec["constants"](value)
+    for key in ("in_spec", "out_spec"):
+        if gm.meta.get(key) is not None and not isinstance(gm.meta[key], TreeSpec):
+            raise malformed(f"graph_module.meta[{key!r}] as a tree spec", gm.meta[key])
+    mutations = gm.meta.get("num_mutations", 0)
+    if type(mutations) is not int or not 0 <= mutations <= len(outputs):
+        raise malformed(f"num_mutations between 0 and {len(outputs)}", mutations)
+    if "shape_env" in gm.meta:
+        gm.meta["shape_env"] = _shape_env_from_value(gm.meta["shape_env"])
+    gm.meta["constants"] = graph_constants
+    examples = dec["sample_inputs"](doc.get("example_inputs", {"$": "dict", "v": []}))
+    equality = []
+    for rec in _required(doc, "equality_constraints", list):
+        sites = dec["constants"](rec.get("sites")) if isinstance(rec, dict) else None
+        if not isinstance(sites, tuple) or len(sites) < 2 or not all(
+                isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int for p in sites) \
+                or not isinstance(rec.get("name"), str | type(None)):
+            raise malformed("an equality constraint {sites: ((arg, axis), ...), name}", rec)
+        equality.append(_equality_class()(sites, name=rec["name"]))
+    calls = []
+    for rec in _required(doc, "module_call_graph", list):
+        if not isinstance(rec, dict) or not isinstance(rec.get("fqn"), str):
+            raise malformed("a module call entry {fqn, signature}", rec)
+        sig = rec.get("signature")
+        if sig is not None:
+            names = sig.get("forward_arg_names") if isinstance(sig, dict) else None
+            if names is not None and (type(names) is not list or not all(isinstance(n, str) for n in names)):
+                raise malformed("forward_arg_names as a list of str", names)
+            try:
+                sig = ModuleCallSignature([arg_of(a) for a in sig["inputs"]], [arg_of(a) for a in sig["outputs"]],
+                                          dec["constants"](sig["in_spec"]), dec["constants"](sig["out_spec"]),
+                                          sig["forward_arg_names"])
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"malformed module call signature: {exc!r}") from None
+        calls.append(ModuleCallEntry(rec["fqn"], sig))
+    try:
+        program = ExportedProgram(
+            gm, gs.ExportGraphSignature(inputs, outputs), examples if example_inputs is None else example_inputs,
+            dec["constants"](doc.get("dynamic_shapes")), calls, dec["constants"](doc.get("range_constraints")),
+            equality)
+    except (TypeError, KeyError) as exc:
+        raise ValueError(f"malformed program document: {exc}") from None
+    try:
+        program.validate()
+    except Exception as exc:  # GraphLintError / GraphCaptureError: the document contradicts itself
+        raise ValueError(f"malformed program document: {exc}") from None
+    return program
+
+
+def _equality_class() -> type:
+    from . import exported_program
+    return exported_program.EqualityConstraint
+
 
 
 # ------------------------------------------------------------------------------------ writing
@@ -99,7 +385,7 @@ def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
             raise TypeError(f"exported_programs[{name!r}] must be an ExportedProgram, got {type(program).__name__}")
     native = _check_tp_files(tp_files)
     extras = _check_extra_files(extra_files)
-    documents = {name: serde.program_to_document(p, opset_version) for name, p in programs.items()}
+    documents = {name: program_to_document(p, opset_version) for name, p in programs.items()}
     if isinstance(f, str | os.PathLike):
         parent = os.path.dirname(os.fspath(f))
         if parent and not os.path.isdir(parent):
@@ -267,7 +553,7 @@ def _load_model(reader: PT2ArchiveReader, model: str, expected_opset: dict[str, 
                 raise ValueError(f"archive entry {prefix}{i} is {reader.size(prefix + str(i))} bytes; the index "
                                  f"says {nbytes}")
         tensors[group] = _payload_getter(reader, prefix, entries, from_disk and group != "sample_inputs")
-    return serde.document_to_program(doc, tensors)
+    return document_to_program(doc, tensors)
 
 
 def _load_native(reader: PT2ArchiveReader, model: str, triple: str) -> Any:

@@ -1,4 +1,4 @@
-"""Programs <-> JSON documents plus raw tensor payloads, with no pickle and no ``eval``.
+"""Values and graphs <-> JSON, with no pickle and no ``eval``; program artifacts (``ExportedProgram.serialize``).
 
 A graph is written as a list of nodes; each node argument is a JSON value, tagged with a
 ``"$"`` key where JSON has no native form (tuples, slices, dtypes, nodes, sympy expressions,
@@ -7,6 +7,8 @@ functions, a few builtins, method names, and functions put on the allow-list wit
 :func:`allow_function`. Anything else is refused when saving, naming the node.
 
 Everything read back is validated before use; a malformed document raises ``ValueError``.
+Whole programs become documents in :mod:`tensorplay.export.save_load`; tensor payloads are
+encoded by :mod:`tensorplay.export.pt2_archive`.
 
 >>> import operator
 >>> from tensorplay.graph import Graph
@@ -48,33 +50,31 @@ from ..ops._registry import Op
 from .pt2_archive import (
     MAX_NDIM,
     bundle_payloads,
-    decode_tensor,
-    encode_tensor,
     unbundle_payloads,
-    weight_type_of,
 )
 
 __all__ = [
-    "SCHEMA_VERSION", "SerializedArtifact", "TensorTable", "allow_function", "decode_graph", "decode_tensor",
-    "decode_value", "deserialize_program", "encode_graph", "encode_tensor", "encode_value", "parse_sympy",
-    "serialize_program",
+    "GROUPS", "SCHEMA_VERSION", "SerializedArtifact", "SymbolTable", "TensorTable", "ValueDecoder", "allow_function",
+    "arg_from_doc", "arg_to_doc", "decode_graph", "decode_value", "deserialize", "deserialize_program", "encode_graph",
+    "encode_value", "is_state_path", "malformed", "parse_json", "parse_sympy", "serialize", "serialize_program",
 ]
 
 SCHEMA_VERSION = 1
 MAX_DEPTH = 200
 MAX_EXPR_CHARS = 20_000
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _STATE_PATH = re.compile(r"^[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*$")  # "fc.weight", "layers.0.bias"
 
 
-def _is_state_path(text: Any) -> bool:
+def is_state_path(text: Any) -> bool:
     return isinstance(text, str) and len(text) <= 1000 and bool(_STATE_PATH.match(text)) \
         and not any(part.startswith("__") for part in text.split("."))
 
 
-def _fail(what: str, got: Any) -> ValueError:
+def malformed(what: str, got: Any) -> ValueError:
+    """The ``ValueError`` for a document part that is not ``what``."""
     text = repr(got)
     return ValueError(f"malformed program document: expected {what}, got {text[:120]}")
 
@@ -140,7 +140,7 @@ def _target_name(target: Any, node_name: str = "?") -> dict[str, str]:
 
 def _resolve_target(doc: Any, node_name: str) -> Callable[..., Any]:
     if not isinstance(doc, dict) or set(doc) != {"kind", "name"} or not isinstance(doc["name"], str):
-        raise _fail(f"a target {{kind, name}} for node {node_name!r}", doc)
+        raise malformed(f"a target {{kind, name}} for node {node_name!r}", doc)
     kind, name = doc["kind"], doc["name"]
     if kind == "op":
         if name not in REGISTRY:
@@ -184,7 +184,7 @@ def parse_sympy(text: str, symbols: dict[str, sympy.Symbol]) -> sympy.Basic:
     True
     """
     if not isinstance(text, str) or len(text) > MAX_EXPR_CHARS:
-        raise _fail(f"a sympy expression string of at most {MAX_EXPR_CHARS} characters", text)
+        raise malformed(f"a sympy expression string of at most {MAX_EXPR_CHARS} characters", text)
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
@@ -237,12 +237,12 @@ _RESERVED_SYMBOLS = frozenset(_SYM_FUNCS) | frozenset(_SYM_CONSTS)
 
 
 def _check_symbol_name(name: Any) -> None:
-    if not isinstance(name, str) or not _IDENT.match(name) or name in _RESERVED_SYMBOLS or len(name) > 200:
+    if not isinstance(name, str) or not IDENT.match(name) or name in _RESERVED_SYMBOLS or len(name) > 200:
         raise ValueError(f"symbol name {str(name)[:60]!r}: expected a Python identifier other than "
                          f"{', '.join(sorted(_RESERVED_SYMBOLS))}")
 
 
-class _Symbols:
+class SymbolTable:
     """The symbols met while encoding (name -> assumptions) or the table used while decoding."""
 
     __slots__ = ("by_name",)
@@ -264,15 +264,15 @@ class _Symbols:
         return {name: dict(getattr(s, "_assumptions_orig", None) or s.assumptions0) for name, s in self.by_name.items()}
 
     @classmethod
-    def from_json(cls, doc: Any) -> _Symbols:
+    def from_json(cls, doc: Any) -> SymbolTable:
         table = cls()
         if not isinstance(doc, dict):
-            raise _fail("a symbol table object", doc)
+            raise malformed("a symbol table object", doc)
         for name, assumptions in doc.items():
             _check_symbol_name(name)
             if not isinstance(assumptions, dict) or not all(
                     k in _ASSUMPTIONS and isinstance(v, bool) for k, v in assumptions.items()):
-                raise _fail("symbol name -> {assumption: bool}", {name: assumptions})
+                raise malformed("symbol name -> {assumption: bool}", {name: assumptions})
             try:
                 table.by_name[name] = sympy.Symbol(name, **assumptions)
             except Exception as exc:  # sympy refuses inconsistent assumptions in several ways
@@ -307,7 +307,7 @@ class TensorTable:
 
 # ------------------------------------------------------------------------------------ values
 
-def encode_value(value: Any, table: TensorTable, symbols: _Symbols | None = None, where: str = "value",
+def encode_value(value: Any, table: TensorTable, symbols: SymbolTable | None = None, where: str = "value",
                  depth: int = 0) -> Any:
     """JSON form of a node argument / example input / metadata value (see the module docstring).
 
@@ -319,7 +319,7 @@ def encode_value(value: Any, table: TensorTable, symbols: _Symbols | None = None
 
     if depth > MAX_DEPTH:
         raise ValueError(f"cannot save {where}: nested deeper than {MAX_DEPTH}")
-    symbols = symbols if symbols is not None else _Symbols()
+    symbols = symbols if symbols is not None else SymbolTable()
     enc = lambda v, w=where: encode_value(v, table, symbols, w, depth + 1)  # noqa: E731
     t = type(value)
     if value is None or t in (bool, int, str):
@@ -361,7 +361,7 @@ def encode_value(value: Any, table: TensorTable, symbols: _Symbols | None = None
     if t is _Dim:
         return {"$": "dim", "name": value.name, "min": value.min, "max": value.max}
     if t.__name__ in _ARG_FIELDS and t.__module__ == "tensorplay.export.graph_signature":
-        return _arg_doc(value, lambda v, _group, w: enc(v, w))
+        return arg_to_doc(value, lambda v, _group, w: enc(v, w))
     leaves, spec = tree_flatten(value)
     if not spec.is_leaf():
         try:
@@ -373,12 +373,12 @@ def encode_value(value: Any, table: TensorTable, symbols: _Symbols | None = None
                      "(expected tensors, numbers, strings, containers, dtypes, slices or symbolic sizes)")
 
 
-class _Decoder:
+class ValueDecoder:
     """Decodes tagged JSON values; ``nodes`` resolves node references, ``tensors`` tensor references."""
 
     __slots__ = ("symbols", "tensors", "nodes")
 
-    def __init__(self, symbols: _Symbols, tensors: Callable[[int], Tensor] | None = None,
+    def __init__(self, symbols: SymbolTable, tensors: Callable[[int], Tensor] | None = None,
                  nodes: dict[str, Node] | None = None) -> None:
         self.symbols, self.tensors, self.nodes = symbols, tensors, nodes
 
@@ -393,7 +393,7 @@ class _Decoder:
         if type(doc) is list:
             return [rec(v) for v in doc]
         if type(doc) is not dict or not isinstance(doc.get("$"), str):
-            raise _fail("a JSON value or a tagged object", doc)
+            raise malformed("a JSON value or a tagged object", doc)
         tag, v = doc["$"], doc.get("v")
         if tag == "tuple" and type(v) is list:
             return tuple(rec(e) for e in v)
@@ -404,7 +404,7 @@ class _Decoder:
                 try:
                     hash(key)
                 except TypeError:
-                    raise _fail("a hashable dict key", key) from None
+                    raise malformed("a hashable dict key", key) from None
                 out[key] = rec(val)
             return out
         if tag == "slice" and type(v) is list and len(v) == 3:
@@ -427,10 +427,10 @@ class _Decoder:
             return self.tensors(v)
         if tag == "tmeta" and type(doc.get("shape")) is list and isinstance(doc.get("dtype"), str):
             if len(doc["shape"]) > MAX_NDIM:
-                raise _fail(f"at most {MAX_NDIM} dims", doc["shape"])
+                raise malformed(f"at most {MAX_NDIM} dims", doc["shape"])
             dims = [rec(d) for d in doc["shape"]]
             if not all(type(d) is int or isinstance(d, sympy.Expr) or d is None for d in dims):
-                raise _fail("tensor extents (ints or sympy expressions)", dims)
+                raise malformed("tensor extents (ints or sympy expressions)", dims)
             return TensorMeta(tuple(dims), _dtype.from_name(doc["dtype"]))
         if tag == "treespec" and isinstance(v, str):
             try:
@@ -440,14 +440,14 @@ class _Decoder:
         if tag == "pytree" and isinstance(doc.get("spec"), str) and type(doc.get("leaves")) is list:
             spec = rec({"$": "treespec", "v": doc["spec"]})
             if spec.num_leaves != len(doc["leaves"]):
-                raise _fail(f"{spec.num_leaves} pytree leaves", len(doc["leaves"]))
+                raise malformed(f"{spec.num_leaves} pytree leaves", len(doc["leaves"]))
             leaves = [rec(e) for e in doc["leaves"]]
             try:
                 return spec.unflatten(leaves)
             except Exception as exc:  # user-registered unflatten functions may fail in any way on bad data
                 raise ValueError(f"malformed pytree value: {exc}") from None
         if tag == "arg":
-            return _arg_of(doc, self)
+            return arg_from_doc(doc, self)
         try:
             if tag == "dimhint":
                 return DimHint(DimHintType(doc.get("type")), doc.get("min"), doc.get("max"), _factory=False)
@@ -459,7 +459,7 @@ class _Decoder:
                 return _DerivedDim(rec(doc.get("root")), doc.get("scale"), doc.get("offset"))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"malformed dimension spec {str(doc)[:80]}: {exc}") from None
-        raise _fail("a known tagged value", doc)
+        raise malformed("a known tagged value", doc)
 
 
 def decode_value(doc: Any, tensors: Callable[[int], Tensor] | None = None,
@@ -469,7 +469,7 @@ def decode_value(doc: Any, tensors: Callable[[int], Tensor] | None = None,
     >>> decode_value({'$': 'tuple', 'v': [1, {'$': 'float', 'v': 'nan'}]})
     (1, nan)
     """
-    return _Decoder(_Symbols.from_json(symbols or {}), tensors)(doc)
+    return ValueDecoder(SymbolTable.from_json(symbols or {}), tensors)(doc)
 
 
 # ------------------------------------------------------------------------------------ graphs
@@ -477,9 +477,9 @@ def decode_value(doc: Any, tensors: Callable[[int], Tensor] | None = None,
 _META_KEYS = ("val", "stack_trace", "nn_module_stack")
 
 
-def encode_graph(graph: Graph, table: TensorTable, symbols: _Symbols | None = None) -> dict[str, Any]:
+def encode_graph(graph: Graph, table: TensorTable, symbols: SymbolTable | None = None) -> dict[str, Any]:
     """JSON form of ``graph``: ``{"nodes": [...], "symbols": {...}}`` (tensors go to ``table``)."""
-    symbols = symbols if symbols is not None else _Symbols()
+    symbols = symbols if symbols is not None else SymbolTable()
     nodes = []
     for n in graph.nodes:
         where = f"node {n.name!r}"
@@ -500,28 +500,28 @@ def encode_graph(graph: Graph, table: TensorTable, symbols: _Symbols | None = No
 
 
 def decode_graph(doc: Any, tensors: Callable[[int], Tensor] | dict[int, Tensor],
-                 symbols: _Symbols | None = None) -> Graph:
+                 symbols: SymbolTable | None = None) -> Graph:
     """Rebuild a :class:`Graph` from :func:`encode_graph` output, validating every node."""
     if not isinstance(doc, dict) or type(doc.get("nodes")) is not list:
-        raise _fail("a graph object with a 'nodes' list", doc)
+        raise malformed("a graph object with a 'nodes' list", doc)
     if symbols is None:
-        symbols = _Symbols.from_json(doc.get("symbols", {}))
+        symbols = SymbolTable.from_json(doc.get("symbols", {}))
     lookup = tensors if callable(tensors) else tensors.__getitem__
     graph = Graph()
     defined: dict[str, Node] = {}
-    decode = _Decoder(symbols, lookup, defined)
+    decode = ValueDecoder(symbols, lookup, defined)
     for item in doc["nodes"]:
         if not isinstance(item, dict) or set(item) != {"name", "op", "target", "args", "kwargs", "meta"}:
-            raise _fail("a node object {name, op, target, args, kwargs, meta}", item)
+            raise malformed("a node object {name, op, target, args, kwargs, meta}", item)
         name, op = item["name"], item["op"]
-        if not isinstance(name, str) or not _IDENT.match(name) or name in defined:
-            raise _fail("a new node name (a Python identifier)", name)
+        if not isinstance(name, str) or not IDENT.match(name) or name in defined:
+            raise malformed("a new node name (a Python identifier)", name)
         if op not in OPCODES:
-            raise _fail(f"a node op among {OPCODES}", op)
+            raise malformed(f"a node op among {OPCODES}", op)
         target = _decode_target(op, item["target"], name)
         args, kwargs = decode(item["args"]), decode(item["kwargs"])
         if type(args) is not list or type(kwargs) is not dict or not all(isinstance(k, str) for k in kwargs):
-            raise _fail(f"node {name!r} args as a list and kwargs as a str-keyed dict", (args, kwargs))
+            raise malformed(f"node {name!r} args as a list and kwargs as a str-keyed dict", (args, kwargs))
         if target is getattr and not _public_getattr(args):
             raise ValueError(f"node {name!r}: getattr may only read a public attribute, got {args[1:]!r}")
         try:
@@ -533,7 +533,7 @@ def decode_graph(doc: Any, tensors: Callable[[int], Tensor] | dict[int, Tensor],
         defined[name] = node
         meta = item["meta"]
         if not isinstance(meta, dict) or not set(meta) <= set(_META_KEYS):
-            raise _fail(f"node meta with keys among {_META_KEYS}", meta)
+            raise malformed(f"node meta with keys among {_META_KEYS}", meta)
         for key, value in meta.items():
             node.meta[key] = decode(value)
     outputs = [n for n in graph.nodes if n.op == "output"]
@@ -543,7 +543,7 @@ def decode_graph(doc: Any, tensors: Callable[[int], Tensor] | dict[int, Tensor],
 
 
 def _public_getattr(args: Any) -> bool:
-    return len(args) == 2 and isinstance(args[1], str) and bool(_IDENT.match(args[1])) and not args[1].startswith("_")
+    return len(args) == 2 and isinstance(args[1], str) and bool(IDENT.match(args[1])) and not args[1].startswith("_")
 
 
 def _decode_target(op: str, doc: Any, name: str) -> Any:
@@ -551,8 +551,8 @@ def _decode_target(op: str, doc: Any, name: str) -> Any:
         return _resolve_target(doc, name)
     if op == "call_module":
         raise ValueError(f"node {name!r}: call_module nodes cannot be loaded (no module objects in archives)")
-    if not _is_state_path(doc):
-        raise _fail(f"a dotted-name target (no dunder parts) for {op} node {name!r}", doc)
+    if not is_state_path(doc):
+        raise malformed(f"a dotted-name target (no dunder parts) for {op} node {name!r}", doc)
     if op == "call_method" and (doc.startswith("_") or "." in doc):
         raise ValueError(f"node {name!r}: call_method may only call a public method, got {doc!r}")
     return doc
@@ -579,80 +579,13 @@ class SerializedArtifact:
 
 # ------------------------------------------------------------------------------------ programs
 
-PROGRAM_FORMAT = "tensorplay.exported_program"
 GROUPS = ("weights", "constants", "sample_inputs")
 _ARG_FIELDS = {"TensorArgument": ("name",), "TokenArgument": ("name",), "SymIntArgument": ("name",),
                "SymFloatArgument": ("name",), "SymBoolArgument": ("name",), "ConstantArgument": ("name", "value"),
                "CustomObjArgument": ("name", "class_fqn")}
 
 
-def _is_weight(spec: Any) -> bool:
-    from .graph_signature import InputKind
-    return spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and bool(spec.persistent))
-
-
-def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) -> tuple[dict, dict[str, list]]:
-    """``(document, {group: [tensors]})`` for an ``ExportedProgram``; payload ``i`` of a group is tensor ``i``.
-
-    Groups: ``weights`` (parameters, persistent buffers), ``constants`` (lifted constants,
-    non-persistent buffers, tensors inside the graph) and ``sample_inputs`` (example inputs).
-    """
-    from .graph_signature import InputKind
-
-    if opset_version is not None and (not isinstance(opset_version, dict) or not all(
-            isinstance(k, str) and type(v) is int for k, v in opset_version.items())):
-        raise TypeError(f"opset_version must be a dict str -> int, got {opset_version!r}")
-    tables = {g: TensorTable() for g in GROUPS}
-    symbols = _Symbols()
-    enc = lambda v, group, where: encode_value(v, tables[group], symbols, where)  # noqa: E731
-    sig = ep.graph_signature
-    state = []
-    for spec in sig.input_specs:
-        if spec.kind is InputKind.CUSTOM_OBJ:
-            raise ValueError(f"cannot save input {spec.arg.name!r}: custom objects have no archive form")
-        if spec.kind in (InputKind.USER_INPUT, InputKind.TOKEN):
-            continue
-        value = ep._state_value(spec.target)
-        if not isinstance(value, Tensor):
-            raise ValueError(f"cannot save state {spec.target!r}: expected a Tensor, got {type(value).__name__}")
-        group = "weights" if _is_weight(spec) else "constants"
-        state.append({"target": spec.target, "group": group, "ref": tables[group].add(value),
-                      "weight_type": int(weight_type_of(spec)), "parameter": type(value).__name__ == "Parameter"})
-    gm = ep.graph_module
-    meta = {}
-    for key, value in gm.meta.items():
-        if key == "constants":
-            continue  # rebuilt from the state records
-        if key == "shape_env":
-            value = _shape_env_to_value(value)
-        meta[key] = enc(value, "constants", f"graph_module.meta[{key!r}]")
-    doc = {
-        "format": PROGRAM_FORMAT,
-        "schema_version": SCHEMA_VERSION,
-        "opset_version": dict(opset_version or {}),
-        "graph": encode_graph(ep.graph, tables["constants"], symbols),
-        "graph_attrs": enc(dict(gm._graph_attrs), "constants", "graph constants"),
-        "input_specs": [{"kind": s.kind.name, "arg": _arg_doc(s.arg, enc), "target": s.target,
-                         "persistent": s.persistent} for s in sig.input_specs],
-        "output_specs": [{"kind": s.kind.name, "arg": _arg_doc(s.arg, enc), "target": s.target}
-                         for s in sig.output_specs],
-        "state": state,
-        "meta": meta,
-        "example_inputs": enc(dict(ep.example_inputs), "sample_inputs", "example_inputs"),
-        "dynamic_shapes": enc(dict(ep.dynamic_shapes), "constants", "dynamic_shapes"),
-        "range_constraints": enc(dict(ep.range_constraints), "constants", "range_constraints"),
-        "equality_constraints": [{"sites": enc(tuple(c.sites), "constants", "equality_constraints"),
-                                  "name": c.name} for c in ep.equality_constraints],
-        "module_call_graph": [_call_entry_doc(e, enc) for e in ep.module_call_graph],
-        "verifier": getattr(ep.verifier, "dialect", "STABLE"),
-    }
-    doc["symbols"] = symbols.to_json()
-    groups = {g: tables[g].tensors for g in GROUPS}
-    doc["payloads"] = {g: [encode_tensor(t)[0] for t in groups[g]] for g in GROUPS}
-    return doc, groups
-
-
-def _arg_doc(arg: Any, enc: Callable[..., Any]) -> dict[str, Any]:
+def arg_to_doc(arg: Any, enc: Callable[..., Any]) -> dict[str, Any]:
     kind = type(arg).__name__
     if kind not in _ARG_FIELDS:
         raise ValueError(f"cannot save argument {arg!r}: unknown argument type {kind}")
@@ -664,208 +597,17 @@ def _arg_doc(arg: Any, enc: Callable[..., Any]) -> dict[str, Any]:
     return out
 
 
-def _arg_of(d: Any, decode: Callable[[Any], Any]) -> Any:
+def arg_from_doc(d: Any, decode: Callable[[Any], Any]) -> Any:
     from . import graph_signature as gs
 
     if not isinstance(d, dict) or d.get("type") not in _ARG_FIELDS or not isinstance(d.get("name"), str):
-        raise _fail("an argument record {type, name}", d)
+        raise malformed("an argument record {type, name}", d)
     cls = getattr(gs, d["type"])
     if d["type"] == "ConstantArgument":
         return cls(d["name"], decode(d.get("value")))
     if d["type"] == "CustomObjArgument":
         return cls(d["name"], str(d.get("class_fqn")))
     return cls(d["name"])
-
-
-def _call_entry_doc(entry: Any, enc: Callable[..., Any]) -> dict[str, Any]:
-    sig = entry.signature
-    if sig is None:
-        return {"fqn": entry.fqn, "signature": None}
-    return {"fqn": entry.fqn, "signature": {
-        "inputs": [_arg_doc(a, enc) for a in sig.inputs], "outputs": [_arg_doc(a, enc) for a in sig.outputs],
-        "in_spec": enc(sig.in_spec, "constants", "in_spec"), "out_spec": enc(sig.out_spec, "constants", "out_spec"),
-        "forward_arg_names": sig.forward_arg_names}}
-
-
-def _shape_env_to_value(env: Any) -> dict[str, Any]:
-    symbols = [{"symbol": i.symbol, "hint": i.hint, "lo": i.lo, "hi": i.hi, "kind": i.kind, "reason": i.reason,
-                "sources": [tuple(s) for s in i.sources]} for i in env.symbols.values()]
-    guards = [{"fact": g.fact, "reason": g.reason, "where": g.where} for g in env.guards]
-    return {"$shape_env": 1, "symbols": symbols, "guards": guards}
-
-
-def _shape_env_from_value(value: Any) -> Any:
-    from ..graph.shape_env import Guard, ShapeEnv, SymbolInfo
-
-    def int_or_none(v: Any) -> bool:
-        return v is None or type(v) is int
-
-    def good_symbol(s: Any) -> bool:
-        return isinstance(s, dict) and isinstance(s.get("symbol"), sympy.Symbol) and int_or_none(s.get("hint")) \
-            and type(s.get("lo")) is int and int_or_none(s.get("hi")) and isinstance(s.get("kind"), str) \
-            and isinstance(s.get("reason"), str) and type(s.get("sources")) is list
-
-    def good_guard(g: Any) -> bool:
-        return isinstance(g, dict) and isinstance(g.get("fact"), sympy.Basic) and isinstance(g.get("reason"), str) \
-            and isinstance(g.get("where"), str)
-
-    if not isinstance(value, dict) or value.get("$shape_env") != 1 or type(value.get("symbols")) is not list \
-            or type(value.get("guards")) is not list or not all(map(good_symbol, value["symbols"])) \
-            or not all(map(good_guard, value["guards"])):
-        raise _fail("a shape environment record {symbols: [...], guards: [...]}", value)
-    env = ShapeEnv()
-    for s in value["symbols"]:
-        env.symbols[s["symbol"]] = SymbolInfo(s["symbol"], s["hint"], s["lo"], s["hi"], s["kind"], s["reason"],
-                                              list(s["sources"]))
-    env.guards = [Guard(g["fact"], g["reason"], g["where"]) for g in value["guards"]]
-    return env
-
-
-def _req(doc: dict, key: str, kind: type | tuple[type, ...]) -> Any:
-    value = doc.get(key)
-    if not isinstance(value, kind):
-        raise _fail(f"{key!r} of type {getattr(kind, '__name__', kind)}", value)
-    return value
-
-
-def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
-                        state_dict: dict | None = None, constants: dict | None = None,
-                        example_inputs: Any = None) -> Any:
-    """Rebuild an ``ExportedProgram`` from a validated document; ``tensors[group](i)`` yields payload ``i``.
-
-    ``state_dict`` / ``constants`` (target -> tensor) and ``example_inputs`` replace stored values.
-    """
-    from ..graph import GraphModule
-    from ..nn import Module, Parameter
-    from . import graph_signature as gs
-    from .exported_program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
-
-    if not isinstance(doc, dict) or doc.get("format") != PROGRAM_FORMAT:
-        raise _fail(f"a {PROGRAM_FORMAT!r} document", str(doc)[:80])
-    if doc.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"unsupported program schema_version {doc.get('schema_version')!r}; this tensorplay "
-                         f"reads version {SCHEMA_VERSION}")
-    opset = doc.get("opset_version", {})
-    if not isinstance(opset, dict) or not all(isinstance(k, str) and type(v) is int for k, v in opset.items()):
-        raise _fail("opset_version as a dict str -> int", opset)
-    symbols = _Symbols.from_json(doc.get("symbols", {}))
-    dec = {g: _Decoder(symbols, tensors[g]) for g in GROUPS}
-    graph = decode_graph(_req(doc, "graph", dict), tensors["constants"], symbols)
-
-    def arg_of(d: Any) -> Any:
-        return _arg_of(d, dec["constants"])
-
-    try:
-        inputs = [gs.InputSpec(gs.InputKind[s["kind"]], arg_of(s["arg"]), s["target"], s["persistent"])
-                  for s in _req(doc, "input_specs", list)]
-        outputs = [gs.OutputSpec(gs.OutputKind[s["kind"]], arg_of(s["arg"]), s["target"])
-                   for s in _req(doc, "output_specs", list)]
-    except (KeyError, TypeError) as exc:
-        raise ValueError(f"malformed graph signature record: {exc!r}") from None
-    for spec in inputs:
-        if spec.target is not None and not _is_state_path(spec.target):
-            raise _fail("a dotted state target", spec.target)
-    state_values: dict[str, Tensor] = {}
-    kinds = {s.target: s for s in inputs if s.target is not None}
-    for rec in _req(doc, "state", list):
-        if not isinstance(rec, dict) or not isinstance(rec.get("target"), str) or rec["target"] not in kinds \
-                or not isinstance(rec.get("group"), str) or rec["group"] not in GROUPS[:2] \
-                or type(rec.get("ref")) is not int or not isinstance(rec.get("parameter"), bool):
-            raise _fail("a state record {target, group, ref, weight_type, parameter}", rec)
-        target = rec["target"]
-        override = (state_dict if rec["group"] == "weights" else constants) or {}
-        value = override.get(target) if target in override else tensors[rec["group"]](rec["ref"])
-        if not isinstance(value, Tensor):
-            raise TypeError(f"state {target!r}: expected a Tensor, got {type(value).__name__}")
-        if rec["parameter"] and not isinstance(value, Parameter):
-            value = Parameter(value, requires_grad=value.requires_grad)
-        state_values[target] = value
-    root = Module()
-    graph_constants = {}
-    for target, value in state_values.items():
-        spec = kinds[target]
-        *path, leaf = target.split(".")
-        owner = root
-        for part in path:
-            child = owner._modules.get(part)
-            if child is None:
-                child = Module()
-                owner.add_module(part, child)
-            owner = child
-        if isinstance(value, Parameter):
-            owner.register_parameter(leaf, value)
-        elif spec.kind is gs.InputKind.BUFFER:
-            owner.register_buffer(leaf, value, persistent=bool(spec.persistent))
-        else:
-            object.__setattr__(owner, leaf, value)
-        if not _is_weight(spec):
-            graph_constants[target] = value
-    missing = [s.target for s in inputs if s.target is not None and s.kind is not gs.InputKind.USER_INPUT
-               and s.target not in state_values]
-    if missing:
-        raise ValueError(f"malformed program document: no stored value for the lifted state {missing}")
-    graph_attrs = dec["constants"](doc.get("graph_attrs", {"$": "dict", "v": []}))
-    if not isinstance(graph_attrs, dict) or not all(isinstance(k, str) and _IDENT.match(k) and not k.startswith("__")
-                                                    for k in graph_attrs):
-        raise _fail("graph constants keyed by identifiers", graph_attrs)
-    try:
-        gm = GraphModule(root, graph, graph_attrs=graph_attrs)
-    except Exception as exc:  # GraphError and friends: the document names attributes that do not exist
-        raise ValueError(f"malformed program document: {exc}") from None
-    meta = _req(doc, "meta", dict)
-    for key, value in meta.items():
-        gm.meta[key] = dec["constants"](value)
-    for key in ("in_spec", "out_spec"):
-        if gm.meta.get(key) is not None and not isinstance(gm.meta[key], TreeSpec):
-            raise _fail(f"graph_module.meta[{key!r}] as a tree spec", gm.meta[key])
-    mutations = gm.meta.get("num_mutations", 0)
-    if type(mutations) is not int or not 0 <= mutations <= len(outputs):
-        raise _fail(f"num_mutations between 0 and {len(outputs)}", mutations)
-    if "shape_env" in gm.meta:
-        gm.meta["shape_env"] = _shape_env_from_value(gm.meta["shape_env"])
-    gm.meta["constants"] = graph_constants
-    examples = dec["sample_inputs"](doc.get("example_inputs", {"$": "dict", "v": []}))
-    equality = []
-    for rec in _req(doc, "equality_constraints", list):
-        sites = dec["constants"](rec.get("sites")) if isinstance(rec, dict) else None
-        if not isinstance(sites, tuple) or len(sites) < 2 or not all(
-                isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int for p in sites) \
-                or not isinstance(rec.get("name"), str | type(None)):
-            raise _fail("an equality constraint {sites: ((arg, axis), ...), name}", rec)
-        equality.append(_equality_class()(sites, name=rec["name"]))
-    calls = []
-    for rec in _req(doc, "module_call_graph", list):
-        if not isinstance(rec, dict) or not isinstance(rec.get("fqn"), str):
-            raise _fail("a module call entry {fqn, signature}", rec)
-        sig = rec.get("signature")
-        if sig is not None:
-            names = sig.get("forward_arg_names") if isinstance(sig, dict) else None
-            if names is not None and (type(names) is not list or not all(isinstance(n, str) for n in names)):
-                raise _fail("forward_arg_names as a list of str", names)
-            try:
-                sig = ModuleCallSignature([arg_of(a) for a in sig["inputs"]], [arg_of(a) for a in sig["outputs"]],
-                                          dec["constants"](sig["in_spec"]), dec["constants"](sig["out_spec"]),
-                                          sig["forward_arg_names"])
-            except (KeyError, TypeError) as exc:
-                raise ValueError(f"malformed module call signature: {exc!r}") from None
-        calls.append(ModuleCallEntry(rec["fqn"], sig))
-    try:
-        program = ExportedProgram(
-            gm, gs.ExportGraphSignature(inputs, outputs), examples if example_inputs is None else example_inputs,
-            dec["constants"](doc.get("dynamic_shapes")), calls, dec["constants"](doc.get("range_constraints")),
-            equality)
-    except (TypeError, KeyError) as exc:
-        raise ValueError(f"malformed program document: {exc}") from None
-    try:
-        program.validate()
-    except Exception as exc:  # GraphLintError / GraphCaptureError: the document contradicts itself
-        raise ValueError(f"malformed program document: {exc}") from None
-    return program
-
-
-def _equality_class() -> type:
-    from . import exported_program
-    return exported_program.EqualityConstraint
 
 
 def serialize_program(ep: Any, opset_version: dict[str, int] | None = None) -> SerializedArtifact:
@@ -875,6 +617,7 @@ def serialize_program(ep: Any, opset_version: dict[str, int] | None = None) -> S
     >>> ep.deserialize(ep.serialize())(tp.ones(2, 3))  # doctest: +SKIP
     """
     from .exported_program import ExportedProgram
+    from .save_load import program_to_document
 
     if not isinstance(ep, ExportedProgram):
         raise TypeError(f"serialize_program expected an ExportedProgram, got {type(ep).__name__}")
@@ -887,6 +630,8 @@ def deserialize_program(artifact: SerializedArtifact, state_dict: dict | None = 
                         example_inputs: Any = None) -> Any:
     """Inverse of :func:`serialize_program`; ``state_dict``/``constants`` (by target) and ``example_inputs``
     replace the stored values when given. Malformed artifacts raise ``ValueError``."""
+    from .save_load import document_to_program
+
     if not isinstance(artifact, SerializedArtifact):
         raise TypeError(f"deserialize expected a SerializedArtifact, got {type(artifact).__name__}")
     for name, given in (("state_dict", state_dict), ("constants", constants)):
@@ -895,7 +640,7 @@ def deserialize_program(artifact: SerializedArtifact, state_dict: dict | None = 
     doc = parse_json(artifact.exported_program, "the serialized program")
     payloads = doc.get("payloads") if isinstance(doc, dict) else None
     if not isinstance(payloads, dict):
-        raise _fail("a program document with a 'payloads' index", str(doc)[:80])
+        raise malformed("a program document with a 'payloads' index", str(doc)[:80])
     tensors = {g: unbundle_payloads(getattr(artifact, "state_dict" if g == "weights" else
                                     "example_inputs" if g == "sample_inputs" else g), payloads.get(g), g)
                for g in GROUPS}

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorplay as tp
+from tensorplay.export import pt2_archive as payloads
 from tensorplay.export import serde
 from tensorplay.export.dynamic_shapes import Dim
 from tensorplay.graph import Graph
@@ -24,10 +25,11 @@ S1 = sympy.Symbol("s1", integer=True, nonnegative=True)
 
 def roundtrip(value, tensors=None):
     table = serde.TensorTable()
-    symbols = serde._Symbols()
+    symbols = serde.SymbolTable()
     doc = serde.encode_value(value, table, symbols)
     text = json.dumps(doc)  # must be plain JSON
-    return serde._Decoder(serde._Symbols.from_json(symbols.to_json()), table.tensors.__getitem__)(json.loads(text))
+    decode = serde.ValueDecoder(serde.SymbolTable.from_json(symbols.to_json()), table.tensors.__getitem__)
+    return decode(json.loads(text))
 
 
 # ------------------------------------------------------------------------------------------- values
@@ -164,37 +166,37 @@ def test_two_symbols_with_one_name_are_refused():
 def test_payload_is_little_endian_bytes(dtype, np_type):
     values = np.arange(-3, 9).reshape(3, 4) % 2 if dtype is tp.bool else np.arange(-3, 9).reshape(3, 4)
     t = tp.tensor(values.astype(np_type).astype(np_type.lstrip("<")), dtype=dtype)
-    entry, data = serde.encode_tensor(t)
+    entry, data = payloads.encode_tensor(t)
     assert data == values.astype(np_type).tobytes()
     assert entry["shape"] == [3, 4] and entry["strides"] == [4, 1] and entry["dtype"] == dtype.name
-    back = serde.decode_tensor(entry, data)
+    back = payloads.decode_tensor(entry, data)
     assert back.dtype is dtype and np.array_equal(back.numpy(), t.numpy())
 
 
 def test_bfloat16_payload_is_the_upper_half_of_float32():
     values = np.array([1.0, -2.5, 3.140625, 0.0, np.inf], dtype=np.float32)
     t = tp.tensor(values).to(tp.bfloat16)
-    entry, data = serde.encode_tensor(t)
+    entry, data = payloads.encode_tensor(t)
     expected = (values.view(np.uint32) >> 16).astype("<u2").tobytes()  # these values are exact in bfloat16
     assert entry["dtype"] == "bfloat16" and data == expected
-    back = serde.decode_tensor(entry, data)
+    back = payloads.decode_tensor(entry, data)
     assert back.dtype is tp.bfloat16 and np.array_equal(back.to(tp.float32).numpy(), values)
 
 
 def test_non_contiguous_and_empty_tensors():
     base = tp.arange(12, dtype=tp.float32).reshape(3, 4)
     view = base.t()[1:]
-    entry, data = serde.encode_tensor(view)
-    assert np.array_equal(serde.decode_tensor(entry, data).numpy(), np.arange(12.0).reshape(3, 4).T[1:])
+    entry, data = payloads.encode_tensor(view)
+    assert np.array_equal(payloads.decode_tensor(entry, data).numpy(), np.arange(12.0).reshape(3, 4).T[1:])
     empty = tp.zeros(0, 5)
-    entry, data = serde.encode_tensor(empty)
-    assert data == b"" and serde.decode_tensor(entry, data).shape == (0, 5)
+    entry, data = payloads.encode_tensor(empty)
+    assert data == b"" and payloads.decode_tensor(entry, data).shape == (0, 5)
 
 
 def test_strided_payload_entries_are_read_through_their_strides():
     data = np.arange(6, dtype="<i4").tobytes()
     entry = {"dtype": "int32", "shape": [3, 2], "strides": [1, 3], "nbytes": 24}  # a transposed 2x3
-    assert np.array_equal(serde.decode_tensor(entry, data).numpy(), np.arange(6).reshape(2, 3).T)
+    assert np.array_equal(payloads.decode_tensor(entry, data).numpy(), np.arange(6).reshape(2, 3).T)
 
 
 @pytest.mark.parametrize("change", [
@@ -205,15 +207,15 @@ def test_strided_payload_entries_are_read_through_their_strides():
 def test_bad_tensor_entries_raise_value_error(change):
     entry = {"dtype": "float32", "shape": [2, 3], "strides": [3, 1], "nbytes": 24, **change}
     with pytest.raises(ValueError):
-        serde.decode_tensor(entry, bytes(24))
+        payloads.decode_tensor(entry, bytes(24))
 
 
 def test_payload_size_and_bool_bytes_are_checked():
     entry = {"dtype": "float32", "shape": [2], "strides": [1], "nbytes": 8}
     with pytest.raises(ValueError, match="expected 8 payload bytes, got 7"):
-        serde.decode_tensor(entry, bytes(7))
+        payloads.decode_tensor(entry, bytes(7))
     with pytest.raises(ValueError, match="bool payload"):
-        serde.decode_tensor({"dtype": "bool", "shape": [2], "strides": [1], "nbytes": 2}, b"\x00\x07")
+        payloads.decode_tensor({"dtype": "bool", "shape": [2], "strides": [1], "nbytes": 2}, b"\x00\x07")
 
 
 # ------------------------------------------------------------------------------------------- graphs
