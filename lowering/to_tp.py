@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from dialect import Builder, Function, Module, TensorType, Value, sym
+from dialect import I64, Builder, Function, Module, TensorType, Value, sym
 from dialect.attrs import Dense, WeightRef
 from dialect.opdef import OpError
 from dialect.symbolic import INF
@@ -54,9 +54,10 @@ INLINE_LIMIT = 16
 @dataclasses.dataclass(frozen=True)
 class ArgSource:
     """Where one function argument comes from: a graph placeholder (``key`` indexes into a container
-    placeholder, ``()`` for a plain tensor) or module state (``kind="state"``, ``name`` its path)."""
+    placeholder, ``()`` for a plain tensor), module state (``kind="state"``, ``name`` its path) or the
+    i64 seed of the program's random ops (``kind="seed"``; drawn from tensorplay's generator if not given)."""
 
-    kind: str  # "input" | "state"
+    kind: str  # "input" | "state" | "seed"
     name: str
     key: tuple = ()
 
@@ -89,6 +90,9 @@ class Binding:
             if a.kind == "state":
                 out.append(self.state[a.name])
                 continue
+            if a.kind == "seed":
+                out.append(np.asarray(inputs["seed"] if "seed" in inputs else _fresh_seed(), np.int64))
+                continue
             if a.name not in inputs:
                 raise KeyError(f"missing input {a.name!r}; the function takes {[x.name for x in self.arguments]}")
             v = inputs[a.name]
@@ -118,11 +122,35 @@ class _Result:
         return f"<result {self.index}>"
 
 
+def _draws_random(node: Any) -> bool:
+    """Whether a node draws random numbers (rand, randn, dropout in training with 0 < p < 1)."""
+    import inspect
+
+    from tensorplay.ops._registry import Op
+    op = node.target if node.op == "call_function" and isinstance(node.target, Op) else None
+    if op is None or op.name not in ("rand", "randn", "native_dropout"):
+        return False
+    if op.name != "native_dropout":
+        return True
+    try:
+        bound = inspect.signature(op.impl).bind(*node.args, **node.kwargs)
+    except TypeError:
+        return True
+    bound.apply_defaults()
+    p, train = bound.arguments["p"], bound.arguments["train"]
+    return bool(train) and not (isinstance(p, (int, float)) and p in (0, 1))
+
+
 def _rebuild(like: Any, items: list) -> Any:
     """A list/tuple/namedtuple of the same type as ``like`` holding ``items``."""
     if isinstance(like, tuple) and hasattr(like, "_fields"):
         return type(like)(*items)
     return type(like)(items)
+
+
+def _fresh_seed() -> int:
+    from tensorplay.random import generator_of
+    return int(generator_of(None).integers(0, 2 ** 62))
 
 
 def _array(v: Any) -> np.ndarray:
@@ -248,6 +276,7 @@ class _Converter:
         self.cx = Cx(b, self.rename)
         self.cx.bound = self.bound_unknowns
         self.cx.fresh = self.fresh_unknown
+        self.cx.seed_arg = next((a for a, src in zip(f.args, self.binding.arguments) if src.kind == "seed"), None)
         if not any(n.op == "call_function" and getattr(n.target, "__module__", "") == _ASSERTIONS for n in nodes):
             from .to_tp_assert import guard_assertion  # no exporter checks: keep the capture's own guards
             for g in self.guards():
@@ -281,6 +310,9 @@ class _Converter:
                 sources.append(ArgSource("state", node.target))
                 self.binding.state[node.target] = _array(_fetch(self.gm, node.target))
                 self.values[node] = _Arg(len(args) - 1)
+        if any(_draws_random(n) for n in nodes):
+            args.append(("seed", TensorType([], I64)))
+            sources.append(ArgSource("seed", "seed"))
         f = Function(self.name, args)
         self.binding.arguments = sources
         for key, v in self.values.items():

@@ -97,7 +97,7 @@ def short_loc(stack_trace: str | None) -> str | None:
 class Cx:
     """What a rule sees: the builder, the current node and helpers for dtypes, constants and sizes."""
 
-    __slots__ = ("b", "node", "op", "out", "rename", "bound", "fresh", "_seed")
+    __slots__ = ("b", "node", "op", "out", "rename", "bound", "fresh", "seed_arg", "_seed")
 
     def __init__(self, b: Builder, rename: Callable[[Any], sympy.Expr]):
         self.b = b
@@ -107,6 +107,7 @@ class Cx:
         self.out: Any = None  # the node's meta: TensorType or list of TensorType (dialect symbols)
         self.bound: set[str] = set()  # data-dependent symbols an op (tp.nonzero) binds
         self.fresh: Callable[[], sympy.Symbol] | None = None
+        self.seed_arg: Value | None = None  # the function's i64 seed argument (programs with random ops)
         self._seed = 0
 
     # ------------------------------------------------------------------ emitting
@@ -222,9 +223,12 @@ class Cx:
         """The registry name of the op being converted."""
         return self.op
 
-    def next_seed(self) -> int:
+    def next_seed(self) -> Value:
+        """A distinct i64 seed for the next random op: the program's seed argument plus a counter."""
+        if self.seed_arg is None:
+            raise UnsupportedOp("a random op in a function without a seed argument")
         self._seed += 1
-        return self._seed
+        return self.emit("tp.add", self.seed_arg, self.const(self._seed, I64))
 
     # ------------------------------------------------------------------ promotion
     def out_dtype(self, i: int = 0) -> DType:

@@ -254,7 +254,7 @@ def _divisor(lengths: list, outs: list, kernel: list, stride: list, padding: lis
 
 
 def _seed(cx: Cx) -> Value:
-    return cx.const(cx.next_seed(), I64)
+    return cx.next_seed()
 
 
 @rule("native_dropout")

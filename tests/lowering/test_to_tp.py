@@ -307,3 +307,23 @@ def test_weight_names_never_collide():
     with tp.no_grad():
         want = model(x).numpy()
     np.testing.assert_allclose(run(module, [x.numpy()], weights=binding.weights)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_random_ops_draw_from_a_seed_argument():
+    def f(x):
+        return tp.native_dropout(x, 0.25, True)[0] + tp.randn(x.shape[0], 2)
+
+    gm = trace(f, (tp.ones(2000, 2),), dynamic={"x": {0: "batch"}})
+    module, binding = graph_to_tp(gm)
+    verify(module)
+    assert binding.arguments[-1] == ArgSource("seed", "seed")
+    x = tp.ones(2000, 2)
+    same = [run(module, binding.flat_inputs({"x": x, "seed": 7}))[0] for _ in range(2)]
+    np.testing.assert_array_equal(same[0], same[1])
+    other = run(module, binding.flat_inputs({"x": x}))[0]
+    assert not np.array_equal(other, same[0])
+    gm = trace(lambda x: tp.native_dropout(x, 0.25, True)[0], (tp.ones(4000),))
+    module, binding = graph_to_tp(gm)
+    out = run(module, binding.flat_inputs({"x": tp.ones(4000)}))[0]
+    assert set(np.unique(out).tolist()) <= {0.0, np.float32(1 / 0.75)}
+    assert abs((out > 0).mean() - 0.75) < 0.03  # each element kept with probability 1 - p
