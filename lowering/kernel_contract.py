@@ -122,14 +122,24 @@ def match_epilogue(mm: Operation, pinned: set[Value]) -> GemmChain:
 
 
 def gemm_operand(v: Value, has_buffer: Callable[[Value], bool]) -> tuple[Value, bool] | None:
-    """(value holding the data, transposed?) for a gemm operand, or None if it needs a buffer first."""
+    """(value holding the data, transposed?) for a gemm operand, or None if it needs a buffer first.
+
+    Reshapes of a buffer read it as it is; swapping the last two dims becomes the ``trans_*`` flag.
+    """
     if has_buffer(v):
         return v, False
     op = v.owner
-    if isinstance(op, Operation) and op.name == "tp.permute":
+    if not isinstance(op, Operation):
+        return None
+    if op.name == "tp.reshape":
+        src = gemm_operand(op.operands[0], has_buffer)
+        return src if src is not None and not src[1] else None  # a row-major reshape is the same bytes
+    if op.name == "tp.permute":
         r = len(op.attributes["perm"])
-        if list(op.attributes["perm"]) == list(range(r - 2)) + [r - 1, r - 2] and has_buffer(op.operands[0]):
-            return op.operands[0], True
+        if list(op.attributes["perm"]) == list(range(r - 2)) + [r - 1, r - 2]:
+            src = gemm_operand(op.operands[0], has_buffer)
+            if src is not None and not src[1]:
+                return src[0], True
     return None
 
 

@@ -128,3 +128,19 @@ def test_fusion_stats_of_a_two_layer_model():
     # tanh rides in the second gemm's epilogue
     assert [(k.compute_ops, k.origins) for k in st.kernels] == [(1, ("mm1",)), (1, ("sin",)), (1, ("mm2",))]
     assert str(st.workspace_bytes) == "128*s0"  # two [s0, 16] f32 slots live together
+
+
+def test_reshaped_and_transposed_operands_read_the_buffer_in_place():
+    text = """func @main(%x: tensor<[s0, 3, 8], f32>, %w: tensor<[2, 5, 4], f32>) -> (tensor<[3*s0, 5], f32>)
+    where {s0 in [1, 16]} {
+  %0 = tp.reshape %x {shape = [3*s0, 8]} : tensor<[3*s0, 8], f32>
+  %1 = tp.reshape %w {shape = [10, 4]} : tensor<[10, 4], f32>
+  %2 = tp.reshape %1 {shape = [5, 8]} : tensor<[5, 8], f32>
+  %3 = tp.permute %2 {perm = [1, 0]} : tensor<[8, 5], f32>
+  %4 = tp.matmul %0, %3 : tensor<[3*s0, 5], f32>
+  tp.return %4
+}"""
+    m = check_lowering(text, S)
+    (g,) = _gemm(m)
+    assert [v.name for v in g.operands] == ["x", "w", "out0"] and g.attributes["trans_b"]
+    assert count(m, "kernel.alloc") == 0 and count(m, "kernel.for") == 0
