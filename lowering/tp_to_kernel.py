@@ -315,6 +315,17 @@ def lower_function(f: Function, module: Module | None = None, recompute_limit: i
 
     Inputs keep their names as buffers; one output buffer ``out<k>`` per result is appended. The
     workspace plan is sequential (no reuse); run :func:`lowering.memory_plan.plan_memory` for reuse.
+    Raises :class:`UnsupportedOpError` naming every op kind it cannot lower.
+
+    >>> from dialect import parse
+    >>> f = parse('''func @main(%x: tensor<[s0, 4], f32>) -> (tensor<[s0], f32>) where {s0 in [1, 8]} {
+    ...   %0 = tp.sum %x {axes = [1]} : tensor<[s0], f32>
+    ...   tp.return %0
+    ... }
+    ... ''').functions[0]
+    >>> k = lower_function(f)
+    >>> [a.name for a in k.args], [op.name for op in k.walk()][:4]
+    (['x', 'out0'], ['kernel.kernel', 'kernel.for', 'kernel.reduce', 'kernel.load'])
     """
     if not f.body.ops or f.body.ops[-1].name != "tp.return":
         raise LoweringError(f"@{f.name}: expected a tp-level function ending in tp.return")
@@ -322,7 +333,10 @@ def lower_function(f: Function, module: Module | None = None, recompute_limit: i
 
 
 def lower_module(m: Module, recompute_limit: int = 16) -> bool:
-    """Replace every tp-level function of ``m`` by its kernel-level form; True if any was lowered."""
+    """Replace every tp-level function of ``m`` by its kernel-level form; True if any was lowered.
+
+    This is what the ``fuse`` pass runs (see :mod:`lowering.fuse` for an example).
+    """
     changed = False
     for i, f in enumerate(m.functions):
         if f.body.ops and f.body.ops[-1].name == "tp.return":
