@@ -25,7 +25,7 @@ from . import _dtype
 from ._dtype import dtype as DType
 from .autograd.grad_mode import is_inference_mode_enabled
 
-__all__ = ["Tensor", "Size", "device"]
+__all__ = ["Tensor", "Size", "device", "is_tensor_like"]
 
 
 class Size(tuple):
@@ -75,6 +75,11 @@ class device:
 
 
 CPU = device("cpu")
+
+
+def is_tensor_like(value) -> bool:
+    """A Tensor, or a stand-in for one while tracing (anything overriding registry ops)."""
+    return isinstance(value, Tensor) or hasattr(type(value), "__tensorplay_function__")
 
 
 class Tensor:

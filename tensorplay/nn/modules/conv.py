@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from ..._tensor import Tensor
+from ..._tensor import Tensor, is_tensor_like
 from .. import functional as F
 from .. import init
 from ..parameter import Parameter
@@ -96,7 +96,7 @@ class _ConvNd(Module):
     def _check_input(self, input: Tensor) -> None:
         owner = type(self).__name__
         n = self._dims
-        if not isinstance(input, Tensor):
+        if not is_tensor_like(input):
             raise TypeError(f"{owner}: expected a Tensor input, got {type(input).__name__}")
         if input.dim() not in (n + 1, n + 2):
             raise RuntimeError(f"{owner}: expected {n + 1}D (unbatched) or {n + 2}D (batched) input, got "

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import _dtype
-from ..._tensor import Tensor
+from ..._tensor import Tensor, is_tensor_like
 from ...autograd.grad_mode import no_grad
 from ..parameter import Buffer, Parameter
 
@@ -251,7 +251,7 @@ class Module:
             d.pop(name, None)
             self.register_buffer(name, value, value.persistent)
         elif d.get("_buffers") is not None and name in d["_buffers"]:
-            if value is not None and not isinstance(value, Tensor):
+            if value is not None and not is_tensor_like(value):
                 raise TypeError(f"cannot assign '{type(value).__name__}' as buffer '{name}' "
                                 "(tensorplay Tensor or None expected)")
             d["_buffers"][name] = value

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 
 from ... import _dtype
-from ..._tensor import Tensor
+from ..._tensor import Tensor, is_tensor_like
 from ...autograd.grad_mode import no_grad
 from .. import functional as F
 from .. import init
@@ -85,7 +85,7 @@ class _BatchNorm(Module):
 
     def forward(self, input: Tensor) -> Tensor:
         owner = type(self).__name__
-        if not isinstance(input, Tensor):
+        if not is_tensor_like(input):
             raise TypeError(f"{owner}: expected a Tensor input, got {type(input).__name__}")
         if input.dim() not in self._ranks:
             raise ValueError(f"{owner}: expected {' or '.join(f'{r}D' for r in self._ranks)} input (got "
