@@ -90,11 +90,10 @@ def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) ->
     Groups: ``weights`` (parameters, persistent buffers), ``constants`` (lifted constants,
     non-persistent buffers, tensors inside the graph) and ``sample_inputs`` (example inputs).
     """
+    from ..nn import Parameter
     from .graph_signature import InputKind
 
-    if opset_version is not None and (not isinstance(opset_version, dict) or not all(
-            isinstance(k, str) and type(v) is int for k, v in opset_version.items())):
-        raise TypeError(f"opset_version must be a dict str -> int, got {opset_version!r}")
+    _check_opset(opset_version, "opset_version")
     tables = {g: TensorTable() for g in GROUPS}
     symbols = SymbolTable()
     enc = lambda v, group, where: encode_value(v, tables[group], symbols, where)  # noqa: E731
@@ -110,7 +109,7 @@ def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) ->
             raise ValueError(f"cannot save state {spec.target!r}: expected a Tensor, got {type(value).__name__}")
         group = "weights" if _is_weight(spec) else "constants"
         state.append({"target": spec.target, "group": group, "ref": tables[group].add(value),
-                      "weight_type": int(weight_type_of(spec)), "parameter": type(value).__name__ == "Parameter"})
+                      "weight_type": int(weight_type_of(spec)), "parameter": isinstance(value, Parameter)})
     gm = ep.graph_module
     meta = {}
     for key, value in gm.meta.items():
@@ -199,14 +198,13 @@ def _required(doc: dict, key: str, kind: type | tuple[type, ...]) -> Any:
 def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
                         state_dict: dict | None = None, constants: dict | None = None,
                         example_inputs: Any = None) -> Any:
-    """Rebuild an ``ExportedProgram`` from a validated document; ``tensors[group](i)`` yields payload ``i``.
+    """Rebuild an ``ExportedProgram`` from a document; ``tensors[group](i)`` yields payload ``i``.
 
+    Every part is checked before use (``ValueError`` naming what was expected and what came);
     ``state_dict`` / ``constants`` (target -> tensor) and ``example_inputs`` replace stored values.
     """
     from ..graph import GraphModule
-    from ..nn import Module, Parameter
-    from . import graph_signature as gs
-    from .exported_program import ExportedProgram, ModuleCallEntry, ModuleCallSignature
+    from .exported_program import EqualityConstraint, ExportedProgram
 
     if not isinstance(doc, dict) or doc.get("format") != PROGRAM_FORMAT:
         raise malformed(f"a {PROGRAM_FORMAT!r} document", str(doc)[:80])
@@ -219,39 +217,97 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
     symbols = SymbolTable.from_json(doc.get("symbols", {}))
     dec = {g: ValueDecoder(symbols, tensors[g]) for g in GROUPS}
     graph = decode_graph(_required(doc, "graph", dict), tensors["constants"], symbols)
+    signature = _decode_signature(doc, dec["constants"])
+    specs = {s.target: s for s in signature.input_specs if s.target is not None}
+    state = _decode_state(_required(doc, "state", list), specs, tensors, state_dict or {}, constants or {})
+    graph_attrs = dec["constants"](doc.get("graph_attrs", {"$": "dict", "v": []}))
+    if not isinstance(graph_attrs, dict) or not all(
+            isinstance(k, str) and serde.IDENT.match(k) and not k.startswith("__") for k in graph_attrs):
+        raise malformed("graph constants keyed by identifiers", graph_attrs)
+    try:
+        gm = GraphModule(_state_root(state, specs), graph, graph_attrs=graph_attrs)
+    except Exception as exc:  # GraphError and friends: the document names attributes that do not exist
+        raise ValueError(f"malformed program document: {exc}") from None
+    gm.meta.update(_decode_meta(_required(doc, "meta", dict), dec["constants"], len(signature.output_specs)))
+    gm.meta["constants"] = {t: v for t, v in state.items() if not _is_weight(specs[t])}
+    equality = []
+    for rec in _required(doc, "equality_constraints", list):
+        sites = dec["constants"](rec.get("sites")) if isinstance(rec, dict) else None
+        if not isinstance(sites, tuple) or len(sites) < 2 or not all(
+                isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int for p in sites) \
+                or not isinstance(rec.get("name"), str | type(None)):
+            raise malformed("an equality constraint {sites: ((arg, axis), ...), name}", rec)
+        equality.append(EqualityConstraint(sites, name=rec["name"]))
+    ranges = dec["constants"](doc.get("range_constraints", {"$": "dict", "v": []}))
+    if not isinstance(ranges, dict) or not all(isinstance(k, str) and isinstance(r, dict) and set(r) <= {"min", "max"}
+                                               and all(v is None or type(v) is int for v in r.values())
+                                               for k, r in ranges.items()):
+        raise malformed("range_constraints as name -> {min, max}", ranges)
+    dynamic = dec["constants"](doc.get("dynamic_shapes", {"$": "dict", "v": []}))
+    if not isinstance(dynamic, dict):
+        raise malformed("dynamic_shapes as a dict", dynamic)
+    examples = dec["sample_inputs"](doc.get("example_inputs", {"$": "dict", "v": []}))
+    if not isinstance(examples, dict):
+        raise malformed("example_inputs as a dict", examples)
+    program = ExportedProgram(gm, signature, examples if example_inputs is None else example_inputs, dynamic,
+                              _decode_calls(_required(doc, "module_call_graph", list), dec["constants"]), ranges,
+                              equality)
+    try:
+        program.validate()
+    except Exception as exc:  # GraphLintError / GraphCaptureError: the document contradicts itself
+        raise ValueError(f"malformed program document: {exc}") from None
+    return program
 
-    def arg_of(d: Any) -> Any:
-        return arg_from_doc(d, dec["constants"])
+
+def _decode_signature(doc: dict, decode: Callable[[Any], Any]) -> Any:
+    from . import graph_signature as gs
 
     try:
-        inputs = [gs.InputSpec(gs.InputKind[s["kind"]], arg_of(s["arg"]), s["target"], s["persistent"])
+        inputs = [gs.InputSpec(gs.InputKind[s["kind"]], arg_from_doc(s["arg"], decode), s["target"], s["persistent"])
                   for s in _required(doc, "input_specs", list)]
-        outputs = [gs.OutputSpec(gs.OutputKind[s["kind"]], arg_of(s["arg"]), s["target"])
+        outputs = [gs.OutputSpec(gs.OutputKind[s["kind"]], arg_from_doc(s["arg"], decode), s["target"])
                    for s in _required(doc, "output_specs", list)]
     except (KeyError, TypeError) as exc:
         raise ValueError(f"malformed graph signature record: {exc!r}") from None
-    for spec in inputs:
+    for spec in (*inputs, *outputs):
         if spec.target is not None and not is_state_path(spec.target):
             raise malformed("a dotted state target", spec.target)
-    state_values: dict[str, Tensor] = {}
-    kinds = {s.target: s for s in inputs if s.target is not None}
-    for rec in _required(doc, "state", list):
-        if not isinstance(rec, dict) or not isinstance(rec.get("target"), str) or rec["target"] not in kinds \
+    return gs.ExportGraphSignature(inputs, outputs)
+
+
+def _decode_state(records: list, specs: dict[str, Any], tensors: dict[str, Callable[[int], Tensor]],
+                  state_dict: dict, constants: dict) -> dict[str, Tensor]:
+    """Lifted state by target, from the payloads (or the caller's replacements); parameters as ``Parameter``."""
+    from ..nn import Parameter
+    from .graph_signature import InputKind
+
+    values: dict[str, Tensor] = {}
+    for rec in records:
+        if not isinstance(rec, dict) or not isinstance(rec.get("target"), str) or rec["target"] not in specs \
                 or not isinstance(rec.get("group"), str) or rec["group"] not in GROUPS[:2] \
                 or type(rec.get("ref")) is not int or not isinstance(rec.get("parameter"), bool):
             raise malformed("a state record {target, group, ref, weight_type, parameter}", rec)
         target = rec["target"]
-        override = (state_dict if rec["group"] == "weights" else constants) or {}
-        value = override.get(target) if target in override else tensors[rec["group"]](rec["ref"])
+        override = state_dict if rec["group"] == "weights" else constants
+        value = override[target] if target in override else tensors[rec["group"]](rec["ref"])
         if not isinstance(value, Tensor):
             raise TypeError(f"state {target!r}: expected a Tensor, got {type(value).__name__}")
         if rec["parameter"] and not isinstance(value, Parameter):
             value = Parameter(value, requires_grad=value.requires_grad)
-        state_values[target] = value
+        values[target] = value
+    missing = [t for t, s in specs.items() if s.kind is not InputKind.USER_INPUT and t not in values]
+    if missing:
+        raise ValueError(f"malformed program document: no stored value for the lifted state {missing}")
+    return values
+
+
+def _state_root(state: dict[str, Tensor], specs: dict[str, Any]) -> Any:
+    """A fresh module tree holding ``state`` at its dotted targets (parameters, buffers, constants)."""
+    from ..nn import Module, Parameter
+    from .graph_signature import InputKind
+
     root = Module()
-    graph_constants = {}
-    for target, value in state_values.items():
-        spec = kinds[target]
+    for target, value in state.items():
         *path, leaf = target.split(".")
         owner = root
         for part in path:
@@ -262,47 +318,31 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
             owner = child
         if isinstance(value, Parameter):
             owner.register_parameter(leaf, value)
-        elif spec.kind is gs.InputKind.BUFFER:
-            owner.register_buffer(leaf, value, persistent=bool(spec.persistent))
+        elif specs[target].kind is InputKind.BUFFER:
+            owner.register_buffer(leaf, value, persistent=bool(specs[target].persistent))
         else:
             object.__setattr__(owner, leaf, value)
-        if not _is_weight(spec):
-            graph_constants[target] = value
-    missing = [s.target for s in inputs if s.target is not None and s.kind is not gs.InputKind.USER_INPUT
-               and s.target not in state_values]
-    if missing:
-        raise ValueError(f"malformed program document: no stored value for the lifted state {missing}")
-    graph_attrs = dec["constants"](doc.get("graph_attrs", {"$": "dict", "v": []}))
-    if not isinstance(graph_attrs, dict) or not all(
-            isinstance(k, str) and serde.IDENT.match(k) and not k.startswith("__") for k in graph_attrs):
-        raise malformed("graph constants keyed by identifiers", graph_attrs)
-    try:
-        gm = GraphModule(root, graph, graph_attrs=graph_attrs)
-    except Exception as exc:  # GraphError and friends: the document names attributes that do not exist
-        raise ValueError(f"malformed program document: {exc}") from None
-    meta = _required(doc, "meta", dict)
-    for key, value in meta.items():
-        gm.meta[key] = dec["constants"](value)
+    return root
+
+
+def _decode_meta(meta: dict, decode: Callable[[Any], Any], num_outputs: int) -> dict[str, Any]:
+    out = {key: decode(value) for key, value in meta.items()}
     for key in ("in_spec", "out_spec"):
-        if gm.meta.get(key) is not None and not isinstance(gm.meta[key], TreeSpec):
-            raise malformed(f"graph_module.meta[{key!r}] as a tree spec", gm.meta[key])
-    mutations = gm.meta.get("num_mutations", 0)
-    if type(mutations) is not int or not 0 <= mutations <= len(outputs):
-        raise malformed(f"num_mutations between 0 and {len(outputs)}", mutations)
-    if "shape_env" in gm.meta:
-        gm.meta["shape_env"] = _shape_env_from_value(gm.meta["shape_env"])
-    gm.meta["constants"] = graph_constants
-    examples = dec["sample_inputs"](doc.get("example_inputs", {"$": "dict", "v": []}))
-    equality = []
-    for rec in _required(doc, "equality_constraints", list):
-        sites = dec["constants"](rec.get("sites")) if isinstance(rec, dict) else None
-        if not isinstance(sites, tuple) or len(sites) < 2 or not all(
-                isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and type(p[1]) is int for p in sites) \
-                or not isinstance(rec.get("name"), str | type(None)):
-            raise malformed("an equality constraint {sites: ((arg, axis), ...), name}", rec)
-        equality.append(_equality_class()(sites, name=rec["name"]))
+        if out.get(key) is not None and not isinstance(out[key], TreeSpec):
+            raise malformed(f"graph_module.meta[{key!r}] as a tree spec", out[key])
+    mutations = out.get("num_mutations", 0)
+    if type(mutations) is not int or not 0 <= mutations <= num_outputs:
+        raise malformed(f"num_mutations between 0 and {num_outputs}", mutations)
+    if "shape_env" in out:
+        out["shape_env"] = _shape_env_from_value(out["shape_env"])
+    return out
+
+
+def _decode_calls(records: list, decode: Callable[[Any], Any]) -> list:
+    from .exported_program import ModuleCallEntry, ModuleCallSignature
+
     calls = []
-    for rec in _required(doc, "module_call_graph", list):
+    for rec in records:
         if not isinstance(rec, dict) or not isinstance(rec.get("fqn"), str):
             raise malformed("a module call entry {fqn, signature}", rec)
         sig = rec.get("signature")
@@ -311,30 +351,13 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
             if names is not None and (type(names) is not list or not all(isinstance(n, str) for n in names)):
                 raise malformed("forward_arg_names as a list of str", names)
             try:
-                sig = ModuleCallSignature([arg_of(a) for a in sig["inputs"]], [arg_of(a) for a in sig["outputs"]],
-                                          dec["constants"](sig["in_spec"]), dec["constants"](sig["out_spec"]),
-                                          sig["forward_arg_names"])
+                sig = ModuleCallSignature([arg_from_doc(a, decode) for a in sig["inputs"]],
+                                          [arg_from_doc(a, decode) for a in sig["outputs"]],
+                                          decode(sig["in_spec"]), decode(sig["out_spec"]), names)
             except (KeyError, TypeError) as exc:
                 raise ValueError(f"malformed module call signature: {exc!r}") from None
         calls.append(ModuleCallEntry(rec["fqn"], sig))
-    try:
-        program = ExportedProgram(
-            gm, gs.ExportGraphSignature(inputs, outputs), examples if example_inputs is None else example_inputs,
-            dec["constants"](doc.get("dynamic_shapes")), calls, dec["constants"](doc.get("range_constraints")),
-            equality)
-    except (TypeError, KeyError) as exc:
-        raise ValueError(f"malformed program document: {exc}") from None
-    try:
-        program.validate()
-    except Exception as exc:  # GraphLintError / GraphCaptureError: the document contradicts itself
-        raise ValueError(f"malformed program document: {exc}") from None
-    return program
-
-
-def _equality_class() -> type:
-    from . import exported_program
-    return exported_program.EqualityConstraint
-
+    return calls
 
 
 # ------------------------------------------------------------------------------------ writing

@@ -151,7 +151,8 @@ def _resolve_target(doc: Any, node_name: str) -> Callable[..., Any]:
     if kind == "builtin" and name in _BUILTINS:
         return getattr(builtins, name)
     if kind == "function" and _DOTTED.match(name):
-        found = _module_function(*name.rsplit(".", 1))
+        module, _, function = name.rpartition(".")
+        found = _module_function(module, function)
         if found is not None:
             return found
         if name in _ALLOWED_FUNCTIONS:

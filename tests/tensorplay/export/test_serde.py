@@ -292,7 +292,7 @@ def test_a_valid_hand_written_graph_document_loads():
 
 
 @pytest.mark.parametrize("fields", [
-    {"target": {"kind": "function", "name": "os.system"}},
+    {"target": {"kind": "function", "name": "os.system"}}, {"target": {"kind": "function", "name": "placeholder"}},
     {"target": {"kind": "function", "name": "tensorplay.export.serde.parse_json"}},
     {"target": {"kind": "builtin", "name": "eval"}}, {"target": {"kind": "builtin", "name": "__import__"}},
     {"target": {"kind": "operator", "name": "attrgetter"}}, {"target": {"kind": "op", "name": "no_such_op"}},
