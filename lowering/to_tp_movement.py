@@ -157,18 +157,22 @@ def _cumsum(cx: Cx, input: Value, dim: int, *, dtype: Any = None) -> Value:
 
 @rule("cumprod")
 def _cumprod(cx: Cx, input: Value, dim: int, *, dtype: Any = None) -> Value:
-    """Hillis-Steele scan: ceil(log2 n) rounds of ``x * shift(x, 2**k)`` (static extents only)."""
+    """Hillis-Steele scan: round k multiplies by the input shifted ``2**k`` along ``dim`` (ones shifted in);
+    ceil(log2 n) rounds, with n's upper bound for a symbolic extent (an unbounded one is refused: a round
+    pads ``2**k`` elements)."""
     x = _scan_input(cx, input, dtype)
     if x.type.rank == 0:
         return x
     axis = _static_int(dim, "dim") % x.type.rank
     n = x.type.shape[axis]
-    if not n.is_Integer:
-        raise UnsupportedOp(f"cumprod along a dim of symbolic extent {n} (no tp scan for products)")
-    n, step = int(n), 1
-    while step < n:
+    hi = n if n.is_Integer else cx.b.facts.bounds(n)[1]
+    if not hi.is_finite:
+        raise UnsupportedOp(f"cumprod along a dim of symbolic extent {n} with no upper bound (tp has no product "
+                            f"scan; the rewrite needs a bound on the number of rounds)")
+    step = 1
+    while step < int(hi):
         pads = [(step, 0) if d == axis else (0, 0) for d in range(x.type.rank)]
-        shifted = cx.emit("tp.pad", cx.slice(x, axis, 0, n - step), pads=pads, value=1.0)
+        shifted = cx.slice(cx.emit("tp.pad", x, pads=pads, value=1.0), axis, 0, n)
         x = cx.emit("tp.mul", x, shifted)
         step *= 2
     return x

@@ -29,7 +29,7 @@ UNSUPPORTED: dict[str, str] = {}
 
 #: op -> why it converts with static extents only (a dynamic first dim must give LoweringError).
 STATIC_ONLY: dict[str, str] = {
-    "cumprod": "tp has no product scan; the Hillis-Steele rewrite needs a static extent",
+    "cumprod": "tp has no product scan; the Hillis-Steele rewrite needs an upper bound on the extent",
     "avg_pool_backward": "pooling windows are unrolled: spatial extents must be static, and a dynamic grad "
                          "batch must provably equal the input's",
 }

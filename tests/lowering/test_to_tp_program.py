@@ -81,3 +81,13 @@ def test_program_to_tp_rejects_non_programs():
 def test_docstring_examples(mod):
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_cumprod_over_a_bounded_dynamic_dim():
+    program = export(lambda x: x.cumprod(0), tp.rand(5, 3) + 0.5, dynamic_shapes={"x": {0: Dim("n", min=2, max=50)}})
+    module, binding = program_to_tp(program)
+    verify(module)
+    for n in (2, 7, 50):
+        x = tp.rand(n, 3) + 0.5
+        got = run(module, binding.flat_inputs({"x": x}))[0]
+        np.testing.assert_allclose(got, np.cumprod(x.numpy().astype(np.float64), 0), rtol=1e-5)
