@@ -35,7 +35,7 @@ from .opdef import REGISTRY
 from .reference import round_bf16
 from .types import BF16, BufferType, IndexType, ScalarType, TensorType, Type, sym
 
-__all__ = ["run", "Interpreter", "DialectAssertionError", "InterpretError", "render_message"]
+__all__ = ["run", "Interpreter", "DialectAssertionError", "InterpretError", "literal", "render_message"]
 
 
 class _Keep(dict):
@@ -299,9 +299,30 @@ def _run_for(interp: Interpreter, op: Operation) -> list[Any]:
 _COMBINE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 
+def literal(value: float, t: Type) -> Any:
+    """A float literal attribute as a value of scalar type ``t``, as the code generator emits it.
+
+    On integer types ``inf``/``-inf`` are the type's max/min and NaN its min (numpy's cast would
+    give INT_MIN for all three); other types cast as numpy does.
+
+    >>> from dialect.types import I32, U8
+    >>> literal(float("inf"), ScalarType(I32)), literal(-float("inf"), ScalarType(U8))
+    (np.int32(2147483647), np.uint8(0))
+    """
+    dt = t.dtype if isinstance(t, (ScalarType, TensorType, BufferType)) else None
+    if dt is not None and dt.is_int and not np.isfinite(value):
+        info = np.iinfo(dt.numpy)
+        return dt.numpy.type(info.max if value > 0 else info.min)
+    return value
+
+
+def _run_constant(interp: Interpreter, op: Operation) -> list[Any]:
+    return [interp.conform(op, op.result, literal(op.attributes["value"], op.result.type))]
+
+
 def _run_reduce(interp: Interpreter, op: Operation) -> list[Any]:
     iv = op.attributes["iv"]
-    acc = interp.conform(op, op.result, op.attributes["init"])
+    acc = interp.conform(op, op.result, literal(op.attributes["init"], op.result.type))
     fn = _COMBINE[op.attributes["combine"]]
     for i in interp.loop_range(op):
         interp.symbols[iv] = i
@@ -312,8 +333,10 @@ def _run_reduce(interp: Interpreter, op: Operation) -> list[Any]:
     return [acc]
 
 
+# Ops the interpreter runs itself: regions, and literals whose integer casts follow the code generator.
 _REGION_OPS: dict[str, Callable[[Interpreter, Operation], list[Any]]] = {
-    "kernel.kernel": _run_kernel, "kernel.for": _run_for, "kernel.reduce": _run_reduce}
+    "kernel.kernel": _run_kernel, "kernel.for": _run_for, "kernel.reduce": _run_reduce,
+    "kernel.constant": _run_constant}
 
 
 def run(target: Module | Function, inputs: Sequence[np.ndarray], weights: Mapping[str, np.ndarray] | None = None,

@@ -34,11 +34,15 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def round_bf16(a: np.ndarray) -> np.ndarray:
-    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32 storage."""
-    a = np.ascontiguousarray(a, dtype=np.float32)
+    """Round float32 values to the nearest bfloat16 (ties to even), kept in float32 storage of the same shape.
+
+    >>> round_bf16(np.float32(1.3)).shape, float(round_bf16(np.float32(1.3)))
+    ((), 1.296875)
+    """
+    a = np.asarray(a, dtype=np.float32)  # keeps the shape: 0-d stays 0-d (a same-size view needs no copy)
     bits = a.view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    out = rounded.view(np.float32).copy()
+    rounded = np.asarray((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000, dtype=np.uint32)  # 0-d math: scalar
+    out = rounded.view(np.float32)
     out[np.isnan(a)] = np.nan
     return out
 
