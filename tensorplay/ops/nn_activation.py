@@ -68,7 +68,9 @@ def _relu(x):
 
 
 def _hardtanh(x, min_val=-1.0, max_val=1.0):
-    return tp().clamp(x, min_val, max_val)
+    out = tp().clamp(x, min_val, max_val)
+    # eager hardtanh keeps the input dtype; float bounds would promote an integer input
+    return out if out.dtype is x.dtype else out.to(x.dtype)
 
 
 def _relu6(x):

@@ -207,20 +207,24 @@ im2col = register(
         ">>> tensorplay.im2col(tensorplay.ones(1, 2, 4, 4), (2, 2)).shape\ntensorplay.Size([1, 8, 9])")
 
 
-def _one_hot_kernel(channels, kernel, dtype):
-    t = tp()
+def _one_hot_kernel(kernel, dtype):
+    """``(kh*kw, 1, kh, kw)`` weights whose output channel ``i`` picks kernel offset ``i``."""
     k = kernel[0] * kernel[1]
-    eye = t.eye(k, dtype=dtype).reshape(k, 1, kernel[0], kernel[1])
-    return eye.repeat(channels, 1, 1, 1)
+    return tp().eye(k, dtype=dtype).reshape(k, 1, kernel[0], kernel[1])
 
+
+# The decompositions fold channels into the batch, so the convolution has one input channel and no
+# groups: the channel count may then be a traced size (a dynamic extent of an unbatched input).
 
 @im2col.def_decomposition
 def _im2col_decomposition(input, kernel_size, dilation=1, padding=0, stride=1):
     t = tp()
     kernel, dilation, padding, stride = _patch_params("unfold", kernel_size, dilation, padding, stride)
-    c = input.shape[-3]
-    out = t.conv(input, _one_hot_kernel(c, kernel, input.dtype), None, stride, padding, dilation, c)
-    return out.reshape(*out.shape[:-2], out.shape[-2] * out.shape[-1])
+    c, h, w = input.shape[-3:]
+    planes = input.reshape(-1, 1, h, w)
+    out = t.conv(planes, _one_hot_kernel(kernel, input.dtype), None, stride, padding, dilation, 1)
+    k = kernel[0] * kernel[1]
+    return out.reshape(*input.shape[:-3], c * k, out.shape[-2] * out.shape[-1])
 
 
 def _col2im_meta(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
@@ -277,15 +281,15 @@ def _col2im_decomposition(input, output_size, kernel_size, dilation=1, padding=0
     out_size = ntuple(output_size, 2, "output_size", "fold")
     kernel, dilation, padding, stride = _patch_params("fold", kernel_size, dilation, padding, stride)
     counts = _blocks("fold", out_size, kernel, dilation, padding, stride)
-    ck = input.shape[-2]
-    c = ck // (kernel[0] * kernel[1])
-    grid = input.reshape(*input.shape[:-1], counts[0], counts[1])
+    k = kernel[0] * kernel[1]
+    grid = input.reshape(-1, k, counts[0], counts[1])
     out_pad = []
-    for o, n, k, d, p, s in zip(out_size, counts, kernel, dilation, padding, stride, strict=True):
-        out_pad.append(o - ((n - 1) * s - 2 * p + d * (k - 1) + 1))
+    for o, n, kk, d, p, s in zip(out_size, counts, kernel, dilation, padding, stride, strict=True):
+        out_pad.append(o - ((n - 1) * s - 2 * p + d * (kk - 1) + 1))
     # the block count is a floor, so each output_padding lies in [0, stride): a valid transposed conv
-    return t.conv_transpose(grid, _one_hot_kernel(c, kernel, input.dtype), None, stride, padding, tuple(out_pad),
-                            c, dilation)
+    out = t.conv_transpose(grid, _one_hot_kernel(kernel, input.dtype), None, stride, padding, tuple(out_pad), 1,
+                           dilation)
+    return out.reshape(*input.shape[:-2], input.shape[-2] // k, *out_size)
 
 
 def _patch_args(ctx, names, start):

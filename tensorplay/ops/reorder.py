@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import sympy
 
+from .. import _dtype
 from ._registry import REGISTRY, register
 from ._shapes import holds, normalize_dim, normalize_dims
 from .movement import _same, _static, cat, flatten, narrow, reshape, sizes_arg
@@ -29,7 +30,8 @@ def _(input, dims):
     out = input
     for d in normalize_dims(dims, input.ndim):
         n = input.shape[d]
-        out = REGISTRY["index_select"](out, d, REGISTRY["arange"](n - 1, -1, -1))
+        # explicit int64: with a traced ``n`` the arange meta would infer the default float dtype
+        out = REGISTRY["index_select"](out, d, REGISTRY["arange"](n - 1, -1, -1, dtype=_dtype.int64))
     return out
 
 
@@ -97,7 +99,8 @@ def _tri_decomposition(lower: bool):
         n, m = input.shape[-2:]
         offset = arange(m).unsqueeze(0) - arange(n).unsqueeze(1)
         keep = offset <= diagonal if lower else offset >= diagonal
-        return REGISTRY["where"](keep, input, 0)
+        # a bool zero for bool input: where(keep, bool, 0) would promote to int64
+        return REGISTRY["where"](keep, input, False if input.dtype is _dtype.bool else 0)
     return decompose
 
 

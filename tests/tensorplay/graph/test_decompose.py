@@ -28,15 +28,7 @@ ALLOWED_LEFTOVERS = {
     "one_hot": "one_hot(x) without num_classes is sized by the values of x; decompose keeps it (meta kept_ops)",
 }
 # Registry decompositions that are wrong or cannot be traced; strict xfails, so a fix shows up.
-KNOWN_GAPS = {
-    "tril": "the registry decomposition of tril/triu returns int64 for a bool input (reorder.py)",
-    "triu": "the registry decomposition of tril/triu returns int64 for a bool input (reorder.py)",
-    "im2col": "with a dynamic batch the decomposition calls repeat() with traced sizes, which repeat refuses",
-    "col2im": "with a dynamic batch the decomposition calls repeat() with traced sizes, which repeat refuses",
-    "hardtanh": "the registry decomposition clamps with float bounds, which promotes an int64 input to float32 "
-                "(as eager clamp does), while eager hardtanh keeps int64 (nn_activation.py)",
-    "flip": "with a dynamic first extent the decomposition indexes with a non-integer tensor (IndexError)",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 MAX_DYNAMIC_SAMPLES = 8  # per op, keeps the suite fast
