@@ -168,13 +168,14 @@ def _shape_env_from_value(value: Any) -> Any:
         return v is None or type(v) is int
 
     def good_symbol(s: Any) -> bool:
-        return isinstance(s, dict) and isinstance(s.get("symbol"), sympy.Symbol) and int_or_none(s.get("hint")) \
-            and type(s.get("lo")) is int and int_or_none(s.get("hi")) and isinstance(s.get("kind"), str) \
-            and isinstance(s.get("reason"), str) and type(s.get("sources")) is list
+        keys = {"symbol", "hint", "lo", "hi", "kind", "reason", "sources"}
+        return isinstance(s, dict) and set(s) == keys and isinstance(s["symbol"], sympy.Symbol) \
+            and int_or_none(s["hint"]) and type(s["lo"]) is int and int_or_none(s["hi"]) \
+            and isinstance(s["kind"], str) and isinstance(s["reason"], str) and type(s["sources"]) is list
 
     def good_guard(g: Any) -> bool:
-        return isinstance(g, dict) and isinstance(g.get("fact"), sympy.Basic) and isinstance(g.get("reason"), str) \
-            and isinstance(g.get("where"), str)
+        return isinstance(g, dict) and set(g) == {"fact", "reason", "where"} and isinstance(g["fact"], sympy.Basic) \
+            and isinstance(g["reason"], str) and isinstance(g["where"], str)
 
     if not isinstance(value, dict) or value.get("$shape_env") != 1 or type(value.get("symbols")) is not list \
             or type(value.get("guards")) is not list or not all(map(good_symbol, value["symbols"])) \

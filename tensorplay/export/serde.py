@@ -57,6 +57,7 @@ __all__ = [
     "GROUPS", "SCHEMA_VERSION", "SerializedArtifact", "SymbolTable", "TensorTable", "ValueDecoder", "allow_function",
     "arg_from_doc", "arg_to_doc", "decode_graph", "decode_value", "deserialize", "deserialize_program", "encode_graph",
     "encode_value", "is_state_path", "malformed", "parse_json", "parse_sympy", "serialize", "serialize_program",
+    "tensor_method_names",
 ]
 
 SCHEMA_VERSION = 1
@@ -490,6 +491,8 @@ def encode_graph(graph: Graph, table: TensorTable, symbols: SymbolTable | None =
                 raise ValueError(f"cannot save {where}: getattr may only read a public attribute, got {n.args[1:]!r}")
         elif n.op == "call_module":
             raise ValueError(f"cannot save {where}: call_module nodes need the module object; inline it first")
+        elif n.op == "call_method" and n.target not in tensor_method_names():
+            raise ValueError(f"cannot save {where}: call_method target {n.target!r} is not a public Tensor method")
         else:
             target = n.target
         meta = {key: encode_value(n.meta[key], table, symbols, f"{where} meta[{key!r}]")
@@ -543,6 +546,22 @@ def decode_graph(doc: Any, tensors: Callable[[int], Tensor] | dict[int, Tensor],
     return graph
 
 
+_TENSOR_METHODS: frozenset[str] = frozenset()
+
+
+def tensor_method_names() -> frozenset[str]:
+    """The public methods of ``Tensor``: the only ``call_method`` targets an archive may name.
+
+    (A method of another object, such as ``ndarray.tofile`` reached through ``x.numpy()``, could
+    write files when the program runs.)
+    """
+    global _TENSOR_METHODS
+    if not _TENSOR_METHODS:
+        _TENSOR_METHODS = frozenset(n for n in dir(Tensor) if not n.startswith("_")
+                                    and callable(getattr(Tensor, n, None)))
+    return _TENSOR_METHODS
+
+
 def _public_getattr(args: Any) -> bool:
     return len(args) == 2 and isinstance(args[1], str) and bool(IDENT.match(args[1])) and not args[1].startswith("_")
 
@@ -554,8 +573,8 @@ def _decode_target(op: str, doc: Any, name: str) -> Any:
         raise ValueError(f"node {name!r}: call_module nodes cannot be loaded (no module objects in archives)")
     if not is_state_path(doc):
         raise malformed(f"a dotted-name target (no dunder parts) for {op} node {name!r}", doc)
-    if op == "call_method" and (doc.startswith("_") or "." in doc):
-        raise ValueError(f"node {name!r}: call_method may only call a public method, got {doc!r}")
+    if op == "call_method" and doc not in tensor_method_names():
+        raise ValueError(f"node {name!r}: call_method may only call a public Tensor method, got {doc[:60]!r}")
     return doc
 
 

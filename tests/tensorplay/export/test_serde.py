@@ -297,6 +297,7 @@ def test_a_valid_hand_written_graph_document_loads():
     {"target": {"kind": "builtin", "name": "eval"}}, {"target": {"kind": "builtin", "name": "__import__"}},
     {"target": {"kind": "operator", "name": "attrgetter"}}, {"target": {"kind": "op", "name": "no_such_op"}},
     {"target": "neg"}, {"op": "call_method", "target": "__class__"}, {"op": "call_method", "target": "a.b"},
+    {"op": "call_method", "target": "tofile"}, {"op": "call_method", "target": "system"},
     {"op": "call_module", "target": "fc"}, {"op": "get_attr", "target": "__dict__", "args": []},
     {"op": "jump"}, {"name": "x"}, {"name": "not valid"}, {"name": "self"},
     {"args": [{"$": "node", "v": "later"}]}, {"args": {"$": "tuple", "v": []}}, {"kwargs": []},
@@ -354,3 +355,13 @@ def test_pathological_sympy_text_is_refused_quickly(text):
 def test_odd_but_valid_sympy_text_parses():
     assert serde.parse_sympy("9**(1/2)**2", {}) == sympy.Integer(9) ** sympy.Rational(1, 4)
     assert serde.parse_sympy("(2**64)**64", {}) == sympy.Integer(2) ** 4096
+
+
+def test_only_tensor_methods_are_saved_as_method_calls():
+    g = Graph()
+    x = g.placeholder("x")
+    arr = g.call_method("numpy", (x,))
+    g.output(g.call_method("tofile", (arr, "/tmp/x")))
+    with pytest.raises(ValueError, match="cannot save node 'tofile'.*not a public Tensor method"):
+        serde.encode_graph(g, serde.TensorTable())
+    assert {"relu", "reshape", "add_", "size", "item", "to"} <= serde.tensor_method_names()
