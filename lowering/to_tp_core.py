@@ -157,10 +157,8 @@ class Cx:
         return v if perm == list(range(len(perm))) else self.emit("tp.permute", v, perm=perm)
 
     def slice(self, v: Value, axis: int, start: Any, stop: Any, step: int = 1) -> Value:
-        dim = v.type.shape[axis]
-        if step == 1 and sympy.sympify(start) == 0 and sympy.sympify(stop - dim if not isinstance(stop, int)
-                                                                        else stop - dim) == 0:
-            return v
+        if step == 1 and sympy.sympify(start) == 0 and sympy.expand(sympy.sympify(stop) - v.type.shape[axis]) == 0:
+            return v  # the whole dim
         return self.emit("tp.slice", v, axis=axis, start=start, stop=stop, step=step)
 
     # ------------------------------------------------------------------ values
