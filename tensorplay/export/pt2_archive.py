@@ -8,12 +8,14 @@ Layout (API-SPEC section 3)::
     data/weights/<name>/<i>             parameters and persistent buffers, raw little-endian bytes
     data/constants/<name>/<i>           lifted constants, non-persistent buffers, graph tensors
     data/sample_inputs/<name>/<i>       tensors of the example inputs
-    data/native/<name>/<triple>/<file>  compiled native code (reserved for the runtime)
+    data/native/<name>/<triple>/        native code: artifact.bin, manifest.json, program.tp
     extra/<file>                        user files
 
-The reader checks every entry before anything uses it: names (no traversal, no duplicates, only
-the layout above), sizes declared against sizes read, a total size cap, compression ratios and
-encryption. A bad archive raises ``ValueError`` and nothing else.
+Tensor payloads are stored uncompressed and start at 64-byte aligned offsets, so a file-backed
+archive can be memory-mapped. The reader checks every entry before anything uses it: names (no
+traversal, no duplicates, only the layout above), sizes declared against sizes read, CRCs,
+overlapping entries, a total size cap, compression ratios and encryption. A bad archive raises
+``ValueError`` and nothing else.
 
 >>> import io
 >>> buf = io.BytesIO()
@@ -27,7 +29,6 @@ True
 """
 from __future__ import annotations
 
-import bz2
 import enum
 import io
 import lzma
@@ -47,9 +48,10 @@ from .. import _dtype
 from .._tensor import Tensor
 
 __all__ = [
-    "bundle_payloads", "check_tensor_entry", "decode_tensor", "encode_tensor", "unbundle_payloads",
     "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "NativeCode", "PT2ArchiveContents", "PT2ArchiveReader", "PT2ArchiveWriter",
-    "WeightType", "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "weight_type_of",
+    "WeightType", "bundle_payloads", "check_entry_name", "check_tensor_entry", "decode_tensor", "encode_tensor",
+    "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "unbundle_payloads",
+    "weight_type_of",
 ]
 
 ARCHIVE_FORMAT = "pt2"
@@ -57,11 +59,11 @@ ARCHIVE_VERSION = "1"
 MAX_MEMBERS = 200_000
 MAX_TOTAL_BYTES = 32 << 30
 MAX_TEXT_BYTES = 1 << 28
-MAX_RATIO = 1100
+MAX_RATIO = 1100  # deflate cannot compress better than ~1032:1; more means a lie or a bomb
 ALIGNMENT = 64  # stored payloads start at multiples of this offset in archives we write
 _PAD_ID = 0x7470  # zip extra-field id of our alignment padding ("tp")
 MAX_NDIM = 64
-MAX_ELEMENTS = 1 << 40  # deflate cannot compress better than ~1032:1; more means a lie or a bomb
+MAX_ELEMENTS = 1 << 40
 _SEGMENT = r"[^/\\\x00-\x1f:*?\"<>|]+"
 _MODEL = r"[A-Za-z0-9_][A-Za-z0-9_.\-]*"
 _LAYOUT = re.compile(
@@ -70,7 +72,6 @@ _LAYOUT = re.compile(
 _ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, struct.error, zlib.error,
                lzma.LZMAError, NotImplementedError, RuntimeError, OverflowError, UnicodeDecodeError, ValueError,
                IndexError, KeyError, TypeError, MemoryError)
-_ = bz2  # bz2 errors are OSErrors
 
 
 class WeightType(enum.IntEnum):
@@ -215,7 +216,7 @@ def decode_tensor(entry: Any, data: Any, where: str = "?", *, copy: bool = True)
     contiguous = list(strides) == [math.prod(shape[i + 1:]) for i in range(len(shape))]
     if 0 in shape:
         arr = np.zeros(shape, dtype=dt.storage)
-    elif contiguous and not copy and little == dt.storage:
+    elif contiguous and not copy and little == dt.storage and isinstance(data, np.ndarray):
         arr = flat.reshape(shape)  # a view (of an np.memmap when loading weights from disk)
     else:
         arr = np.lib.stride_tricks.as_strided(flat, shape, [s * dt.itemsize for s in strides], writeable=False)
@@ -226,10 +227,12 @@ def decode_tensor(entry: Any, data: Any, where: str = "?", *, copy: bool = True)
 
 
 def bundle_payloads(group: list[Tensor]) -> bytes:
+    """The payloads of ``group`` back to back (the tensor blobs of a ``SerializedArtifact``)."""
     return b"".join(encode_tensor(t)[1] for t in group)
 
 
 def unbundle_payloads(data: Any, entries: Any, group: str) -> Callable[[int], Tensor]:
+    """A lookup ``i -> Tensor`` over :func:`bundle_payloads` bytes, after checking them against ``entries``."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"serialized {group} must be bytes, got {type(data).__name__}")
     if not isinstance(entries, list):
@@ -252,7 +255,6 @@ def unbundle_payloads(data: Any, entries: Any, group: str) -> Callable[[int], Te
             cache[i] = decode_tensor(entries[i], view[offsets[i]:offsets[i] + nbytes], f"{group}/{i}")
         return cache[i]
     return get
-
 
 
 # ------------------------------------------------------------------------------------ writer
@@ -293,7 +295,8 @@ class PT2ArchiveWriter:
         info.compress_type = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
         info.external_attr = 0o644 << 16
         if not compress:  # pad the local header so the data starts on a 64-byte boundary (for memory maps)
-            header_end = self._zip.start_dir + 30 + len(name.encode("utf-8")) + 4
+            zip64_extra = 20 if len(data) * 1.05 > zipfile.ZIP64_LIMIT else 0  # as zipfile decides
+            header_end = self._zip.start_dir + 30 + len(name.encode("utf-8")) + 4 + zip64_extra
             info.extra = struct.pack("<HH", _PAD_ID, (-header_end) % ALIGNMENT) + bytes((-header_end) % ALIGNMENT)
         self._zip.writestr(info, bytes(data))
         self._names.add(name)
