@@ -98,6 +98,7 @@ def _leaves(value) -> list:
 def _compare(got: np.ndarray, want: tp.Tensor, sample: Sample, where: str) -> None:
     w = to_numpy(want)
     assert got.shape == w.shape, f"{where}: shape {got.shape} != eager {w.shape}"
+    assert got.dtype == w.dtype, f"{where}: dtype {got.dtype} != eager {w.dtype}"
     if not sample.exact_values:
         return
     if w.dtype.kind == "f":
