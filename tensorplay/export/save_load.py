@@ -1,11 +1,14 @@
 """``save`` / ``load`` / ``package_pt2`` / ``load_pt2``: exported programs in ``.pt2`` archives, without pickle.
 
->>> import io, tensorplay as tp  # doctest: +SKIP
->>> from tensorplay.export import export, save, load  # doctest: +SKIP
->>> ep = export(tp.nn.Linear(3, 2), tp.ones(4, 3))  # doctest: +SKIP
->>> buf = io.BytesIO(); save(ep, buf, extra_files={"note.txt": "hello"})  # doctest: +SKIP
->>> extra = {}; loaded = load(buf, extra_files=extra); extra  # doctest: +SKIP
-{'note.txt': 'hello'}
+>>> import io, tensorplay as tp
+>>> from tensorplay.export import Dim, export, load, save
+>>> ep = export(tp.nn.Linear(3, 2), tp.ones(4, 3), dynamic_shapes={"input": {0: Dim("batch")}})
+>>> buf = io.BytesIO()
+>>> save(ep, buf, extra_files={"note.txt": "hello"})
+>>> extra = {}
+>>> loaded = load(buf, extra_files=extra)
+>>> extra, tuple(loaded(tp.ones(7, 3)).shape), type(loaded.state_dict["weight"]).__name__
+({'note.txt': 'hello'}, (7, 2), 'Parameter')
 
 A program becomes one JSON document (:func:`program_to_document`: graph, signature, state
 records, example inputs, dynamic shapes, constraints, module call graph, graph-module meta) plus

@@ -633,8 +633,14 @@ def arg_from_doc(d: Any, decode: Callable[[Any], Any]) -> Any:
 def serialize_program(ep: Any, opset_version: dict[str, int] | None = None) -> SerializedArtifact:
     """The program as a :class:`SerializedArtifact` (JSON document + weights/constants/example-input bytes).
 
-    >>> import tensorplay as tp  # doctest: +SKIP
-    >>> ep.deserialize(ep.serialize())(tp.ones(2, 3))  # doctest: +SKIP
+    >>> import tensorplay as tp
+    >>> from tensorplay.export import export
+    >>> ep = export(tp.nn.Linear(3, 2), tp.ones(4, 3))
+    >>> artifact = serialize_program(ep)
+    >>> len(artifact.state_dict)  # 6 weights and 2 biases, float32
+    32
+    >>> tuple(deserialize_program(artifact)(tp.ones(4, 3)).shape)
+    (4, 2)
     """
     from .exported_program import ExportedProgram
     from .save_load import program_to_document
