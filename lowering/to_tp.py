@@ -536,6 +536,9 @@ class _Converter:
         if op.inplace_of is not None:
             return "in-place op: functionalize the graph first"
         if not op.primitive:
+            from tensorplay.graph.decompose import decomposition_of
+            if decomposition_of(op) is None:
+                return "a composite without a decomposition (give it one with op.def_decomposition)"
             return "not a primitive: run tensorplay.graph.decompose.decompose(gm) first"
         return "no tp lowering for this primitive yet"
 

@@ -95,6 +95,34 @@ def _pad(cx: Cx, input: Value, pad: Sequence[Any], mode: str = "constant", value
     return cx.emit("tp.pad", x, pads=widths, mode=mode, value=fill)
 
 
+def _pieces(cx: Cx, input: Value, dim: Any) -> list[Value]:
+    """Consecutive slices of ``input`` along ``dim`` with the extents of the graph's outputs."""
+    axis = _static_int(dim, "dim") % input.type.rank
+    start, out = sympy.Integer(0), []
+    for shape in [t.shape for t in cx.out]:
+        n = shape[axis] if len(shape) == input.type.rank else sympy.Integer(1)
+        out.append(cx.slice(input, axis, start, start + n))
+        start = start + n
+    return out
+
+
+@rule("split")
+def _split(cx: Cx, tensor: Value, split_size_or_sections: Any, dim: int = 0) -> list[Value]:
+    """Not a primitive, but composites without a decomposition (split, chunk, unbind) are plain slices."""
+    return _pieces(cx, tensor, dim)
+
+
+@rule("chunk")
+def _chunk(cx: Cx, input: Value, chunks: int, dim: int = 0) -> list[Value]:
+    return _pieces(cx, input, dim)
+
+
+@rule("unbind")
+def _unbind(cx: Cx, input: Value, dim: int = 0) -> list[Value]:
+    axis = _static_int(dim, "dim") % input.type.rank
+    return [cx.reshape(p, [d for i, d in enumerate(p.type.shape) if i != axis]) for p in _pieces(cx, input, dim)]
+
+
 # ---------------------------------------------------------------------------------- reductions
 
 

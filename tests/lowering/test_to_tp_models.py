@@ -114,3 +114,26 @@ def test_model_rejects_wrong_feature_size(converted):
     with pytest.raises(DialectAssertionError):
         run(module, [bad] + binding.flat_inputs({next(iter(_arg_names(model))): tp.zeros(2, *feature)})[1:],
             weights=binding.weights)
+
+
+def _flat(value) -> list:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _flat(v)]
+    return [value]
+
+
+@pytest.mark.parametrize("cell", ["GRU", "LSTM"])
+def test_recurrent_models_match_eager(cell):
+    tp.manual_seed(2)
+    model = getattr(nn, cell)(4, 6, num_layers=2, batch_first=True).eval()
+    gm = decompose(trace(model, (tp.randn(3, 5, 4),), dynamic={"input": {0: "batch"}}))
+    module, binding = graph_to_tp(gm)
+    verify(module)
+    for batch in (1, 2, 6):
+        x = tp.randn(batch, 5, 4)
+        with tp.no_grad():
+            want = _flat(model(x))
+        got = _flat(binding.unflatten(run(module, binding.flat_inputs({"input": x}), weights=binding.weights)))
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w.numpy(), rtol=1e-5, atol=1e-6)
