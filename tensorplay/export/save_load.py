@@ -82,6 +82,11 @@ def _check_protocol(pickle_protocol: Any) -> None:
 PROGRAM_FORMAT = "tensorplay.exported_program"
 
 
+def _tensorplay_version() -> str:
+    import tensorplay
+    return str(getattr(tensorplay, "__version__", "unknown"))
+
+
 def _is_weight(spec: Any) -> bool:
     from .graph_signature import InputKind
     return spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and bool(spec.persistent))
@@ -124,6 +129,7 @@ def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) ->
     doc = {
         "format": PROGRAM_FORMAT,
         "schema_version": SCHEMA_VERSION,
+        "producer": f"tensorplay {_tensorplay_version()}",  # informational: which build wrote the archive
         "opset_version": dict(opset_version or {}),
         "graph": encode_graph(ep.graph, tables["constants"], symbols),
         "graph_attrs": enc(dict(gm._graph_attrs), "constants", "graph constants"),

@@ -118,6 +118,7 @@ def test_save_to_path_and_archive_layout(tmp_path):
         weight_names = sorted(n for n in names if n.startswith("data/weights/model/"))
         raw = zf.read("data/weights/model/0")
     assert doc["schema_version"] == serde.SCHEMA_VERSION and "extra/a.txt" in names
+    assert doc["producer"] == f"tensorplay {tp.__version__}"
     assert weight_names == ["data/weights/model/0", "data/weights/model/1", "data/weights/model/2"]
     assert "pickle" not in json.dumps(doc) and not any(n.endswith(".pkl") for n in names)
     entry = doc["payloads"]["weights"][0]
