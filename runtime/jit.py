@@ -8,7 +8,9 @@ holds the code: the code stays mapped exactly as long as the Library (or a funct
 obtained from it) is referenced.
 
 Symbols the code does not define (``memset``, ``expf`` ...) resolve against the
-running process.
+running process (or :func:`llvmlite.binding.add_symbol`). One that resolves nowhere (a
+compiler-rt libcall such as ``__truncdfhf2``, a typo in a declaration) raises
+:class:`CompileError` naming it before the code is mapped, instead of crashing at the call.
 
 Example::
 
@@ -21,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -39,11 +42,12 @@ from .target import (
     optimize,
 )
 
-__all__ = ["CompileError", "JitStats", "Library", "compile_ir", "compile_object", "load_object", "stats"]
+__all__ = ["CompileError", "JitStats", "Library", "compile_ir", "compile_object", "load_object", "stats",
+           "undefined_symbols"]
 
 
 class CompileError(ValueError):
-    """The LLVM IR given to :func:`compile_ir` does not parse or verify."""
+    """The LLVM IR does not parse or verify, or the code references symbols that resolve nowhere."""
 
 
 class JitStats:
@@ -149,13 +153,70 @@ class Library:
         return self._asm
 
 
+# Undefined in every pic object that uses the GOT; the JIT's linker supplies it itself.
+_LINKER_SYMBOLS = frozenset({"_GLOBAL_OFFSET_TABLE_"})
+_SHT_SYMTAB, _SHN_UNDEF = 2, 0
+
+
+def undefined_symbols(obj: bytes) -> list[str]:
+    """Names an ELF relocatable object references without defining them.
+
+    Weak references are included: MCJIT cannot leave one unresolved (doing so also leaves the
+    object's other external calls unpatched), so they must resolve like any other.
+
+    >>> obj, _ = compile_object("declare double @exp(double)  define double @f(double %x) {"
+    ...                         " %y = call double @exp(double %x)  ret double %y }", cache=False)
+    >>> undefined_symbols(obj)
+    ['exp']
+    """
+    try:
+        if obj[:4] != b"\x7fELF" or obj[4] not in (1, 2) or obj[5] not in (1, 2):
+            raise ValueError("no ELF header")
+        wide, end = obj[4] == 2, "<" if obj[5] == 1 else ">"
+        shoff, shentsize, shnum = (struct.unpack_from(end + "Q10xHH", obj, 0x28) if wide
+                                   else struct.unpack_from(end + "I10xHH", obj, 0x20))
+        sh_fmt = end + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+        sections = [struct.unpack_from(sh_fmt, obj, shoff + i * shentsize) for i in range(shnum)]
+        names: set[str] = set()
+        for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
+            if sh_type != _SHT_SYMTAB or not entsize:
+                continue
+            str_off = sections[link][4]
+            for pos in range(offset + entsize, offset + size, entsize):  # entry 0 is the null symbol
+                if wide:
+                    st_name, st_shndx = struct.unpack_from(end + "I2xH", obj, pos)
+                else:
+                    st_name, st_shndx = struct.unpack_from(end + "I10xH", obj, pos)
+                if st_shndx != _SHN_UNDEF or st_name == 0:
+                    continue
+                stop = obj.index(b"\0", str_off + st_name)
+                names.add(obj[str_off + st_name:stop].decode("utf-8", "replace"))
+    except (struct.error, IndexError, ValueError, OverflowError) as exc:
+        raise ValueError(f"malformed ELF object ({len(obj)} bytes): cannot read its symbol table ({exc})") from None
+    return sorted(names - _LINKER_SYMBOLS)
+
+
+def _check_resolvable(obj: bytes, name: str) -> None:
+    """Raise CompileError unless every undefined symbol of ``obj`` resolves in this process.
+
+    Call it after an MCJIT engine exists: creating one makes the process's own symbols
+    visible to :func:`llvmlite.binding.address_of_symbol`, which is how MCJIT resolves them.
+    """
+    missing = [s for s in undefined_symbols(obj) if not llvm.address_of_symbol(s)]
+    if missing:
+        raise CompileError(f"library {name!r} references symbol(s) the JIT cannot resolve: {', '.join(missing)} "
+                           "(define them in the IR, link them into the process, or register them with "
+                           "llvmlite.binding.add_symbol)")
+
+
 def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
                 features: str | None = None) -> Library:
     """Map relocatable object code into memory without compiling.
 
     ``ir`` is kept for ``Library.ir``; ``features`` records the feature string the code was
     built for (default: the host's). Checking that the host can run it is the caller's job
-    (see :mod:`runtime.artifact`).
+    (see :mod:`runtime.artifact`). Object code referencing a symbol that resolves nowhere
+    raises :class:`CompileError` naming it.
 
     >>> lib = compile_ir("define i32 @one() { ret i32 1 }", cache=False)
     >>> load_object(lib.object).address("one") > 0
@@ -169,6 +230,7 @@ def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
     ensure_initialized()
     # MCJIT takes ownership of its target machine, so each engine gets its own.
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(jit=True))
+    _check_resolvable(obj, name)
     try:
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
@@ -239,7 +301,8 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
 
     ``cache`` is True (the default cache, see :mod:`runtime.cache`), False, or a
     :class:`CompileCache`. ``prefer_vector_width`` (256 or 512) is passed to
-    :func:`runtime.target.host_target_machine`. Invalid IR raises :class:`CompileError`.
+    :func:`runtime.target.host_target_machine`. Invalid IR, or code calling a symbol that
+    resolves nowhere, raises :class:`CompileError`.
 
     >>> import ctypes
     >>> f = compile_ir("define double @sq(double %x) { %y = fmul double %x, %x  ret double %y }")
