@@ -4,10 +4,8 @@ A table maps a graph target (an op or other callable, a method name, or an op na
 *builder* ``builder(graph, node)``: called with the insertion point just before ``node``, it adds
 the replacement nodes and returns the value ``node``'s users should consume (returning ``node``
 itself, or ``None``, keeps it). The default table is derived from the op registry: every op with a
-decomposition (``silu`` deliberately excepted: it is kept for fused kernels) plus the rules of
-:data:`tensorplay.graph.decompose.SUPPLEMENTARY_DECOMPOSITIONS` (``clamp`` and friends); each
-builder traces the op's decomposition one level, so ``run_decompositions`` repeats rounds until
-nothing changes.
+decomposition (``silu`` deliberately excepted: it is kept for fused kernels); each builder traces
+the op's decomposition one level, so ``run_decompositions`` repeats rounds until nothing changes.
 
 >>> import tensorplay as tp
 >>> from tensorplay.export import export
@@ -34,7 +32,7 @@ from typing import Any
 import sympy
 
 from ..graph import Graph, GraphCaptureError, GraphModule, Node, map_arg
-from ..graph.decompose import SUPPLEMENTARY_DECOMPOSITIONS, DecompositionTracer, _shape_env_for
+from ..graph.decompose import DecompositionTracer, _shape_env_for
 from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
 from ..ops import REGISTRY
@@ -140,8 +138,6 @@ def _registry_rules() -> dict[str, Callable]:
     for name, op in REGISTRY.items():
         if op.decomposition is not None and name not in DEFAULT_EXCLUDED:
             rules[name] = op.decomposition
-    for name, fn in SUPPLEMENTARY_DECOMPOSITIONS.items():
-        rules.setdefault(name, fn)
     for method, op in methods().items():  # method spellings of the same ops (x.clip -> clamp)
         if method != op.name and op.name in rules:
             rules.setdefault(method, rules[op.name])

@@ -37,7 +37,7 @@ from .proxy import TENSOR_OPERATORS, Proxy, SymProxy
 from .shape_env import ShapeEnv
 from .tracer import Tracer
 
-__all__ = ["decompose", "node_op", "decomposition_of", "DecompositionTracer", "SUPPLEMENTARY_DECOMPOSITIONS"]
+__all__ = ["decompose", "node_op", "decomposition_of", "DecompositionTracer"]
 
 # Method names traced by Proxy helpers rather than bound from the registry.
 _EXTRA_METHODS = {"to": "to_dtype", "clip": "clamp"}
@@ -90,91 +90,8 @@ def _hashable(target: Any) -> bool:
     return True
 
 
-# --- decompositions the registry does not carry (yet) ---------------------------------------------------
-# Small non-primitive ops with no registry decomposition; each rule has the op's signature.
-
-def _tp():
-    import tensorplay
-    return tensorplay
-
-
-def _clamp(input, min=None, max=None):
-    t = _tp()
-    out = input
-    if min is not None:
-        out = t.maximum(out, min)
-    if max is not None:
-        out = t.minimum(out, max)
-    return out
-
-
-def _lerp(input, end, weight):
-    return input + weight * (end - input)
-
-
-def _narrow(input, dim, start, length):
-    index = [slice(None)] * input.dim()
-    index[dim] = slice(start, start + length)
-    return input[tuple(index)]
-
-
-def _select(input, dim, index):
-    key = [slice(None)] * input.dim()
-    key[dim] = index
-    return input[tuple(key)]
-
-
-def _identity(input, memory_format=None):
-    return input
-
-
-def _ones(*size, dtype=None, **_):
-    return _tp().full(size[0] if len(size) == 1 and isinstance(size[0], list | tuple) else size, 1, dtype=dtype)
-
-
-def _like(fill):
-    def rule(input, *, dtype=None, **_):
-        return _tp().full(input.shape, fill, dtype=dtype or input.dtype)
-    return rule
-
-
-def _full_like(input, fill_value, dtype=None, **_):
-    return _tp().full(input.shape, fill_value, dtype=dtype or input.dtype)
-
-
-def _new_fill(fill):
-    def rule(self, *size, dtype=None, **_):
-        shape = size[0] if len(size) == 1 and isinstance(size[0], list | tuple) else size
-        return _tp().full(shape, fill, dtype=dtype or self.dtype)
-    return rule
-
-
-def _new_full(self, size, fill_value, dtype=None, **_):
-    return _tp().full(size, fill_value, dtype=dtype or self.dtype)
-
-
-SUPPLEMENTARY_DECOMPOSITIONS: dict[str, Callable] = {
-    "clamp": _clamp,
-    "clamp_min": lambda input, min: _clamp(input, min=min),
-    "clamp_max": lambda input, max: _clamp(input, max=max),
-    "lerp": _lerp,
-    "narrow": _narrow,
-    "select": _select,
-    "contiguous": _identity,
-    "detach": _identity,
-    "ones": _ones,
-    "zeros_like": _like(0),
-    "ones_like": _like(1),
-    "full_like": _full_like,
-    "new_zeros": _new_fill(0),
-    "new_ones": _new_fill(1),
-    "new_full": _new_full,
-}
-"""Rules for non-primitive registry ops that have no ``op.decomposition`` (name -> function)."""
-
-
 def decomposition_of(op: Op, table: Mapping | None = None) -> Callable | None:
-    """The function that decomposes ``op``: the table's entry, else the registry's, else a supplementary one.
+    """The function that decomposes ``op``: the table's entry, else the registry's (``op.decomposition``).
 
     A ``table`` entry of ``None`` keeps the op. Keys may be ops or op names.
 
@@ -187,7 +104,7 @@ def decomposition_of(op: Op, table: Mapping | None = None) -> Callable | None:
                 return table[key]
     if op.primitive:
         return None
-    return op.decomposition or SUPPLEMENTARY_DECOMPOSITIONS.get(op.name)
+    return op.decomposition
 
 
 class DecompositionTracer(Tracer):

@@ -147,6 +147,15 @@ zeros = register("zeros", _factory("zeros", np.zeros), _factory_meta("zeros"), p
                  doc="A tensor of zeros: ``zeros(2, 3)`` or ``zeros((2, 3), dtype=tp.int64)``.")
 ones = register("ones", _factory("ones", np.ones), _factory_meta("ones"),
                 doc="A tensor of ones.")
+
+
+def _size_operand(size: tuple) -> tuple:
+    """``(2, 3)`` or ``((2, 3),)`` as ``(2, 3)``, entries untouched (they may be traced sizes)."""
+    return tuple(size[0]) if len(size) == 1 and isinstance(size[0], list | tuple) else size
+
+
+ones.def_decomposition(lambda *size, dtype=None, **kw: full(
+    _size_operand(size), 1, dtype=dtype if dtype is not None else _dtype.get_default_dtype()))
 empty = register("empty", _factory("empty", np.zeros), _factory_meta("empty"),
                  doc="An uninitialised tensor (tensorplay fills it with zeros).")
 
@@ -180,12 +189,21 @@ ones_like = register("ones_like", _like(np.ones), _like_meta, doc="Ones shaped l
 empty_like = register("empty_like", _like(np.zeros), _like_meta, doc="Uninitialised, shaped like ``input``.")
 
 
+def _full_like_decomposition(input, fill_value, *, dtype=None, **kw):
+    return full(input.shape, fill_value, dtype=dtype if dtype is not None else input.dtype)
+
+
+zeros_like.def_decomposition(lambda input, **kw: _full_like_decomposition(input, 0, **kw))
+ones_like.def_decomposition(lambda input, **kw: _full_like_decomposition(input, 1, **kw))
+
+
 def _full_like_meta(input, fill_value, *, dtype=None, **kw):
     return TensorMeta(input.shape, _dtype.as_dtype(dtype) if dtype is not None else input.dtype)
 
 
 full_like = register("full_like", lambda input, fill_value, **kw: np.full(input.shape, fill_value),
                      _full_like_meta, doc="``fill_value`` everywhere, shaped like ``input``.")
+full_like.def_decomposition(_full_like_decomposition)
 
 
 def _new_meta(fn: str):
@@ -208,6 +226,14 @@ new_empty = register("new_empty", _new(np.zeros), _new_meta("new_empty"), method
                      doc="Uninitialised with ``self``'s dtype.")
 
 
+def _new_full_decomposition(self, size, fill_value, *, dtype=None, **kw):
+    return full(_size_operand((size,)), fill_value, dtype=dtype if dtype is not None else self.dtype)
+
+
+new_zeros.def_decomposition(lambda self, *size, **kw: _new_full_decomposition(self, _size_operand(size), 0, **kw))
+new_ones.def_decomposition(lambda self, *size, **kw: _new_full_decomposition(self, _size_operand(size), 1, **kw))
+
+
 def _new_full_meta(self, size, fill_value, *, dtype=None, **kw):
     return TensorMeta(_size((size,), "new_full"), _dtype.as_dtype(dtype) if dtype is not None else self.dtype)
 
@@ -215,6 +241,7 @@ def _new_full_meta(self, size, fill_value, *, dtype=None, **kw):
 new_full = register("new_full", lambda self, size, fill_value, **kw: np.full(_concrete(_size((size,), "new_full")),
                                                                               fill_value),
                     _new_full_meta, method=True, doc="``fill_value`` everywhere with ``self``'s dtype.")
+new_full.def_decomposition(_new_full_decomposition)
 
 
 # --- ranges -------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .. import _dtype
-from ._registry import Op, register, register_inplace
+from ._registry import REGISTRY, Op, register, register_inplace
 from ._shapes import TensorMeta, broadcast_shapes
 
 __all__ = ["UNARY", "BINARY", "COMPARISONS"]
@@ -353,6 +353,20 @@ register_inplace(clamp_min)
 register_inplace(clamp_max)
 
 
+@clamp.def_decomposition
+def _clamp_decomposition(input, min=None, max=None):
+    out = input
+    if min is not None:
+        out = REGISTRY["maximum"](out, min)
+    if max is not None:
+        out = REGISTRY["minimum"](out, max)
+    return out
+
+
+clamp_min.def_decomposition(lambda input, min: _clamp_decomposition(input, min=min))
+clamp_max.def_decomposition(lambda input, max: _clamp_decomposition(input, max=max))
+
+
 def _lerp(input, end, weight):
     return input + weight * (end - input)
 
@@ -360,3 +374,4 @@ def _lerp(input, end, weight):
 lerp = register("lerp", _lerp, elementwise_meta("lerp", "common"), method=True, promote="common",
                 doc="``input + weight * (end - input)``.")
 register_inplace(lerp)
+lerp.def_decomposition(lambda input, end, weight: input + weight * (end - input))

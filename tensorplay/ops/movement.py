@@ -121,6 +121,9 @@ contiguous = _view_op("contiguous", lambda input, memory_format=None: input if i
 detach = _view_op("detach", lambda input: input[...], lambda input: _same(input, input.shape),
                   "A view of ``input``'s storage cut from the autograd graph: "
                   "``x.detach().requires_grad`` is False.")
+# as values both are the input itself (autograd and memory layout are not part of a traced graph)
+contiguous.def_decomposition(lambda input, memory_format=None: input)
+detach.def_decomposition(lambda input: input)
 
 
 @clone.def_backward
@@ -676,6 +679,12 @@ def _(ctx, grad):
     return (REGISTRY["pad"](grad, _pad_widths(x.ndim, d, start, _static(x.shape[d] - start - length))),)
 
 
+@narrow.def_decomposition
+def _(input, dim, start, length):
+    d, start, length = _narrow_args(input.shape, dim, start, length)
+    return input[(slice(None),) * d + (slice(start, start + length),)]
+
+
 def _select_meta(input, dim, index):
     if input.ndim == 0:
         raise IndexError("select() cannot be applied to a 0-dim tensor.")
@@ -691,6 +700,7 @@ select = _view_op("select", lambda input, dim, index: input[(slice(None),) * nor
                                                             + (index, ...)],
                   _select_meta, "The view at ``index`` along ``dim``, that dim removed: ``x.select(1, 0)`` is "
                   "``x[:, 0]``.")
+select.def_decomposition(lambda input, dim, index: input[(slice(None),) * normalize_dim(dim, input.ndim) + (index,)])
 
 
 @select.def_backward

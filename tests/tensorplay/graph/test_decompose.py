@@ -267,3 +267,36 @@ def test_clamp_rule_promotes_like_eager():
     np.testing.assert_array_equal(low.numpy(), np.clip([0, 3, 7], 2.5, None).astype(np.float32))
     np.testing.assert_array_equal(high.numpy(), [0, 3, 3])
     np.testing.assert_array_equal(both.numpy(), [1, 3, 4])
+
+
+FORMERLY_SIDE_TABLE = ("clamp", "clamp_min", "clamp_max", "lerp", "narrow", "select", "contiguous", "detach", "ones",
+                       "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full")
+
+
+def test_decompositions_live_on_the_registry_ops():
+    import tensorplay.graph.decompose as decompose_module
+    from tensorplay.export.decomp import default_decompositions
+    assert not hasattr(decompose_module, "SUPPLEMENTARY_DECOMPOSITIONS")
+    table = default_decompositions()
+    for name in FORMERLY_SIDE_TABLE:
+        op = REGISTRY[name]
+        assert op.decomposition is not None and decomposition_of(op) is op.decomposition, name
+        assert name in table, name
+    for op in REGISTRY.values():  # no other source of rules
+        assert decomposition_of(op) is (None if op.primitive else op.decomposition), op.name
+
+
+def test_creation_and_view_decompositions_follow_eager():
+    def f(x):
+        return (tp.ones(x.shape[0], 2), x.narrow(1, -2, 2), x.select(-1, -1), tp.full_like(x, 7, dtype=tp.int64),
+                x.new_ones((2, x.shape[0])), x.clamp_min(0.5), x.lerp(x * 2, 0.25))
+    x = tp.tensor(np.arange(12, dtype=np.float32).reshape(4, 3) / 4)
+    gm = decompose(trace(f, (x,), dynamic={"x": {0: "batch"}}))
+    assert not _leftovers(gm)
+    xs = np.arange(15, dtype=np.float32).reshape(5, 3) / 4
+    got = gm(tp.tensor(xs))
+    want = (np.ones((5, 2), np.float32), xs[:, -2:], xs[:, -1], np.full((5, 3), 7, np.int64),
+            np.ones((2, 5), np.float32), np.maximum(xs, 0.5), xs + 0.25 * xs)
+    for g, w in zip(got, want, strict=True):
+        assert g.numpy().dtype == w.dtype
+        np.testing.assert_allclose(g.numpy(), w, rtol=1e-6)
