@@ -10,10 +10,10 @@ archives can name it without pickle:
 ... class Pair:
 ...     left: int
 ...     right: int
->>> _ = register_dataclass(Pair, serialized_type_name="doc.Pair")
+>>> _ = register_dataclass(Pair, serialized_type_name="doc.DataclassPair")
 >>> leaves, spec = tree_flatten(Pair(1, 2))
 >>> leaves, tree_unflatten([3, 4], spec), registered_dataclass_name(Pair)
-([1, 2], Pair(left=3, right=4), 'doc.Pair')
+([1, 2], Pair(left=3, right=4), 'doc.DataclassPair')
 
 :func:`register_custom_object` registers an opaque class by name with a JSON encoder and decoder
 (archives store ``{"class": name, "state": to_json(obj)}``); :func:`resolve_custom_object` looks a
@@ -46,8 +46,9 @@ def register_dataclass(cls: type, *, serialized_type_name: str | None = None,
 
     ``serialized_type_name`` defaults to ``module.QualName`` (``module.Name`` for classes defined
     inside functions). With ``return_none_fields=False`` fields holding ``None`` are left out of
-    the children and come back as ``None``; otherwise every field is a child. Unflattening fills
-    fields missing from the recorded context with ``None``.
+    the children and come back as ``None``; otherwise every field is a child, and a ``None``
+    field is a ``None`` leaf (API-SPEC 1.9). Unflattening fills fields missing from the recorded
+    context with ``None``.
 
     >>> @dataclasses.dataclass
     ... class Opt:
@@ -58,6 +59,8 @@ def register_dataclass(cls: type, *, serialized_type_name: str | None = None,
     >>> leaves, spec = tree_flatten(Opt(1, 2))
     >>> tree_unflatten([5, 6], spec)
     Opt(a=5, b=6)
+    >>> tree_flatten(Opt(1))[0]
+    [1, None]
     """
     if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
         raise TypeError(f"register_dataclass expects a dataclass type, got {cls!r}")
@@ -74,7 +77,7 @@ def register_dataclass(cls: type, *, serialized_type_name: str | None = None,
         values = dict(zip(context, children, strict=True))
         return cls(**{f: values.get(f) for f in fields})
 
-    register_pytree_node(cls, flatten, unflatten, serialized_type_name=name)
+    register_pytree_node(cls, flatten, unflatten, serialized_type_name=name, none_children_are_leaves=True)
     _DATACLASS_NAMES[cls] = name
     return cls
 

@@ -52,6 +52,7 @@ class _NodeDef:
     serialized_type_name: str
     to_dumpable_context: Callable[[Context], Any] | None
     from_dumpable_context: Callable[[Any], Context] | None
+    none_children_are_leaves: bool = False
 
 
 _NODE_DEFS: dict[type, _NodeDef] = {}
@@ -71,12 +72,15 @@ def register_pytree_node(
     serialized_type_name: str | None = None,
     to_dumpable_context: Callable[[Context], Any] | None = None,
     from_dumpable_context: Callable[[Any], Context] | None = None,
+    none_children_are_leaves: bool = False,
 ) -> None:
     """Make ``cls`` a pytree container.
 
     ``flatten_fn(obj) -> (children, context)`` and ``unflatten_fn(children, context) -> obj``.
     ``context`` must be JSON-serialisable for :meth:`TreeSpec.to_json` unless
-    ``to_dumpable_context``/``from_dumpable_context`` convert it.
+    ``to_dumpable_context``/``from_dumpable_context`` convert it. With
+    ``none_children_are_leaves=True`` a child that is ``None`` is a leaf (``None`` elsewhere is an
+    empty container with no leaves).
 
     >>> class Pair:
     ...     def __init__(self, a, b): self.a, self.b = a, b
@@ -94,6 +98,8 @@ def register_pytree_node(
         )
     if cls in _NODE_DEFS:
         raise ValueError(f"{_qualified_name(cls)} is already registered as a pytree node")
+    if not isinstance(none_children_are_leaves, bool):
+        raise TypeError(f"none_children_are_leaves must be a bool, got {none_children_are_leaves!r}")
     name = serialized_type_name if serialized_type_name is not None else _qualified_name(cls)
     if not isinstance(name, str) or not name:
         raise TypeError(f"serialized_type_name must be a non-empty str, got {serialized_type_name!r}")
@@ -102,7 +108,8 @@ def register_pytree_node(
             f"serialized_type_name {name!r} is already used by {_qualified_name(_TYPES_BY_NAME[name])}"
         )
     _NODE_DEFS[cls] = _NodeDef(
-        cls, flatten_fn, unflatten_fn, name, to_dumpable_context, from_dumpable_context
+        cls, flatten_fn, unflatten_fn, name, to_dumpable_context, from_dumpable_context,
+        none_children_are_leaves,
     )
     _TYPES_BY_NAME[name] = cls
 
@@ -334,14 +341,15 @@ class LeafSpec(TreeSpec):
         super().__init__(None, None, [])
 
 
-def _flatten_one(node: Any) -> tuple[type, list[Any], Context] | None:
+def _flatten_one(node: Any) -> tuple[type, list[Any], Context, bool] | None:
+    """``(type, children, context, none_children_are_leaves)`` of a container, None for a leaf."""
     cls = type(node)
     node_def = _NODE_DEFS.get(cls)
     if node_def is not None:
         children, context = node_def.flatten(node)
-        return cls, list(children), context
+        return cls, list(children), context, node_def.none_children_are_leaves
     if _is_namedtuple_type(cls):
-        return cls, list(node), cls
+        return cls, list(node), cls, False
     return None
 
 
@@ -361,8 +369,12 @@ def tree_flatten(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> tup
         if flat is None:
             leaves.append(node)
             return LeafSpec()
-        cls, children, context = flat
-        return TreeSpec(cls, context, [walk(c) for c in children])
+        cls, children, context, none_leaves = flat
+        return TreeSpec(cls, context, [none_leaf() if none_leaves and c is None else walk(c) for c in children])
+
+    def none_leaf() -> TreeSpec:
+        leaves.append(None)
+        return LeafSpec()
 
     spec = walk(tree)
     return leaves, spec

@@ -144,6 +144,34 @@ def test_registered_node_flattens_and_encodes_by_name():
     assert pt.TreeSpec.from_json(text) == spec
 
 
+class Slots:
+    def __init__(self, *items):
+        self.items = items
+
+
+pt.register_pytree_node(
+    Slots,
+    lambda s: (list(s.items), None),
+    lambda children, _: Slots(*children),
+    serialized_type_name="tests.graph.Slots",
+    none_children_are_leaves=True,
+)
+
+
+def test_none_children_are_leaves_option():
+    leaves, spec = pt.tree_flatten([Slots(1, None, (None, 2)), None])
+    # the direct None child of Slots is a leaf; Nones elsewhere stay leafless containers
+    assert leaves == [1, None, 2]
+    assert spec.children_specs[0].children_specs[1].is_leaf()
+    assert repr(spec) == ("TreeSpec(list, None, [TreeSpec(Slots, None, [*, *, TreeSpec(tuple, None, "
+                          "[TreeSpec(NoneType, None, []), *])]), TreeSpec(NoneType, None, [])])")
+    decoded = pt.TreeSpec.from_json(spec.to_json())
+    assert decoded == spec
+    rebuilt = pt.tree_unflatten(["a", "b", "c"], decoded)
+    assert rebuilt[0].items == ("a", "b", (None, "c")) and rebuilt[1] is None
+    assert pt.tree_map(lambda v: v, Slots(None)).items == (None,)
+
+
 def test_register_errors():
     with pytest.raises(ValueError, match="already registered"):
         pt.register_pytree_node(Pair, lambda p: ([], None), lambda c, x: None)
@@ -159,6 +187,8 @@ def test_register_errors():
         )
     with pytest.raises(TypeError, match="callable"):
         pt.register_pytree_node(Other, None, lambda c, x: Other())
+    with pytest.raises(TypeError, match="none_children_are_leaves must be a bool"):
+        pt.register_pytree_node(Other, lambda p: ([], None), lambda c, x: Other(), none_children_are_leaves="yes")
 
 
 def test_json_rejects_unsupported_keys_and_unknown_types():
