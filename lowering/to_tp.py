@@ -128,7 +128,7 @@ def _draws_random(node: Any) -> bool:
 
     from tensorplay.ops._registry import Op
     op = node.target if node.op == "call_function" and isinstance(node.target, Op) else None
-    if op is None or op.name not in ("rand", "randn", "native_dropout"):
+    if op is None or op.name not in ("rand", "randn", "native_dropout", "normal", "randint", "randperm"):
         return False
     if op.name != "native_dropout":
         return True

@@ -101,6 +101,9 @@ def _pieces(cx: Cx, input: Value, dim: Any) -> list[Value]:
     start, out = sympy.Integer(0), []
     for shape in [t.shape for t in cx.out]:
         n = shape[axis] if len(shape) == input.type.rank else sympy.Integer(1)
+        if cx.b.facts.prove(sympy.Le(start + n, input.type.shape[axis])) is not True:
+            raise UnsupportedOp(f"pieces of a symbolic extent {input.type.shape[axis]} the dialect cannot prove "
+                                f"in bounds ({start} + {n})")
         out.append(cx.slice(input, axis, start, start + n))
         start = start + n
     return out

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import sympy
 
-from dialect import F32, I1, I64, Value
+from dialect import F32, F64, I1, I64, Value
 
 from .to_tp_core import Cx, SymVal, UnsupportedOp, rule
 
@@ -311,6 +311,75 @@ def _arange(cx: Cx, *args: Any, dtype: Any = None, **kw: Any) -> Value:
     if start != 0:
         i = cx.emit("tp.add", i, cx.const(start, I64))
     return cx.cast(i, dt)
+
+
+@rule("empty", "empty_like", "new_empty")
+def _empty(cx: Cx, *args: Any, **kw: Any) -> Value:
+    """Uninitialized memory in eager; zeros here (composites without a decomposition)."""
+    return cx.fill(0, cx.out_dtype(), cx.out_shape())
+
+
+@rule("linspace")
+def _linspace(cx: Cx, start: Any, end: Any, steps: int, **kw: Any) -> Value:
+    if not all(isinstance(v, (int, float)) for v in (start, end, steps)):
+        raise UnsupportedOp("linspace with traced bounds or step count")
+    return cx.const(np.linspace(start, end, steps), cx.out_dtype())
+
+
+@rule("eye")
+def _eye(cx: Cx, n: Any, m: Any = None, **kw: Any) -> Value:
+    rows, cols = cx.out_shape()
+    r = cx.reshape(iota(cx, rows), [rows, 1])
+    c = cx.reshape(iota(cx, cols), [1, cols])
+    return cx.cast(cx.emit("tp.eq", cx.expand(r, [rows, cols]), cx.expand(c, [rows, cols])), cx.out_dtype())
+
+
+@rule("diagonal")
+def _diagonal(cx: Cx, input: Value, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Value:
+    """Move the two dims last, flatten them and take every ``(cols + 1)``-th element from the start."""
+    rank = input.type.rank
+    d1, d2 = _tuple(dim1, 1, "dim1")[0] % rank, _tuple(dim2, 1, "dim2")[0] % rank
+    rows, cols = input.type.shape[d1], input.type.shape[d2]
+    if not (rows.is_Integer and cols.is_Integer):
+        raise UnsupportedOp(f"diagonal of a {rows} x {cols} matrix: a symbolic extent (the step is a static int)")
+    rest = [i for i in range(rank) if i not in (d1, d2)]
+    x = cx.permute(input, rest + [d1, d2])
+    lead = [input.type.shape[i] for i in rest]
+    length = cx.out_shape()[-1]
+    flat = cx.reshape(x, [*lead, rows * cols])
+    start = offset if offset >= 0 else -offset * int(cols)
+    step = int(cols) + 1
+    if sympy.sympify(length) == 0:
+        return cx.slice(flat, len(lead), 0, 0)
+    return cx.slice(flat, len(lead), start, start + (length - 1) * step + 1, step)
+
+
+def _uniform(cx: Cx, shape: Any) -> Value:
+    return cx.emit("tp.random", _seed(cx), distribution="uniform", shape=list(shape), dtype=F64)
+
+
+@rule("normal")
+def _normal(cx: Cx, mean: Any = 0.0, std: Any = 1.0, size: Any = None, *, generator: Any = None,
+            dtype: Any = None, **kw: Any) -> Value:
+    dt = cx.compute(cx.out_dtype())
+    z = cx.emit("tp.random", _seed(cx), distribution="normal", shape=list(cx.out_shape()), dtype=dt)
+    return cx.emit("tp.add", cx.emit("tp.mul", z, cx.tensor(std, dt)), cx.tensor(mean, dt))
+
+
+@rule("randint")
+def _randint(cx: Cx, *args: Any, generator: Any = None, dtype: Any = None, **kw: Any) -> Value:
+    low, high = (0, args[0]) if len(args) == 2 else args[:2]
+    if not all(isinstance(v, int) for v in (low, high)):
+        raise UnsupportedOp("randint with traced bounds")
+    u = cx.emit("tp.floor", cx.emit("tp.mul", _uniform(cx, cx.out_shape()), cx.const(high - low, F64)))
+    return cx.cast(cx.emit("tp.add", u, cx.const(low, F64)), cx.out_dtype())
+
+
+@rule("randperm")
+def _randperm(cx: Cx, n: Any, generator: Any = None, **kw: Any) -> Value:
+    """The order that sorts ``n`` uniform draws: a uniformly random permutation."""
+    _, order = cx.emit("tp.sort", _uniform(cx, cx.out_shape()), axis=0)
+    return cx.cast(order, cx.out_dtype())
 
 
 # ---------------------------------------------------------------------------------- nonzero
