@@ -1,9 +1,11 @@
-"""Every primitive registry op (and every composite without a decomposition), over its samples: trace a call, convert to ``tp``, verify, interpret,
-and compare with the eager result (float rtol 1e-5 / atol 1e-6, exact for ints, bools and movement).
+"""Every primitive registry op (and every composite without a decomposition), over its samples:
+trace a call, convert to ``tp``, verify, interpret, and compare with the eager result (float rtol 1e-5 /
+atol 1e-6, exact for ints, bools and movement; dtypes equal).
 
 Each sample is traced with static shapes, and again with the first dim of its first tensor dynamic
-when the tracer accepts that. Ops the dialect cannot express yet are listed in ``UNSUPPORTED`` with
-the reason and must fail with ``LoweringError`` (strict xfail).
+when the tracer accepts that (that program also runs at first dim + 1). What the dialect cannot
+express is listed with its reason: ``UNSUPPORTED`` ops (strict xfail), ``STATIC_ONLY`` ops (a dynamic
+trace must give ``LoweringError``) and ``UNSUPPORTED_SAMPLES`` (uses that must give ``LoweringError``).
 """
 from __future__ import annotations
 
