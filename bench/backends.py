@@ -40,7 +40,6 @@ class Runner:
     call: Callable[[], np.ndarray]
     setup_s: float | None = None  # compile/export time, for compiled paths
     note: str = ""
-    keep: tuple = ()  # objects whose memory ``call`` reaches through raw pointers
 
 
 def _torch_inputs(case: Case) -> list:
@@ -68,54 +67,38 @@ def _as_array(result: Any) -> np.ndarray:
     return np.asarray(result.numpy() if hasattr(result, "numpy") else result)
 
 
-def _compiled_entry(case: Case, model: Any) -> Callable[[], Any] | None:
-    """``tensorplay.compile(model)`` when it exists, else ``lowering.compile_program`` on
-    ``tensorplay.export.export`` (batch, or sequence for GPT, dynamic); None when neither is built."""
+def _compiled_entry(case: Case, model: Any, threads: int) -> Callable[[], Any] | None:
+    """The model exported with ``tensorplay.export.export`` (batch, or sequence for GPT, dynamic) and
+    compiled by ``tensorplay.compile(program, num_threads=threads)``; calling the program then runs
+    the native code. None while ``tensorplay.compile`` does not exist."""
     import tensorplay
 
-    if hasattr(tensorplay, "compile"):
-        compiled, args = tensorplay.compile(model), [tensorplay.from_numpy(x) for x in case.inputs]
-        return lambda: compiled(*args)
-    try:
-        from lowering import compile_program
-    except ImportError:
+    if not hasattr(tensorplay, "compile"):
         return None
     from tensorplay.export import Dim, export
 
+    args = tuple(tensorplay.from_numpy(x) for x in case.inputs)
     axis = DYNAMIC_AXIS.get(case.model)
-    dynamic = None if axis is None else ({axis: Dim.AUTO},) + ({},) * (len(case.inputs) - 1)
-    program = export(model, tuple(tensorplay.from_numpy(x) for x in case.inputs), dynamic_shapes=dynamic)
-    executable = compile_program(program)
-    return lambda: executable(*case.inputs)
+    dynamic = None if axis is None else [{axis: Dim.AUTO}] + [None] * (len(args) - 1)
+    program = export(model, *args, dynamic_shapes=dynamic)
+    tensorplay.compile(program, num_threads=threads)
+    return lambda: program(*args)
 
 
 def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
-    """The compiled model (see :func:`_compiled_entry`); before the compiler exists, the GEMM rows
-    run the compiler's GEMM kernel itself and every other row says "n/a (not built)"."""
+    """The exported program compiled to native code (see :func:`_compiled_entry`); setup is export +
+    compile + first call. "n/a (not built)" before the compiler exists; its error when it fails."""
     t0 = time.perf_counter()
     try:
-        call = _compiled_entry(case, pair[1])
-        if call is not None:
-            call()
+        call = _compiled_entry(case, pair[1], threads)
+        if call is None:
+            raise Unavailable("n/a (not built)")
+        call()
+    except Unavailable:
+        raise
     except Exception as exc:  # an unsupported model is a result: show why
         raise Unavailable(error_text(exc)) from exc
-    if call is not None:
-        return Runner(lambda: _as_array(call()), time.perf_counter() - t0)
-    if case.model != "matmul":
-        raise Unavailable("n/a (not built)")
-    from lowering.gemm import compile_gemm, scratch_bytes
-
-    from .bench_gemm import raw_call
-
-    a, b = case.inputs
-    (m, k), n = a.shape, b.shape[1]
-    out, scratch = np.empty((m, n), np.float32), np.empty(scratch_bytes(m, n, k), np.uint8)
-    t0 = time.perf_counter()
-    kernel = compile_gemm()
-    setup = time.perf_counter() - t0
-    fn = raw_call(kernel, a, b, out, scratch)  # raw pointers only: Runner.keep holds the arrays
-    return Runner(lambda: (fn(), out)[1], setup, note="lowering.gemm kernel called directly (1 thread), "
-                  "no graph compile", keep=(a, b, out, scratch))
+    return Runner(lambda: _as_array(call()), time.perf_counter() - t0)
 
 
 def torch_eager(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:

@@ -112,12 +112,14 @@ def define(lib: ModuleType) -> SimpleNamespace:
 
 @dataclass(frozen=True)
 class Case:
-    """One row of the table: a model and the numpy inputs it runs on."""
+    """One row of the table: a model and the numpy inputs it runs on, with its FLOP count or, for
+    memory-bound rows, the bytes it must move at least (inputs read once, output written once)."""
 
     model: str
     label: str
     inputs: tuple[np.ndarray, ...]
     flops: float = 0.0
+    bytes: float = 0.0
 
 
 def cases(quick: bool, seed: int = 0) -> list[Case]:
@@ -138,7 +140,7 @@ def cases(quick: bool, seed: int = 0) -> list[Case]:
         out.append(Case("lstm", f"b{b} s{LSTM_SEQ}", (f32(b, LSTM_SEQ, LSTM_IN),)))
     for n in (512,) if quick else (512, 1024, 2048):
         out.append(Case("matmul", f"{n}^3", (f32(n, n), f32(n, n)), 2.0 * n ** 3))
-    out.append(Case("chain", "1M", (f32(1 << 20),)))
+    out.append(Case("chain", "1M", (f32(1 << 20),), bytes=2 * 4 * (1 << 20)))
     return out
 
 

@@ -1,7 +1,7 @@
 """Markdown tables and the latency-ratio chart drawn from the result records of :mod:`bench.run`.
 
 A record is a dict with ``model, case, threads, backend`` and either ``median_ms/p90_ms`` or
-``error``; optional ``setup_s``, ``max_abs_diff``, ``gflops``, ``note``.
+``error``; optional ``setup_s``, ``max_abs_diff``, ``gflops``, ``gbs``, ``note``.
 
 >>> rec = [{"model": "mlp", "case": "b1", "threads": 1, "backend": "numpy", "median_ms": 0.1, "p90_ms": 0.2}]
 >>> print(latency_table(rec, ["numpy"]).splitlines()[-1])
@@ -54,9 +54,13 @@ def setup_table(records: list[Record], backends: list[str]) -> str:
     return _table(records, backends, lambda r: "-" if r.get("setup_s") is None else f"{r['setup_s']:.2f}")
 
 
-def gflops_table(records: list[Record], backends: list[str]) -> str:
-    """Achieved GFLOP/s (from the median) of the rows whose FLOP count is known."""
-    return _table([r for r in records if r.get("gflops")], backends, lambda r: f"{r['gflops']:.1f}")
+def rate_table(records: list[Record], backends: list[str]) -> str:
+    """Achieved GFLOP/s, or GB/s for memory-bound rows (from the median), of the rows that know
+    their FLOP or byte count: to be read against the machine limits."""
+    def cell(r: Record) -> str:
+        return f"{r['gflops']:.1f} GFLOP/s" if "gflops" in r else f"{r['gbs']:.1f} GB/s"
+
+    return _table([r for r in records if "gflops" in r or "gbs" in r], backends, cell)
 
 
 def chart(records: list[Record], backends: list[str], reference: str, path: Path) -> Path:

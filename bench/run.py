@@ -88,6 +88,8 @@ def measure_case(case, backends: list[str], thread_counts: list[int], budget: fl
                         rec["error"] = f"output shape {out.shape}, expected {reference.shape}"
                     if case.flops:
                         rec["gflops"] = case.flops / stats.median_ms / 1e6
+                    if case.bytes:
+                        rec["gbs"] = case.bytes / stats.median_ms / 1e6
             records.append(rec)
             shown = rec["error"] if "error" in rec else f"{rec['median_ms']:.3f} ms"
             print(f"  {case.model:12} {case.label:10} {t}t {name:20} {shown}", flush=True)
@@ -124,7 +126,8 @@ def render(doc: dict, backends: list[str], reference: str) -> str:
         "### Latency, ms (median / p90)", report.latency_table(res, backends),
         f"### Max abs diff vs {reference}", report.diff_table(res, backends, reference),
         "### Compile / export time, s", report.setup_table(res, backends),
-        "### GFLOP/s (rows with a known FLOP count)", report.gflops_table(res, backends),
+        "### Achieved rate: GFLOP/s, or GB/s of compulsory memory traffic for memory-bound rows",
+        report.rate_table(res, backends),
         "Notes:\n" + "\n".join(notes) if notes else ""]
     return "\n\n".join(p for p in parts if p)
 

@@ -77,13 +77,16 @@ def test_report_tables_and_chart(tmp_path):
     recs = [{"model": "m", "case": "b1", "threads": 1, "backend": "ref", "median_ms": 2.0, "p90_ms": 3.0},
             {"model": "m", "case": "b1", "threads": 1, "backend": "x", "median_ms": 1.0, "p90_ms": 1.5,
              "setup_s": 0.25, "max_abs_diff": 1e-7, "gflops": 4.0},
-            {"model": "m", "case": "b1", "threads": 1, "backend": "y", "error": "n/a (not built)"}]
+            {"model": "m", "case": "b1", "threads": 1, "backend": "y", "error": "n/a (not built)"},
+            {"model": "c", "case": "1M", "threads": 1, "backend": "x", "median_ms": 1.0, "p90_ms": 1.0, "gbs": 8.4}]
     cols = ["ref", "x", "y"]
-    assert report.latency_table(recs, cols).splitlines()[-1] == "| m | b1 | 1 | 2.000 / 3.000 | 1.000 / 1.500 | " \
-                                                                 "n/a (not built) |"
-    assert report.diff_table(recs, cols, "ref").splitlines()[-1] == "| m | b1 | 1 | ref | 1.0e-07 | - |"
-    assert report.setup_table(recs, cols).splitlines()[-1] == "| m | b1 | 1 | - | 0.25 | - |"
-    assert report.gflops_table(recs, cols).splitlines()[-1] == "| m | b1 | 1 |  | 4.0 |  |"
+    assert report.latency_table(recs, cols).splitlines()[:3] == [
+        "| model | case | threads | ref | x | y |", "|---|---|---|---|---|---|",
+        "| m | b1 | 1 | 2.000 / 3.000 | 1.000 / 1.500 | n/a (not built) |"]
+    assert report.diff_table(recs, cols, "ref").splitlines()[2] == "| m | b1 | 1 | ref | 1.0e-07 | - |"
+    assert report.setup_table(recs, cols).splitlines()[2] == "| m | b1 | 1 | - | 0.25 | - |"
+    assert report.rate_table(recs, cols).splitlines()[-2:] == ["| m | b1 | 1 |  | 4.0 GFLOP/s |  |",
+                                                               "| c | 1M | 1 |  | 8.4 GB/s |  |"]
     png = report.chart(recs, cols, "ref", tmp_path / "c.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -104,6 +107,8 @@ def test_end_to_end_quick_run(tmp_path, capsys):
     for (_, backend), rec in by.items():
         if backend == "tensorplay compiled" and not hasattr(tensorplay, "compile"):
             assert rec["error"] == "n/a (not built)" and "median_ms" not in rec
+        elif backend == "tensorplay compiled" and "error" in rec:  # the compiler's own failure, shown as text
+            assert rec["error"].startswith("error: ") and "median_ms" not in rec
         else:
             assert rec["median_ms"] > 0 and rec["max_abs_diff"] < 1e-4
     assert "| mlp | b64 | 1 |" in capsys.readouterr().out
