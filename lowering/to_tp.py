@@ -122,6 +122,26 @@ class _Result:
         return f"<result {self.index}>"
 
 
+def _used_symbols(f: Function) -> set:
+    """Symbols the function's types and op attributes mention (the header declares only these)."""
+    found: set = set()
+
+    def scan(v: Any) -> None:
+        if isinstance(v, sympy.Basic):
+            found.update(v.free_symbols)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                scan(x)
+    for a in f.args:
+        scan(list(getattr(a.type, "shape", ())))
+    for op in f.walk():
+        for r in op.results:
+            scan(list(getattr(r.type, "shape", ())))
+        for v in op.attributes.values():
+            scan(v)
+    return found
+
+
 def _draws_random(node: Any) -> bool:
     """Whether a node draws random numbers (rand, randn, dropout in training with 0 < p < 1)."""
     import inspect
@@ -293,7 +313,8 @@ class _Converter:
         b.loc = None
         self.cx.node = None
         b.ret(*results)
-        f.symbols = {s: r for s, r in f.symbols.items() if s.name in self.names}
+        used = _used_symbols(f)
+        f.symbols = {s: r for s, r in f.symbols.items() if s.name in self.names and s in used}
         self.binding.symbols = dict(self.names)
         return Module([f], self.module_weights), self.binding
 
@@ -478,6 +499,9 @@ class _Converter:
         if node.op == "call_function" and callable(t) and getattr(t, "__module__", "") == _ASSERTIONS:
             return self.assertion(node, t, args, kwargs)
         name = self.op_name(node)
+        if name == "item" and isinstance(args[0], Value):  # usable as a number in tensor arithmetic
+            x = args[0]
+            return SymVal(sympy.Symbol(f"item_{node.name}"), tensor=self.cx.reshape(x, []) if x.type.rank else x)
         base = self.inplace_base(node, name)
         if base is not None:
             return self.inplace(node, base, args, kwargs)
@@ -531,6 +555,8 @@ class _Converter:
     def why_unsupported(self, name: str, op: Any) -> str:
         from tensorplay.ops import REGISTRY
         op = op or REGISTRY.get(name)
+        if name == "item":
+            return "item() turns tensor data into a size; tp has no op reading a tensor element as an index"
         if op is None:
             return "not a registry op"
         if op.inplace_of is not None:
@@ -567,6 +593,10 @@ class _Converter:
                 self.retired.add(w.name)
                 continue
             raise UnsupportedOp(f"internal: lowered type {got} differs from the graph's {want} at dim {i}")
+        unbound = sorted(s.name for s in v.type.symbols if s.name.startswith("u") and s.name not in self.bound_unknowns)
+        if unbound:
+            raise UnsupportedOp(f"extent {', '.join(unbound)} is sized by tensor data (item()) that no tp op reads "
+                                f"into a size")
         if got.dtype != want.dtype:
             v = self.cx.cast(v, want.dtype)
         return v

@@ -69,10 +69,11 @@ class SymVal:
     """A size (or a number computed from sizes): its sympy expression in dialect symbols and, once
     materialized, the ``index`` value computing it."""
 
-    __slots__ = ("expr", "value")
+    __slots__ = ("expr", "value", "tensor")
 
-    def __init__(self, expr: sympy.Expr, value: Value | None = None):
+    def __init__(self, expr: sympy.Expr, value: Value | None = None, tensor: Value | None = None):
         self.expr, self.value = expr, value
+        self.tensor = tensor  # a number read from tensor data (item()): the rank-0 tensor holding it
 
     def __repr__(self) -> str:
         return f"SymVal({self.expr})"
@@ -174,6 +175,8 @@ class Cx:
 
     def sym_tensor(self, v: SymVal, dtype: DType) -> Value:
         """A rank-0 tensor holding the value of a size expression (sum of ``expr`` ones, computed in i64)."""
+        if v.tensor is not None:
+            return self.cast(v.tensor, dtype)
         e = sympy.sympify(v.expr)
         if e.is_Integer:
             return self.const(int(e), dtype)
@@ -186,6 +189,9 @@ class Cx:
 
     def index(self, v: SymVal) -> Value:
         """The ``index`` value of a size (``tp.symexpr`` over the function's symbols when not computed yet)."""
+        if v.tensor is not None:
+            raise UnsupportedOp("a number read from tensor data (item()) used as a size: tp has no op reading a "
+                                "tensor element as an index")
         if v.value is None:
             v.value = self.emit("tp.symexpr", expr=v.expr)
         return v.value

@@ -327,3 +327,16 @@ def test_random_ops_draw_from_a_seed_argument():
     out = run(module, binding.flat_inputs({"x": tp.ones(4000)}))[0]
     assert set(np.unique(out).tolist()) <= {0.0, np.float32(1 / 0.75)}
     assert abs((out > 0).mean() - 0.75) < 0.03  # each element kept with probability 1 - p
+
+
+def test_item_as_a_number_in_tensor_arithmetic():
+    def f(x, n):
+        return x * n.item() + n.item()
+
+    module, binding = _convert(f, (tp.ones(4), tp.tensor(3)))
+    assert not module.functions[0].symbols  # no data-dependent symbol is left in the header
+    x, n = tp.randn(4), tp.tensor(5)
+    np.testing.assert_allclose(run(module, [x.numpy(), n.numpy()])[0], f(x, n).numpy(), rtol=1e-6)
+    gm = trace(lambda x, n: x.expand(n.item(), 4), (tp.ones(4), tp.tensor(3)))
+    with pytest.raises(LoweringError, match="item"):
+        graph_to_tp(gm)
