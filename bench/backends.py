@@ -40,6 +40,7 @@ class Runner:
     call: Callable[[], np.ndarray]
     setup_s: float | None = None  # compile/export time, for compiled paths
     note: str = ""
+    info: dict | None = None  # extra facts for the JSON record (e.g. the compiler's stats)
 
 
 def _torch_inputs(case: Case) -> list:
@@ -67,10 +68,11 @@ def _as_array(result: Any) -> np.ndarray:
     return np.asarray(result.numpy() if hasattr(result, "numpy") else result)
 
 
-def _compiled_entry(case: Case, model: Any, threads: int) -> Callable[[], Any] | None:
+def _compiled_entry(case: Case, model: Any, threads: int) -> tuple[Callable[[], Any], dict] | None:
     """The model exported with ``tensorplay.export.export`` (batch, or sequence for GPT, dynamic) and
     compiled by ``tensorplay.compile(program, num_threads=threads)``; calling the program then runs
-    the native code. None while ``tensorplay.compile`` does not exist."""
+    the native code. Returns that call and the compiler's stats; None while ``tensorplay.compile``
+    does not exist."""
     import tensorplay
 
     if not hasattr(tensorplay, "compile"):
@@ -81,8 +83,8 @@ def _compiled_entry(case: Case, model: Any, threads: int) -> Callable[[], Any] |
     axis = DYNAMIC_AXIS.get(case.model)
     dynamic = None if axis is None else [{axis: Dim.AUTO}] + [None] * (len(args) - 1)
     program = export(model, *args, dynamic_shapes=dynamic)
-    tensorplay.compile(program, num_threads=threads)
-    return lambda: program(*args)
+    compiled = tensorplay.compile(program, num_threads=threads)
+    return (lambda: program(*args)), dict(getattr(compiled, "stats", None) or {})
 
 
 def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
@@ -90,15 +92,16 @@ def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runn
     compile + first call. "n/a (not built)" before the compiler exists; its error when it fails."""
     t0 = time.perf_counter()
     try:
-        call = _compiled_entry(case, pair[1], threads)
-        if call is None:
+        entry = _compiled_entry(case, pair[1], threads)
+        if entry is None:
             raise Unavailable("n/a (not built)")
+        call, stats = entry
         call()
     except Unavailable:
         raise
     except Exception as exc:  # an unsupported model is a result: show why
         raise Unavailable(error_text(exc)) from exc
-    return Runner(lambda: _as_array(call()), time.perf_counter() - t0)
+    return Runner(lambda: _as_array(call()), time.perf_counter() - t0, info={"compiler_stats": stats})
 
 
 def torch_eager(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:

@@ -82,6 +82,8 @@ def measure_case(case, backends: list[str], thread_counts: list[int], budget: fl
                     rec.update(median_ms=stats.median_ms, p90_ms=stats.p90_ms, runs=stats.runs, setup_s=runner.setup_s)
                     if runner.note:
                         rec["note"] = runner.note
+                    if runner.info:
+                        rec.update(runner.info)
                     if out.shape == reference.shape:
                         rec["max_abs_diff"] = float(np.max(np.abs(out.astype(np.float64) - reference)))
                     else:
@@ -193,7 +195,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     opts.out.mkdir(parents=True, exist_ok=True)
     stem = opts.out / time.strftime("%Y%m%d-%H%M%S")
-    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=1, default=str))
     written = [stem.with_suffix(".json")]
     try:
         written.append(report.chart(doc["results"], backends, REFERENCE, stem.with_suffix(".png")))
