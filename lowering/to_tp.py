@@ -105,7 +105,7 @@ class Binding:
         """The graph's output structure rebuilt from the function's results."""
         def rebuild(spec: Any) -> Any:
             if isinstance(spec, _Result):
-                return results[spec.index]
+                return int(results[spec.index]) if spec.number else results[spec.index]
             if isinstance(spec, (list, tuple)):
                 return _rebuild(spec, [rebuild(s) for s in spec])
             if isinstance(spec, dict):
@@ -117,6 +117,7 @@ class Binding:
 @dataclasses.dataclass(frozen=True)
 class _Result:
     index: int
+    number: bool = False  # a size returned by the graph: give back a Python int
 
     def __repr__(self) -> str:
         return f"<result {self.index}>"
@@ -643,8 +644,9 @@ class _Converter:
             return _rebuild(v, [self.flatten_output(a, results) for a in v])
         if isinstance(v, dict):
             return {k: self.flatten_output(a, results) for k, a in v.items()}
-        if isinstance(v, SymVal):
-            return v.expr
+        if isinstance(v, SymVal):  # a size (or item()) returned: a rank-0 i64 result, read back as an int
+            results.append(self.cx.tensor(v, I64))
+            return _Result(len(results) - 1, number=True)
         return v
 
 

@@ -340,3 +340,11 @@ def test_item_as_a_number_in_tensor_arithmetic():
     gm = trace(lambda x, n: x.expand(n.item(), 4), (tp.ones(4), tp.tensor(3)))
     with pytest.raises(LoweringError, match="item"):
         graph_to_tp(gm)
+
+
+def test_returned_sizes_are_results_read_back_as_ints():
+    module, binding = _convert(lambda x: (x.sum(1), x.shape[0] * 2), (tp.ones(3, 2),), {"x": {0: "batch"}})
+    for batch in (1, 4):
+        total, doubled = binding.unflatten(run(module, [np.ones((batch, 2), np.float32)]))
+        assert doubled == 2 * batch and isinstance(doubled, int)
+        np.testing.assert_array_equal(total, np.full(batch, 2.0, np.float32))
