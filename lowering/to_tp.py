@@ -70,7 +70,8 @@ class Binding:
     each tensor leaf replaced by the index of the function result holding it (other leaves kept as
     they are); ``symbols`` maps dialect symbol names to the graph's names; ``weights`` holds the
     values of every ``tp.constant @name`` (pass them to :func:`dialect.interpret.run`);
-    ``state`` holds the values of state arguments by name.
+    ``state`` holds the values of state arguments by name; ``fixed`` the non-tensor inputs the program
+    was specialized to.
     """
 
     arguments: list[ArgSource]
@@ -78,6 +79,7 @@ class Binding:
     symbols: dict[str, str]
     weights: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # non-tensor inputs baked in at capture
 
     def flat_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """Function arguments, in order, from user inputs by placeholder name (state filled in).
@@ -85,6 +87,10 @@ class Binding:
         >>> Binding([ArgSource("input", "x")], 0, {}).flat_inputs({"x": np.zeros(2)})[0].shape
         (2,)
         """
+        for name, value in self.fixed.items():
+            if name in inputs and not _same_constant(inputs[name], value):
+                raise ValueError(f"input {name!r} was fixed to {value!r} when the graph was captured, got "
+                                 f"{inputs[name]!r}; capture again to change it")
         out = []
         for a in self.arguments:
             if a.kind == "state":
@@ -167,6 +173,13 @@ def _rebuild(like: Any, items: list) -> Any:
     if isinstance(like, tuple) and hasattr(like, "_fields"):
         return type(like)(*items)
     return type(like)(items)
+
+
+def _same_constant(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (TypeError, ValueError):
+        return a is b
 
 
 def _fresh_seed() -> int:
@@ -401,7 +414,9 @@ class _Converter:
                     items[key] = _Arg(len(args) - 1)
             self.values[node] = _Container(items, example)
             return
-        self.values[node] = example if example is not None else val
+        value = example if example is not None else val
+        self.values[node] = value
+        self.binding.fixed[name] = value
 
     def weight_slot(self, source: str) -> str:
         """A module-weight name for ``source`` (sanitized; distinct sources never share one)."""

@@ -348,3 +348,14 @@ def test_returned_sizes_are_results_read_back_as_ints():
         total, doubled = binding.unflatten(run(module, [np.ones((batch, 2), np.float32)]))
         assert doubled == 2 * batch and isinstance(doubled, int)
         np.testing.assert_array_equal(total, np.full(batch, 2.0, np.float32))
+
+
+def test_non_tensor_inputs_are_fixed_and_checked():
+    def f(x, k):
+        return x * k
+
+    module, binding = _convert(f, (tp.ones(2), 3))
+    assert binding.fixed == {"k": 3} and [a.name for a in binding.arguments] == ["x"]
+    np.testing.assert_array_equal(run(module, binding.flat_inputs({"x": tp.ones(2), "k": 3}))[0], [3.0, 3.0])
+    with pytest.raises(ValueError, match="input 'k' was fixed to 3 when the graph was captured, got 4"):
+        binding.flat_inputs({"x": tp.ones(2), "k": 4})
