@@ -153,6 +153,9 @@ class ExprEmitter:
             # n // d == (n - (d-1 if n < 0 else 0)) / d, one sdiv by a constant.
             adj = b.select(b.icmp_signed("<", n, i64(0)), b.sub(n, i64(int(d.constant) - 1)), n)
             return b.sdiv(adj, d)
+        # A zero divisor (only possible for sizes outside the checked ranges, which prepare rejects
+        # afterwards) must not trap: divide by 1 instead.
+        d = b.select(b.icmp_signed("==", d, i64(0)), i64(1), d)
         q, r = b.sdiv(n, d), b.srem(n, d)
         fix = b.and_(b.icmp_signed("!=", r, i64(0)),
                      b.icmp_signed("!=", b.icmp_signed("<", r, i64(0)), b.icmp_signed("<", d, i64(0))))

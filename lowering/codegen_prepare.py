@@ -349,17 +349,18 @@ def emit_prepare(module: ir.Module, name: str, plan: ShapePlan, out_shapes: Sequ
 
     for p in range(len(plan.positions)):  # load every dim up front, in the entry block
         dims(p)
-    range_checks = {c.after_bind: (k + 1, c) for k, c in enumerate(plan.checks) if c.after_bind >= 0}
-    plan.emit_binds(em, dims, lambda k: check(*range_checks[k], dims) if k in range_checks else None)
+    # The function's own assertion ops carry the messages users see (the exporter's), so they run
+    # first; the generic range / site / equality checks of the header then catch anything else.
+    plan.emit_binds(em, dims)
     values: dict[Value, ir.Value] = {}
-    for code, c in enumerate(plan.checks, 1):
-        if c.after_bind < 0 and not c.body:
-            check(code, c, dims)
     out_exprs = [list(s) for s in out_shapes]
     plan.emit_shape_values(em, dims, values, lambda i, j: em.emit(out_exprs[i - plan.num_inputs][j]))
     for code, c in enumerate(plan.checks, 1):
         if c.body:
             check(code, c, values)
+    for code, c in enumerate(plan.checks, 1):
+        if not c.body:
+            check(code, c, dims)
     k = 0
     for shape in out_shapes:
         for d in shape:

@@ -80,6 +80,13 @@ def numel(input: Tensor) -> int:
     return input.numel()
 
 
+def compile(program, **options):  # noqa: A001 - PyTorch's name
+    """Compile an exported program to native code; returns the ``CompiledProgram`` (see
+    :func:`tensorplay.export.native.compile`)."""
+    from .export.native import compile as compile_native
+    return compile_native(program, **options)
+
+
 def _assert(condition, message: str) -> None:
     """Raise ``AssertionError(message)`` when ``condition`` is false (a bool or a one-element tensor).
 

@@ -9,7 +9,7 @@ Patterns (before -> after)::
     tp.permute (tp.permute %x {p}) {q}       -> tp.permute %x {p[q]}   (identity -> %x)
     tp.cast %x to its own type               -> %x
     tp.expand / tp.slice that change nothing -> %x
-    tp.dim %x {axis}                         -> tp.symexpr {expr = <dim of %x>}
+    tp.dim %x {axis} (%x not an argument)    -> tp.symexpr {expr = <dim of %x>}
     tp.symexpr of operand-free tp.symexpr    -> one tp.symexpr
     pure op whose operands are all small constants -> tp.constant (evaluated by the op's reference)
 """
@@ -113,6 +113,10 @@ def _permute_permute(op: Operation, rw: Rewriter) -> bool:
 
 
 def _dim_to_symexpr(op: Operation, rw: Rewriter) -> bool:
+    if op.operands[0].is_block_arg:
+        # An argument's dims are what the caller passed: assertions read them before the types in the
+        # header are trusted, so they are not replaced by the declared extent.
+        return False
     t = op.operands[0].type
     new = rw.before(op).symexpr(expr=t.shape[op.attributes["axis"] % len(t.shape)])
     rw.replace(op, [new])

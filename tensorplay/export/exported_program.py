@@ -351,6 +351,11 @@ class ExportedProgram:
         return self.print_readable()
 
     # ------------------------------------------------------------------ transforms (other modules)
+    def compile(self, *, strict: bool = True, **options: Any) -> Any:
+        """Compile to native code now (see :func:`tensorplay.export.native.compile`)."""
+        from .native import compile as compile_native
+        return compile_native(self, strict=strict, **options)
+
     def run_decompositions(self, decomp_table: Any = None) -> ExportedProgram:
         """A deep-copied program with decompositions applied (see ``tensorplay.export.decomp``)."""
         from .decomp import run_decompositions
@@ -380,8 +385,14 @@ class ExportedProgram:
 
 
 def _run_program(program: ExportedProgram, flat_args: list) -> Any:
-    """Run ``program``'s graph on ``flat_args`` (state first); the single switch to native code."""
-    return program.graph_module(*flat_args)
+    """Run ``program`` on ``flat_args`` (state first): native code, compiled on first use; the graph
+    interpreter only for programs the compiler cannot lower yet (see :mod:`tensorplay.export.native`)."""
+    from .native import native_runner
+
+    runner = native_runner(program)
+    if runner is None:
+        return program.graph_module(*flat_args)
+    return runner(program, flat_args)
 
 
 

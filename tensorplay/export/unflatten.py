@@ -189,7 +189,8 @@ class UnflattenedModule(Module):
             return program(*args, **kwargs)
         if self._hierarchical:
             return self.graph_module(*args, **kwargs)
-        return program(*args, **kwargs)
+        # The flat view is ``program.module()``: the Python graph, which follows the inputs' sizes.
+        return program.module()(*args, **kwargs)
 
     def recompile(self) -> None:
         """Regenerate the code of every graph module in the hierarchy (after editing a graph)."""

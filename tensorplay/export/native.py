@@ -1,0 +1,119 @@
+"""Running exported programs as native code: the bridge from ``ExportedProgram`` to ``lowering``.
+
+Calling a program (or ``ExportedProgram.call_exported(p)``) compiles it on first use with
+:func:`lowering.pipeline.compile_program` and then runs the native function; the compiled code is
+cached on the program (and on disk by the runtime). Buffer and parameter mutations come back as
+extra results and are written into the live tensors, exactly as the interpreted graph's in-place ops
+would. A program the compiler cannot lower yet runs on the graph interpreter instead, after one
+warning naming every unsupported op (``strict=True`` raises instead).
+
+>>> import tensorplay as tp
+>>> from tensorplay.export import export
+>>> prog = export(lambda x: (x * 2).exp(), tp.zeros(3))
+>>> compiled = tp.compile(prog)
+>>> prog(tp.zeros(3)).tolist()
+[1.0, 1.0, 1.0]
+>>> compiled.stats["kernels"]
+1
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from .. import _dtype
+from .._tensor import Tensor
+from .graph_signature import OutputKind
+from .dynamic_shapes import ConstraintsExceededError
+
+__all__ = ["compile", "NativeRunner", "UnsupportedProgramWarning", "native_runner"]
+
+_FALLBACK = "interpreter"
+
+
+class UnsupportedProgramWarning(UserWarning):
+    """A program runs on the graph interpreter because some ops have no native lowering yet."""
+
+
+def _lowering_errors() -> tuple[type[Exception], ...]:
+    from lowering.codegen_llvm import CodegenError
+    from lowering.to_tp import LoweringError as ToTpError
+    from lowering.tp_to_kernel import LoweringError as KernelError
+    return (ToTpError, KernelError, CodegenError)
+
+
+class NativeRunner:
+    """A compiled program bound to the ``ExportedProgram`` it came from."""
+
+    def __init__(self, program: Any, compiled: Any):
+        self.compiled = compiled
+        self.placeholders = [n.name for n in program.graph.placeholders]
+        self.dtypes = [_dtype.from_name(s.dtype) for s in compiled.signature.outputs]
+        self.mutations = [(i, spec.target) for i, spec in enumerate(program.graph_signature.output_specs)
+                          if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)]
+
+    def __call__(self, program: Any, flat_args: list) -> Any:
+        arrays = self.compiled.run(dict(zip(self.placeholders, flat_args, strict=True)))
+        tensors = [Tensor._from_storage(a, d) for a, d in zip(arrays, self.dtypes, strict=True)]
+        result = self.compiled.binding.unflatten(tensors)
+        if self.mutations:
+            live = {**program.state_dict, **program.constants}
+            flat = list(result) if isinstance(result, list | tuple) else [result]
+            for index, target in self.mutations:
+                dest = live[target]
+                dest._data[...] = flat[index]._data
+                dest._version += 1
+        return result
+
+
+def compile(program: Any, *, strict: bool = True, **options: Any) -> Any:  # noqa: A001 - torch's name
+    """Compile ``program`` to native code now and use it for every later call; returns the
+    ``CompiledProgram`` (inspect it with ``.ir("tp" | "kernel" | "llvm" | "asm")`` and ``.stats``).
+
+    ``options`` are :class:`lowering.pipeline.CompileOptions` fields (``num_threads``, ``cache``,
+    ``prefer_vector_width``, ``dump_ir``). With ``strict=False`` an unsupported program falls back to
+    the interpreter with a warning and ``None`` is returned.
+    """
+    runner = _build(program, strict=strict, options=options)
+    return None if runner is None else runner.compiled
+
+
+def native_runner(program: Any) -> NativeRunner | None:
+    """The program's cached runner (compiled on first use), or None when it runs interpreted."""
+    cached = program.__dict__.get("_native")
+    code = program.graph_module.code
+    if cached is not None and cached[0] is code:
+        return None if cached[1] == _FALLBACK else cached[1]
+    return _build(program, strict=False, options={})
+
+
+def _build(program: Any, *, strict: bool, options: dict) -> NativeRunner | None:
+    from lowering.pipeline import CompileOptions, compile_program
+
+    code = program.graph_module.code
+    reason = _unsupported_signature(program)
+    if reason is None:
+        try:
+            compiled = compile_program(program, CompileOptions.from_env(**options),
+                                       shape_error=ConstraintsExceededError)
+        except _lowering_errors() as exc:
+            reason = str(exc)
+    if reason is not None:
+        if strict:
+            raise NotImplementedError(f"cannot compile this program natively: {reason}")
+        warnings.warn(f"running the exported program on the graph interpreter: {reason}",
+                      UnsupportedProgramWarning, stacklevel=3)
+        program.__dict__["_native"] = (code, _FALLBACK)
+        return None
+    runner = NativeRunner(program, compiled)
+    program.__dict__["_native"] = (code, runner)
+    return runner
+
+
+def _unsupported_signature(program: Any) -> str | None:
+    kinds = {spec.kind for spec in program.graph_signature.output_specs}
+    if OutputKind.USER_INPUT_MUTATION in kinds:
+        return "mutations of input containers are not compiled yet"
+    if kinds & {OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT}:
+        return "joint forward-backward programs are not compiled yet"
+    return None
