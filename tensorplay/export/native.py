@@ -23,8 +23,8 @@ from typing import Any
 
 from .. import _dtype
 from .._tensor import Tensor
-from .graph_signature import OutputKind
 from .dynamic_shapes import ConstraintsExceededError
+from .graph_signature import OutputKind
 
 __all__ = ["compile", "NativeRunner", "UnsupportedProgramWarning", "native_runner"]
 
