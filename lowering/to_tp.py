@@ -26,7 +26,6 @@ func @main(%x: tensor<[s0, 3], f32>) -> (tensor<[3], f32>) where {s0 in [0, inf]
 """
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections.abc import Mapping
 from typing import Any
@@ -43,110 +42,14 @@ from . import to_tp_elementwise as _elementwise  # noqa: F401  (registers rules)
 from . import to_tp_indexing as _indexing  # noqa: F401
 from . import to_tp_movement as _movement  # noqa: F401
 from . import to_tp_nn as _nn  # noqa: F401
+from .to_tp_binding import ArgSource, Binding, Result, as_array, rebuild
 from .to_tp_core import RULES, SYM_OPS, Cx, LoweringError, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
+from .to_tp_symbols import floor_form, refine_range, used_symbols
 
-__all__ = ["graph_to_tp", "Binding", "ArgSource", "LoweringError", "supported_ops"]
+__all__ = ["graph_to_tp", "Binding", "ArgSource", "LoweringError", "supported_ops", "refine_range"]
 
 #: Inline ``get_attr`` constants up to this many elements as ``dense<...>``; larger ones are weights.
 INLINE_LIMIT = 16
-
-
-@dataclasses.dataclass(frozen=True)
-class ArgSource:
-    """Where one function argument comes from: a graph placeholder (``key`` indexes into a container
-    placeholder, ``()`` for a plain tensor), module state (``kind="state"``, ``name`` its path) or the
-    i64 seed of the program's random ops (``kind="seed"``; drawn from tensorplay's generator if not given)."""
-
-    kind: str  # "input" | "state" | "seed"
-    name: str
-    key: tuple = ()
-
-
-@dataclasses.dataclass
-class Binding:
-    """How the function relates to the graph: argument sources, outputs, symbols and weights.
-
-    ``arguments[i]`` feeds function argument ``i``; ``outputs`` is the graph's output structure with
-    each tensor leaf replaced by the index of the function result holding it (other leaves kept as
-    they are); ``symbols`` maps dialect symbol names to the graph's names; ``weights`` holds the
-    values of every ``tp.constant @name`` (pass them to :func:`dialect.interpret.run`);
-    ``state`` holds the values of state arguments by name; ``fixed`` the non-tensor inputs the program
-    was specialized to.
-    """
-
-    arguments: list[ArgSource]
-    outputs: Any
-    symbols: dict[str, str]
-    weights: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
-    state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
-    fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # non-tensor inputs baked in at capture
-
-    def flat_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
-        """Function arguments, in order, from user inputs by placeholder name (state filled in).
-
-        >>> Binding([ArgSource("input", "x")], 0, {}).flat_inputs({"x": np.zeros(2)})[0].shape
-        (2,)
-        """
-        for name, value in self.fixed.items():
-            if name in inputs and not _same_constant(inputs[name], value):
-                raise ValueError(f"input {name!r} was fixed to {value!r} when the graph was captured, got "
-                                 f"{inputs[name]!r}; capture again to change it")
-        out = []
-        for a in self.arguments:
-            if a.kind == "state":
-                out.append(self.state[a.name])
-                continue
-            if a.kind == "seed":
-                out.append(np.asarray(inputs["seed"] if "seed" in inputs else _fresh_seed(), np.int64))
-                continue
-            if a.name not in inputs:
-                raise KeyError(f"missing input {a.name!r}; the function takes {[x.name for x in self.arguments]}")
-            v = inputs[a.name]
-            for k in a.key:
-                v = v[k]
-            out.append(_array(v))
-        return out
-
-    def unflatten(self, results: list[Any]) -> Any:
-        """The graph's output structure rebuilt from the function's results."""
-        def rebuild(spec: Any) -> Any:
-            if isinstance(spec, _Result):
-                return int(results[spec.index]) if spec.number else results[spec.index]
-            if isinstance(spec, (list, tuple)):
-                return _rebuild(spec, [rebuild(s) for s in spec])
-            if isinstance(spec, dict):
-                return {k: rebuild(v) for k, v in spec.items()}
-            return spec
-        return rebuild(self.outputs)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Result:
-    index: int
-    number: bool = False  # a size returned by the graph: give back a Python int
-
-    def __repr__(self) -> str:
-        return f"<result {self.index}>"
-
-
-def _used_symbols(f: Function) -> set:
-    """Symbols the function's types and op attributes mention (the header declares only these)."""
-    found: set = set()
-
-    def scan(v: Any) -> None:
-        if isinstance(v, sympy.Basic):
-            found.update(v.free_symbols)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                scan(x)
-    for a in f.args:
-        scan(list(getattr(a.type, "shape", ())))
-    for op in f.walk():
-        for r in op.results:
-            scan(list(getattr(r.type, "shape", ())))
-        for v in op.attributes.values():
-            scan(v)
-    return found
 
 
 def _draws_random(node: Any) -> bool:
@@ -166,31 +69,6 @@ def _draws_random(node: Any) -> bool:
     bound.apply_defaults()
     p, train = bound.arguments["p"], bound.arguments["train"]
     return bool(train) and not (isinstance(p, (int, float)) and p in (0, 1))
-
-
-def _rebuild(like: Any, items: list) -> Any:
-    """A list/tuple/namedtuple of the same type as ``like`` holding ``items``."""
-    if isinstance(like, tuple) and hasattr(like, "_fields"):
-        return type(like)(*items)
-    return type(like)(items)
-
-
-def _same_constant(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b) and type(a) is type(b)
-    except (TypeError, ValueError):
-        return a is b
-
-
-def _fresh_seed() -> int:
-    from tensorplay.random import generator_of
-    return int(generator_of(None).integers(0, 2 ** 62))
-
-
-def _array(v: Any) -> np.ndarray:
-    if hasattr(v, "__array__") and not isinstance(v, np.ndarray):
-        return np.array(v.__array__(), copy=True)
-    return np.asarray(v)
 
 
 def supported_ops() -> list[str]:
@@ -241,7 +119,7 @@ class _Converter:
         for s in e.free_symbols:
             if s not in self.symmap:
                 self.new_symbol(s)
-        return _floor_form(e.xreplace(self.symmap))
+        return floor_form(e.xreplace(self.symmap))
 
     def specialize(self) -> None:
         """Equality guards fix a symbol: ``Eq(batch, 3)`` makes it 3, ``Eq(a, b)`` makes ``b`` stand for ``a``."""
@@ -327,7 +205,7 @@ class _Converter:
         b.loc = None
         self.cx.node = None
         b.ret(*results)
-        used = _used_symbols(f)
+        used = used_symbols(f)
         f.symbols = {s: r for s, r in f.symbols.items() if s.name in self.names and s in used}
         self.binding.symbols = dict(self.names)
         return Module([f], self.module_weights), self.binding
@@ -343,7 +221,7 @@ class _Converter:
             if node.op == "get_attr" and self.state_as == "arguments" and self.is_state(node) and node.users:
                 args.append((_weight_name(node.target), self.ttype(node.meta["val"])))
                 sources.append(ArgSource("state", node.target))
-                self.binding.state[node.target] = _array(_fetch(self.gm, node.target))
+                self.binding.state[node.target] = as_array(_fetch(self.gm, node.target))
                 self.values[node] = _Arg(len(args) - 1)
         if any(_draws_random(n) for n in nodes):
             args.append(("seed", TensorType([], I64)))
@@ -387,7 +265,7 @@ class _Converter:
         val = node.meta.get("val")
         if name in self.weights and self.state_as == "constants":
             wname = self.weight_slot(name)
-            value = _array(self.weights[name])
+            value = as_array(self.weights[name])
             t = self.ttype(val) if val is not None else None
             if t is None or t.symbols:
                 raise LoweringError(f"weight {name!r} must have a static shape, got {val}")
@@ -399,7 +277,7 @@ class _Converter:
             args.append((_weight_name(name), self.ttype(val)))
             sources.append(ArgSource("state" if name in self.weights else "input", name))
             if name in self.weights:
-                self.binding.state[name] = _array(self.weights[name])
+                self.binding.state[name] = as_array(self.weights[name])
             self.values[node] = _Arg(len(args) - 1)
             return
         example = node.meta.get("example_value")
@@ -428,7 +306,7 @@ class _Converter:
         return name
 
     def get_attr(self, node: Any) -> Any:
-        value = _array(_fetch(self.gm, node.target))
+        value = as_array(_fetch(self.gm, node.target))
         t = self.ttype(node.meta["val"])
         if self.is_state(node) or value.size > INLINE_LIMIT:
             wname = self.weight_slot(node.target)
@@ -493,7 +371,7 @@ class _Converter:
                 self.values[v] = got
             return got
         if isinstance(v, (list, tuple)):
-            return _rebuild(v, [self.arg(a) for a in v])
+            return rebuild(v, [self.arg(a) for a in v])
         if isinstance(v, dict):
             return {k: self.arg(a) for k, a in v.items()}
         if isinstance(v, slice):
@@ -654,14 +532,14 @@ class _Converter:
     def flatten_output(self, v: Any, results: list[Value]) -> Any:
         if isinstance(v, Value):
             results.append(v)
-            return _Result(len(results) - 1)
+            return Result(len(results) - 1)
         if isinstance(v, (list, tuple)):
-            return _rebuild(v, [self.flatten_output(a, results) for a in v])
+            return rebuild(v, [self.flatten_output(a, results) for a in v])
         if isinstance(v, dict):
             return {k: self.flatten_output(a, results) for k, a in v.items()}
         if isinstance(v, SymVal):  # a size (or item()) returned: a rank-0 i64 result, read back as an int
             results.append(self.cx.tensor(v, I64))
-            return _Result(len(results) - 1, number=True)
+            return Result(len(results) - 1, number=True)
         return v
 
 
@@ -709,55 +587,6 @@ class _Poison:
 
 class _PoisonUse(Exception):
     pass
-
-
-def _floor_form(e: Any) -> Any:
-    """``ceiling(p/q)`` written as ``floor((p + q - 1)/q)``, the form ``tp.slice`` infers."""
-    if not isinstance(e, sympy.Basic) or not e.has(sympy.ceiling):
-        return e
-
-    def fix(c: Any) -> Any:
-        num, den = sympy.fraction(sympy.together(c.args[0]))
-        return sympy.floor((num + den - 1) / den) if den.is_Integer else c
-    return e.replace(lambda x: isinstance(x, sympy.ceiling), fix)
-
-
-def refine_range(f: Function, fact: Any) -> None:
-    """Tighten the header range of the one symbol of a linear guard (``2*s0 + 1 > 7`` -> ``s0 >= 4``)."""
-    if not isinstance(fact, sympy.core.relational.Relational) or len(fact.free_symbols) != 1:
-        return
-    (s,) = fact.free_symbols
-    if s not in f.symbols:
-        return
-    try:
-        poly = sympy.Poly(fact.lhs - fact.rhs, s)
-    except sympy.PolynomialError:
-        return
-    if poly.degree() != 1:
-        return
-    a, b = poly.all_coeffs()
-    if not (a.is_Integer and b.is_Integer):
-        return
-    lo, hi = f.symbols[s]
-    op = fact.rel_op
-    if op in ("<", "<="):  # a*s + b < 0  <=>  -a*s - b > 0
-        a, b, op = -a, -b, op.replace("<", ">")
-    if op == ">":  # integers: a*s + b > 0  <=>  a*s + b - 1 >= 0
-        b, op = b - 1, ">="
-    if op == "==":
-        if (-b) % a == 0:
-            v = -b / a
-            lo, hi = sympy.Max(lo, v), sympy.Min(hi, v)
-    elif op == ">=":
-        bound = -b / a
-        if a > 0:
-            lo = sympy.Max(lo, sympy.ceiling(bound))
-        else:
-            hi = sympy.Min(hi, sympy.floor(bound))
-    else:
-        return
-    if lo <= hi:
-        f.symbols[s] = (lo, hi)
 
 
 def graph_to_tp(gm: Any, *, name: str = "main", weights: Mapping[str, Any] | None = None,

@@ -1,0 +1,113 @@
+"""How a converted function relates to its graph: :class:`Binding` and :class:`ArgSource`."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Binding", "ArgSource", "Result", "rebuild", "as_array"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgSource:
+    """Where one function argument comes from: a graph placeholder (``key`` indexes into a container
+    placeholder, ``()`` for a plain tensor), module state (``kind="state"``, ``name`` its path) or the
+    i64 seed of the program's random ops (``kind="seed"``; drawn from tensorplay's generator if not given)."""
+
+    kind: str  # "input" | "state" | "seed"
+    name: str
+    key: tuple = ()
+
+
+@dataclasses.dataclass
+class Binding:
+    """How the function relates to the graph: argument sources, outputs, symbols and weights.
+
+    ``arguments[i]`` feeds function argument ``i``; ``outputs`` is the graph's output structure with
+    each tensor leaf replaced by the index of the function result holding it (other leaves kept as
+    they are); ``symbols`` maps dialect symbol names to the graph's names; ``weights`` holds the
+    values of every ``tp.constant @name`` (pass them to :func:`dialect.interpret.run`);
+    ``state`` holds the values of state arguments by name; ``fixed`` the non-tensor inputs the program
+    was specialized to.
+    """
+
+    arguments: list[ArgSource]
+    outputs: Any
+    symbols: dict[str, str]
+    weights: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # non-tensor inputs baked in at capture
+
+    def flat_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        """Function arguments, in order, from user inputs by placeholder name (state filled in).
+
+        >>> Binding([ArgSource("input", "x")], 0, {}).flat_inputs({"x": np.zeros(2)})[0].shape
+        (2,)
+        """
+        for name, value in self.fixed.items():
+            if name in inputs and not _same_constant(inputs[name], value):
+                raise ValueError(f"input {name!r} was fixed to {value!r} when the graph was captured, got "
+                                 f"{inputs[name]!r}; capture again to change it")
+        out = []
+        for a in self.arguments:
+            if a.kind == "state":
+                out.append(self.state[a.name])
+                continue
+            if a.kind == "seed":
+                out.append(np.asarray(inputs["seed"] if "seed" in inputs else _fresh_seed(), np.int64))
+                continue
+            if a.name not in inputs:
+                raise KeyError(f"missing input {a.name!r}; the function takes {[x.name for x in self.arguments]}")
+            v = inputs[a.name]
+            for k in a.key:
+                v = v[k]
+            out.append(as_array(v))
+        return out
+
+    def unflatten(self, results: list[Any]) -> Any:
+        """The graph's output structure rebuilt from the function's results."""
+        def fill(spec: Any) -> Any:
+            if isinstance(spec, Result):
+                return int(results[spec.index]) if spec.number else results[spec.index]
+            if isinstance(spec, (list, tuple)):
+                return rebuild(spec, [fill(s) for s in spec])
+            if isinstance(spec, dict):
+                return {k: fill(v) for k, v in spec.items()}
+            return spec
+        return fill(self.outputs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    index: int
+    number: bool = False  # a size returned by the graph: give back a Python int
+
+    def __repr__(self) -> str:
+        return f"<result {self.index}>"
+
+
+def rebuild(like: Any, items: list) -> Any:
+    """A list/tuple/namedtuple of the same type as ``like`` holding ``items``."""
+    if isinstance(like, tuple) and hasattr(like, "_fields"):
+        return type(like)(*items)
+    return type(like)(items)
+
+
+def _same_constant(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (TypeError, ValueError):
+        return a is b
+
+
+def _fresh_seed() -> int:
+    from tensorplay.random import generator_of
+    return int(generator_of(None).integers(0, 2 ** 62))
+
+
+def as_array(v: Any) -> np.ndarray:
+    if hasattr(v, "__array__") and not isinstance(v, np.ndarray):
+        return np.array(v.__array__(), copy=True)
+    return np.asarray(v)
