@@ -31,7 +31,10 @@ Every slot is 64-byte aligned.
 from __future__ import annotations
 
 import itertools
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 
 import sympy
 
@@ -139,44 +142,124 @@ def _relaxed_upper(d: sympy.Expr) -> sympy.Expr:
     return sympy.expand(out)
 
 
-def proves_le(a: sympy.Expr, b: sympy.Expr, facts: Facts) -> bool:
-    """``a <= b`` for every symbol value in range (aligned sizes: ceilings are split into small values
-    checked exactly and large values proved with rounding relaxed)."""
-    d = sympy.expand(a - b)
-    r = facts.prove(sympy.Le(d, 0))
-    if r is not None or not d.has(sympy.ceiling, sympy.floor):
-        return r is True
-    syms = sorted(d.free_symbols, key=str)
-    if len(syms) > 2:
-        return False
-    parts = []
+def _py(e: sympy.Expr) -> str:
+    """Python source computing ``e`` exactly (Fractions) from integer symbol values."""
+    if e.is_Symbol:
+        return f"_v[{e.name!r}]"
+    if e.is_Integer:
+        return f"{int(e)}"
+    if e.is_Rational:
+        return f"_F({int(e.p)}, {int(e.q)})"
+    if e.is_Add:
+        return "(" + " + ".join(_py(a) for a in e.args) + ")"
+    if e.is_Mul:
+        return "(" + " * ".join(_py(a) for a in e.args) + ")"
+    if e.is_Pow and e.exp.is_Integer and int(e.exp) >= 0:
+        return f"({_py(e.base)} ** {int(e.exp)})"
+    if isinstance(e, sympy.ceiling):
+        return f"_ceil(_F({_py(e.args[0])}))"
+    if isinstance(e, sympy.floor):
+        return f"_floor(_F({_py(e.args[0])}))"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        return ("max(" if isinstance(e, sympy.Max) else "min(") + ", ".join(_py(a) for a in e.args) + ")"
+    raise ValueError(f"cannot evaluate {e} exactly")
+
+
+def _exact_fn(e: sympy.Expr) -> Callable[[dict[str, int]], Fraction]:
+    """A fast exact evaluator of ``e`` (ceiling/floor included) taking ``{symbol name: int}``."""
+    code = compile(f"lambda _v: {_py(e)}", "<memory_plan>", "eval")
+    return eval(code, {"_F": Fraction, "_ceil": math.ceil, "_floor": math.floor})  # noqa: S307 (our own text)
+
+
+def _linear_max(e: sympy.Expr, ranges: dict) -> sympy.Expr | None:
+    """Maximum of an expression linear in its symbols over their ranges (None if not linear)."""
+    syms = sorted(e.free_symbols, key=str)
+    if not syms:
+        return e
+    try:
+        poly = sympy.Poly(e, *syms)
+    except sympy.PolynomialError:
+        return None
+    if poly.total_degree() > 1:
+        return None
+    top = poly.coeff_monomial(1)
     for s in syms:
-        lo, hi = facts.ranges.get(s, (sympy.Integer(0), sympy.oo))
-        cut = lo + _SMALL
-        parts.append([("small", list(range(int(lo), int(min(hi, cut - 1)) + 1)))] +
-                     ([("big", (cut, hi))] if cut <= hi else []))
-    for choice in itertools.product(*parts):
-        small = [(s, vals) for s, (kind, vals) in zip(syms, choice) if kind == "small"]
-        big = Facts({**facts.ranges, **{s: rng for s, (kind, rng) in zip(syms, choice) if kind == "big"}})
-        for values in itertools.product(*[vals for _, vals in small]):
-            part = d.xreplace({s: sympy.Integer(v) for (s, _), v in zip(small, values)})
-            if part.is_number:
-                if part > 0:
+        c = poly.coeff_monomial(s)
+        lo, hi = ranges.get(s, (sympy.Integer(0), sympy.oo))
+        end = hi if c > 0 else lo
+        if end in (sympy.oo, -sympy.oo):
+            if c != 0:
+                return sympy.oo
+            continue
+        top += c * end
+    return top
+
+
+class _Prover:
+    """``a <= b`` proofs under a function's symbol ranges, cached, able to see through 64-byte rounding."""
+
+    def __init__(self, facts: Facts):
+        self.facts = facts
+        self.cache: dict[sympy.Expr, bool] = {}
+
+    def le(self, a: sympy.Expr, b: sympy.Expr) -> bool:
+        d = sympy.expand(a - b)
+        if d not in self.cache:
+            self.cache[d] = self._nonpositive(d)
+        return self.cache[d]
+
+    def _nonpositive(self, d: sympy.Expr) -> bool:
+        if d.is_number:
+            return bool(d <= 0)
+        if not d.has(sympy.ceiling, sympy.floor):
+            top = _linear_max(d, self.facts.ranges)
+            return bool(top <= 0) if top is not None else self.facts.prove(sympy.Le(d, 0)) is True
+        syms = sorted(d.free_symbols, key=str)
+        if len(syms) > 2 or any(s not in self.facts.ranges for s in syms):
+            return False
+        small, big = [], []
+        for s in syms:
+            lo, hi = self.facts.ranges[s]
+            small.append(list(range(int(lo), int(min(hi, lo + _SMALL - 1)) + 1)))
+            big.append((lo + _SMALL, hi) if lo + _SMALL <= hi else None)
+        # exact check of every all-small point (also refutes most false claims quickly)
+        try:
+            value = _exact_fn(d)
+        except ValueError:
+            return self.facts.prove(sympy.Le(d, 0)) is True
+        names = [s.name for s in syms]
+        if any(value(dict(zip(names, vals))) > 0 for vals in itertools.product(*small)):
+            return False
+        # regions where some symbols are large: rounding relaxed, other symbols fixed one by one
+        for mask in itertools.product((False, True), repeat=len(syms)):
+            if not any(mask) or any(m and b is None for m, b in zip(mask, big)):
+                continue
+            ranges = {**self.facts.ranges, **{s: b for s, m, b in zip(syms, mask, big) if m}}
+            prover = Facts(ranges)
+            fixed = [(s, vals) for s, m, vals in zip(syms, mask, small) if not m]
+            for vals in itertools.product(*[v for _, v in fixed]):
+                part = _relaxed_upper(d.xreplace({s: sympy.Integer(v) for (s, _), v in zip(fixed, vals)}))
+                top = _linear_max(part, ranges)
+                if top is not None and top > 0 or top is None and prover.prove(sympy.Le(part, 0)) is not True:
                     return False
-            elif big.prove(sympy.Le(part, 0)) is not True and \
-                    big.prove(sympy.Le(_relaxed_upper(part), 0)) is not True:
-                return False
-    return True
+        return True
 
 
-def _fits(at: sympy.Expr, size: sympy.Expr, live: list[tuple[SlotInfo, sympy.Expr]], facts: Facts) -> bool:
+def proves_le(a: sympy.Expr, b: sympy.Expr, facts: Facts) -> bool:
+    """``a <= b`` for every symbol value in range. Sizes rounded to 64 bytes carry ceilings: small
+    symbol values are checked exactly, large ones proved with the rounding relaxed."""
+    return _Prover(facts).le(a, b)
+
+
+def _fits(at: sympy.Expr, size: sympy.Expr, live: list[tuple[SlotInfo, sympy.Expr]], prover: _Prover) -> bool:
     """``[at, at + size)`` provably misses every live slot."""
-    return all(proves_le(at + size, off, facts) or proves_le(off + o.size, at, facts) for o, off in live)
+    return all(prover.le(at + size, off) or prover.le(off + o.size, at) for o, off in live)
 
 
 def plan_memory(f: Function) -> None:
     """Greedy offset assignment with reuse between slots whose lifetimes do not overlap."""
     facts = f.facts()
+    prover = _Prover(facts)
     slots = slot_lifetimes(f)
     placed: list[tuple[SlotInfo, sympy.Expr]] = []
     offsets: dict[str, sympy.Expr] = {}
@@ -185,15 +268,15 @@ def plan_memory(f: Function) -> None:
         live = [(o, off) for o, off in placed if o.overlaps(s)]
 
         cands = [sympy.Integer(0)] + [sympy.expand(off + o.size) for o, off in live]
-        good = [c for c in cands if _fits(c, s.size, live, facts)]
+        good = [c for c in cands if _fits(c, s.size, live, prover)]
         if good:
             at = min(good, key=lambda c: _sample(c, facts))
         else:
             at = total
         end = sympy.expand(at + s.size)
-        if proves_le(end, total, facts):
+        if prover.le(end, total):
             pass
-        elif at == total or proves_le(total, end, facts):
+        elif at == total or prover.le(total, end):
             total = end
         else:
             total = sympy.Max(total, end)
