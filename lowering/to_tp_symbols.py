@@ -42,7 +42,15 @@ def floor_form(e: Any) -> Any:
 
 
 def refine_range(f: Function, fact: Any) -> None:
-    """Tighten the header range of the one symbol of a linear guard (``2*s0 + 1 > 7`` -> ``s0 >= 4``)."""
+    """Tighten the header range of the one symbol of a linear guard (``2*s0 + 1 > 7`` -> ``s0 >= 4``).
+
+    >>> from dialect import sym
+    >>> s0 = sym("s0")
+    >>> f = Function("f", [], symbols={s0: (0, 100)})
+    >>> refine_range(f, 2 * s0 + 1 > 7)
+    >>> f.symbols[s0]
+    (4, 100)
+    """
     if not isinstance(fact, sympy.core.relational.Relational) or len(fact.free_symbols) != 1:
         return
     (s,) = fact.free_symbols

@@ -10,7 +10,7 @@ import pytest
 import tensorplay as tp
 from dialect.interpret import DialectAssertionError, run
 from dialect.verify import verify
-from lowering import to_tp, to_tp_assert, to_tp_binding, to_tp_program
+from lowering import to_tp, to_tp_assert, to_tp_binding, to_tp_program, to_tp_symbols
 from lowering.to_tp_program import program_to_tp
 from tensorplay import nn
 from tensorplay.export import Dim, export
@@ -77,7 +77,8 @@ def test_program_to_tp_rejects_non_programs():
         program_to_tp(3)
 
 
-@pytest.mark.parametrize("mod", [to_tp, to_tp_assert, to_tp_binding, to_tp_program], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("mod", [to_tp, to_tp_assert, to_tp_binding, to_tp_program, to_tp_symbols],
+                         ids=lambda m: m.__name__)
 def test_docstring_examples(mod):
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
