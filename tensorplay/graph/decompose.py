@@ -110,8 +110,7 @@ def decomposition_of(op: Op, table: Mapping | None = None) -> Callable | None:
 class DecompositionTracer(Tracer):
     """The tracer decompositions run under: op calls decompose (``recursive``) or are recorded as they are.
 
-    Sizes passed as number operands of arithmetic ops and non-integral-looking size hints are
-    handled here, so decompositions written for eager tensors trace with symbolic extents.
+    New nodes get ``val`` / ``example_value`` only: their provenance comes from the node they replace.
     """
 
     def __init__(self, shape_env: ShapeEnv, table: Mapping | None = None, *, recursive: bool = True):
@@ -119,43 +118,16 @@ class DecompositionTracer(Tracer):
         self.table = table
         self.recursive = recursive
         self.depth = 0
-        self._scalar_operands = False
 
     def _node_meta(self, node, val, example) -> None:
         # stack_trace / nn_module_stack come from the replaced node (see _inherit), not from here
         node.meta["val"] = val
         node.meta["example_value"] = example
 
-    def to_meta(self, value):
-        # A size used as a number operand of an arithmetic op (``x / (n - 1)``): its value does not
-        # change the result's meta, so the meta rule sees the example number.
-        if self._scalar_operands and isinstance(value, SymProxy | sympy.Expr):
-            return self.to_example(value)
-        return super().to_meta(value)
-
-    def to_node(self, value):
-        if isinstance(value, sympy.Basic) and value.free_symbols:
-            raise GraphCaptureError(f"a decomposition passed the size {value} as a bare sympy expression; the graph "
-                                    f"cannot recompute it from the inputs (use the traced sizes, x.shape[i])")
-        return super().to_node(value)
-
-    def to_example(self, value):
-        if isinstance(value, SymProxy | sympy.Basic) and not isinstance(value, sympy.logic.boolalg.BooleanAtom):
-            expr = value.expr if isinstance(value, SymProxy) else value
-            number = self.shape_env.evaluate(expr)
-            if isinstance(number, float) and number.is_integer() and expr.is_integer is not False:
-                return int(number)  # sympy cannot always tell that Mod/floor of sizes is an integer
-            return number
-        return super().to_example(value)
-
     def call_op(self, op: Op, kind: str, target, args: tuple, kwargs: dict):
         rule = decomposition_of(op, self.table) if self.recursive else None
         if rule is None or self.depth >= _MAX_DEPTH:
-            self._scalar_operands = op.promote is not None
-            try:
-                return super().call_op(op, kind, target, args, kwargs)
-            finally:
-                self._scalar_operands = False
+            return super().call_op(op, kind, target, args, kwargs)
         self.depth += 1
         try:
             return rule(*args, **kwargs)

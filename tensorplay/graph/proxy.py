@@ -20,7 +20,7 @@ from ..ops._registry import methods as _methods
 from .errors import GraphCaptureError
 from .shape_env import user_frame
 
-__all__ = ["Proxy", "SymProxy"]
+__all__ = ["Proxy", "SymProxy", "example_number"]
 
 # Python operator -> registry op name, for tensor proxies.
 TENSOR_OPERATORS = {
@@ -261,7 +261,8 @@ class SymProxy:
 
     @property
     def hint(self):
-        return self.tracer.shape_env.evaluate(self.expr)
+        """The example value (an int for a size, even where sympy cannot prove the expression integral)."""
+        return example_number(self.tracer.shape_env, self.expr)
 
     def __tensorplay_function__(self, op, args, kwargs):
         return self.tracer.call_op(op, "call_function", op, args, kwargs)
@@ -309,6 +310,22 @@ class SymProxy:
 
     def __neg__(self):
         return self.tracer.call_sym(operator.neg, (self,))
+
+
+def example_number(shape_env, expr):
+    """The example value of a size expression: ``shape_env.evaluate`` with whole floats of expressions
+    sympy does not know to be non-integral (``Mod`` / ``floor`` of sizes) given back as ints.
+
+    >>> from tensorplay.graph.shape_env import ShapeEnv
+    >>> env = ShapeEnv()
+    >>> n = env.create_symbol("n", hint=6)
+    >>> example_number(env, 2.0 * n), example_number(env, n / 4)
+    (12, 1.5)
+    """
+    number = shape_env.evaluate(expr)
+    if isinstance(number, float) and number.is_integer() and sympy.sympify(expr).is_integer is not False:
+        return int(number)
+    return number
 
 
 def sym_expr(value: Any):

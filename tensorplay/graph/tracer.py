@@ -28,7 +28,7 @@ from ..ops._registry import Op
 from ..random import fork_rng
 from .errors import GraphCaptureError
 from .graph import Graph
-from .proxy import TENSOR_OPERATORS, Proxy, SymProxy, sym_expr
+from .proxy import TENSOR_OPERATORS, Proxy, SymProxy, example_number, sym_expr
 from .shape_env import ShapeEnv, user_frame
 
 __all__ = ["Tracer", "trace"]
@@ -92,6 +92,11 @@ class Tracer:
     def to_node(self, value):
         if isinstance(value, Proxy | SymProxy):
             return value.node
+        if isinstance(value, sympy.Basic):
+            if value.free_symbols:
+                raise GraphCaptureError(f"the size {value} was passed as a bare sympy expression; the graph cannot "
+                                        f"recompute it from the inputs (use the traced sizes, x.shape[i])")
+            return self.to_example(value)  # a constant: the graph holds the Python number
         if isinstance(value, Tensor):
             state = self._state.get(id(value))
             return state.node if state is not None else self.constant_node(value)
@@ -104,15 +109,21 @@ class Tracer:
             return slice(self.to_node(value.start), self.to_node(value.stop), self.to_node(value.step))
         return value
 
-    def to_meta(self, value):
+    def to_meta(self, value, *, sizes_as_numbers: bool = False):
+        """What meta rules see for ``value``. With ``sizes_as_numbers`` (number operands of arithmetic
+        ops, which cannot change the result's shape) a size is its example number, so the result dtype
+        follows the number's category as in eager."""
         if isinstance(value, Proxy):
             return value.node.meta["val"]
+        if isinstance(value, SymProxy | sympy.Expr) and sizes_as_numbers or (
+                isinstance(value, sympy.Basic) and not value.free_symbols):
+            return self.to_example(value)
         if isinstance(value, SymProxy):
             return value.expr
         if isinstance(value, Tensor):
             return TensorMeta(tuple(value.shape), value.dtype)
         if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
-            return type(value)(self.to_meta(v) for v in value)
+            return type(value)(self.to_meta(v, sizes_as_numbers=sizes_as_numbers) for v in value)
         if isinstance(value, slice):
             return slice(self.to_meta(value.start), self.to_meta(value.stop), self.to_meta(value.step))
         return value
@@ -122,6 +133,9 @@ class Tracer:
             return value.node.meta["example_value"]
         if isinstance(value, SymProxy):
             return value.hint
+        if isinstance(value, sympy.Basic):
+            return bool(value) if isinstance(value, sympy.logic.boolalg.BooleanAtom) else \
+                example_number(self.shape_env, value)
         if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
             return type(value)(self.to_example(v) for v in value)
         if isinstance(value, dict):
@@ -133,8 +147,10 @@ class Tracer:
     # ------------------------------------------------------------------ recording ops
     def call_op(self, op: Op, kind: str, target, args: tuple, kwargs: dict):
         """Record ``op`` as a ``kind`` node with ``target``; returns proxies for its outputs."""
+        numbers = op.promote is not None
         with deciding_with(self.shape_env):
-            meta = op.meta(*self.to_meta(tuple(args)), **{k: self.to_meta(v) for k, v in kwargs.items()})
+            meta = op.meta(*self.to_meta(tuple(args), sizes_as_numbers=numbers),
+                           **{k: self.to_meta(v, sizes_as_numbers=numbers) for k, v in kwargs.items()})
         ex_args = self.to_example(tuple(args))
         ex_kwargs = {k: self.to_example(v) for k, v in kwargs.items()}
         with no_grad():

@@ -300,3 +300,27 @@ def test_creation_and_view_decompositions_follow_eager():
     for g, w in zip(got, want, strict=True):
         assert g.numpy().dtype == w.dtype
         np.testing.assert_allclose(g.numpy(), w, rtol=1e-6)
+
+
+def test_plain_tracer_handles_sizes_the_way_decompositions_need():
+    """Size handling that used to live in DecompositionTracer is the base Tracer's."""
+    from tensorplay.graph.errors import GraphCaptureError
+    from tensorplay.graph.proxy import example_number
+    from tensorplay.ops._shapes import numel
+
+    x = tp.tensor(np.arange(8, dtype=np.float32).reshape(4, 2))
+    # a closed sympy number (numel of traced sizes) as the number operand of an arithmetic op
+    gm = trace(lambda x: x / numel(x.shape), (x,), dynamic={"x": {0: "batch"}})
+    np.testing.assert_allclose(gm(x).numpy(), x.numpy() / 8)
+    # a closed sympy number as a size: the graph holds a Python int
+    gm = trace(lambda x: x.new_zeros(sympy.Integer(3)), (x,))
+    call = next(n for n in gm.graph.nodes if n.op == "call_method")
+    assert type(call.args[1]) is int and gm(x).shape == (3,)
+    # a bare expression over symbols cannot be recomputed by the graph
+    batch = sympy.Symbol("batch", integer=True, nonnegative=True)
+    with pytest.raises(GraphCaptureError, match="bare sympy expression"):
+        trace(lambda x: x.new_zeros(2 * batch), (x,), dynamic={"x": {0: "batch"}})
+    env = ShapeEnv()
+    n = env.create_symbol("n", hint=6)
+    assert type(example_number(env, 2.0 * n)) is int and example_number(env, 2.0 * n) == 12
+    assert example_number(env, n / 4) == 1.5
