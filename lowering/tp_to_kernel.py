@@ -202,7 +202,9 @@ class _Lowering:
             if op.name in PROLOGUE or op.name == "tp.return" or not op.results:
                 continue
             v = op.results[0]
-            if op.name == "tp.constant" or v in plan.absorbed or op.name == "tp.matmul" and v not in plan.chains:
+            if op.name == "tp.constant" and (v not in plan.materialised or self.is_buffer_const(v)):
+                continue  # weights and literals are kernel.global buffers; splat literals are inlined
+            if v in plan.absorbed or op.name == "tp.matmul" and v not in plan.chains:
                 continue
             target = out_of.get(v)
             if v in plan.chains:

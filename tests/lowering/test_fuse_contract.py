@@ -144,3 +144,14 @@ def test_reshaped_and_transposed_operands_read_the_buffer_in_place():
     (g,) = _gemm(m)
     assert [v.name for v in g.operands] == ["x", "w", "out0"] and g.attributes["trans_b"]
     assert count(m, "kernel.alloc") == 0 and count(m, "kernel.for") == 0
+
+
+def test_splat_constant_gemm_operand_is_filled_in_the_workspace():
+    """Average pooling as a matmul with a [[0.5], [0.5]] literal (how adaptive_avg_pool decomposes)."""
+    text = """func @main(%x: tensor<[s0, 3, 2], f32>) -> (tensor<[s0, 3, 1], f32>) where {s0 in [1, 16]} {
+  %c = tp.constant {value = dense<[[0.5], [0.5]]>} : tensor<[2, 1], f32>
+  %0 = tp.matmul %x, %c : tensor<[s0, 3, 1], f32>
+  tp.return %0
+}"""
+    m = check_lowering(text, S)
+    assert count(m, "kernel.gemm") == 1 and count(m, "kernel.alloc") == 1
