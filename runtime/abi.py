@@ -52,6 +52,8 @@ import ctypes
 import json
 import operator
 import os
+import struct
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -397,26 +399,55 @@ _call_lock = threading.Lock()
 _call_state: list[Any] = []  # [trampoline or None] once decided
 
 
+class _Memory:
+    """Reads of this process's memory that fail (None) instead of crashing on a bad address (Linux)."""
+
+    def __init__(self) -> None:
+        self.fd = os.open("/proc/self/mem", os.O_RDONLY)
+
+    def __enter__(self) -> _Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+    def word(self, addr: int, fmt: str = "<q") -> int | None:
+        size = struct.calcsize(fmt)
+        try:
+            raw = os.pread(self.fd, size, addr) if addr > 0 else b""
+        except (OSError, OverflowError):
+            return None
+        return struct.unpack(fmt, raw)[0] if len(raw) == size else None
+
+
 def _layout_matches() -> bool:
-    """Whether this interpreter and numpy lay objects out where :data:`_OFFSETS` says."""
-    if ctypes.sizeof(ctypes.c_void_p) != 8:
+    """Whether this interpreter and numpy lay objects out where :data:`_OFFSETS` says.
+
+    Every read goes through ``/proc/self/mem``, so a layout that differs makes this return
+    False rather than crash (and without ``/proc`` the pure-Python call path is used).
+    """
+    if ctypes.sizeof(ctypes.c_void_p) != 8 or sys.byteorder != "little":
         return False
     o = _OFFSETS
-    i64, i32, ptr = ctypes.c_int64.from_address, ctypes.c_int32.from_address, ctypes.c_void_p.from_address
-    for a in (np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((4, 1, 5), np.int64)[::2],
-              np.ones((), np.uint8)):
-        base = id(a)
-        dims = ptr(base + o["AR_DIMS"]).value or 0
-        if (ptr(base + o["OB_TYPE"]).value != id(np.ndarray) or ptr(base + o["AR_DATA"]).value != a.ctypes.data
-                or i32(base + o["AR_ND"]).value != a.ndim or ptr(base + o["AR_DESCR"]).value != id(a.dtype)
-                or bool(i32(base + o["AR_FLAGS"]).value & _NPY_C_CONTIGUOUS) != a.flags.c_contiguous
-                or (a.ndim and [i64(dims + 8 * j).value for j in range(a.ndim)] != list(a.shape))):
-            return False
-        t, lst = (a, 1), [2, a]
-        items = ptr(id(lst) + o["LIST_ITEMS"]).value or 0
-        if (ptr(id(t) + o["TUPLE_ITEMS"]).value != id(a) or ptr(id(t) + o["TUPLE_ITEMS"] + 8).value != id(1)
-                or ptr(items + 8).value != id(a)):
-            return False
+    try:
+        mem = _Memory()
+    except OSError:
+        return False
+    with mem:
+        for a in (np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros((4, 1, 5), np.int64)[::2],
+                  np.ones((), np.uint8)):
+            base = id(a)
+            dims = mem.word(base + o["AR_DIMS"]) or 0
+            if (mem.word(base + o["OB_TYPE"]) != id(np.ndarray) or mem.word(base + o["AR_DATA"]) != a.ctypes.data
+                    or mem.word(base + o["AR_ND"], "<i") != a.ndim or mem.word(base + o["AR_DESCR"]) != id(a.dtype)
+                    or bool((mem.word(base + o["AR_FLAGS"], "<i") or 0) & _NPY_C_CONTIGUOUS) != a.flags.c_contiguous
+                    or [mem.word(dims + 8 * j) for j in range(a.ndim)] != list(a.shape)):
+                return False
+            t, lst = (a, 1), [2, a]
+            items = mem.word(id(lst) + o["LIST_ITEMS"]) or 0
+            if (mem.word(id(t) + o["TUPLE_ITEMS"]) != id(a) or mem.word(id(t) + o["TUPLE_ITEMS"] + 8) != id(1)
+                    or mem.word(items + 8) != id(a)):
+                return False
     return True
 
 
