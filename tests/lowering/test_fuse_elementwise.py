@@ -270,3 +270,17 @@ def test_bad_inputs_are_named():
 }""").functions[0]
     with pytest.raises(LoweringError, match="expected a tp-level function ending in tp.return"):
         lower_function(k)
+
+
+def test_recompute_limit_option_of_the_pass():
+    text = """func @main(%x: tensor<[s0, 4], f32>) -> (tensor<[s0, 4], f32>, tensor<[4], f32>) where {s0 in [1, 16]} {
+  %0 = tp.exp %x : tensor<[s0, 4], f32>
+  %1 = tp.sin %0 : tensor<[s0, 4], f32>
+  %2 = tp.neg %1 : tensor<[s0, 4], f32>
+  %3 = tp.sum %1 {axes = [0]} : tensor<[4], f32>
+  tp.return %2, %3
+}"""
+    shared = check_lowering(text, S, pipeline="fuse{recompute_limit=1},plan-memory")
+    recomputed = check_lowering(text, S, pipeline="fuse{recompute_limit=8},plan-memory")
+    assert count(shared, "kernel.sin") == 1 and count(shared, "kernel.alloc") == 1
+    assert count(recomputed, "kernel.sin") == 2 and count(recomputed, "kernel.alloc") == 0
