@@ -192,6 +192,7 @@ class _Converter:
         if not any(n.op == "call_function" and getattr(n.target, "__module__", "") == _ASSERTIONS for n in nodes):
             from .to_tp_assert import guard_assertion  # no exporter checks: keep the capture's own guards
             for g in self.guards():
+                b.loc = short_loc(g.where)
                 guard_assertion(self.cx, g.fact, g.where, self.rename, self.names)
         results: list[Value] = []
         for node in self.checks_first(nodes):

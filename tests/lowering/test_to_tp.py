@@ -184,6 +184,7 @@ def test_guards_become_assertions_and_refine_ranges():
     assert fn.symbols[sym][0] == 5  # batch > 4 raised the lower bound
     guards = [op for op in fn.walk() if op.name == "tp.assert_guard"]
     assert len(guards) == 1 and "batch > 4" in guards[0].attributes["message"]
+    assert guards[0].loc.endswith(f"test_to_tp.py:{f.__code__.co_firstlineno + 1}")  # the `if` line
     np.testing.assert_array_equal(run(module, [np.ones((7, 2), np.float32)])[0], np.full((7, 2), 2.0))
 
 
