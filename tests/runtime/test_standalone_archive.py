@@ -1,0 +1,145 @@
+"""Archives carrying native code: save/load without compiling, runner pools, incompatible CPUs.
+
+References are numpy formulas over the model's own weights, never the code under test.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from runtime.artifact import IncompatibleArtifact
+from runtime.jit import stats
+from tensorplay.export import Dim, export, load, load_pt2, package_pt2, save
+from tensorplay.export.native_archive import ModelRunners, NativeRecompileWarning, artifact_of
+
+
+def mlp_program():
+    tp.manual_seed(0)
+    model = tp.nn.Sequential(tp.nn.Linear(6, 12), tp.nn.ReLU(), tp.nn.Linear(12, 3))
+    prog = export(model, tp.randn(4, 6), dynamic_shapes={"input": {0: Dim("batch", min=1, max=512)}})
+    w = {k: np.array(v.detach()._data) for k, v in model.state_dict().items()}
+    return prog, w
+
+
+def reference(w, x):
+    h = np.maximum(x @ w["0.weight"].T + w["0.bias"], 0)
+    return h @ w["2.weight"].T + w["2.bias"]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    prog, w = mlp_program()
+    item = artifact_of(tp.compile(prog))
+    return prog, w, item
+
+
+def test_save_of_compiled_program_loads_and_runs_without_compiling(compiled):
+    prog, w, item = compiled
+    buf = io.BytesIO()
+    save(prog, buf)
+    before = stats()
+    loaded = load(buf)
+    x = np.random.default_rng(1).standard_normal((7, 6)).astype(np.float32)
+    out = loaded(tp.tensor(x))
+    after = stats()
+    assert after["compiles"] == before["compiles"]
+    assert after["loads"] == before["loads"] + 1
+    np.testing.assert_allclose(np.asarray(out._data), reference(w, x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="batch|dimension 0"):
+        loaded(tp.zeros(600, 6))
+
+
+def test_save_of_uncompiled_program_stores_no_native_code():
+    prog, _ = mlp_program()
+    buf = io.BytesIO()
+    save(prog, buf)
+    assert load_pt2(buf).tp_runners == {}
+
+
+def test_runner_pool_serves_concurrent_callers_like_sequential_runs(compiled):
+    prog, w, item = compiled
+    buf = package_pt2(io.BytesIO(), exported_programs={"model": prog}, tp_files={"model": item})
+    runners = load_pt2(buf, num_runners=3).tp_runners["model"]
+    assert isinstance(runners, ModelRunners) and len(runners.pool.executables) == 3
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((int(rng.integers(1, 40)), 6)).astype(np.float32) for _ in range(48)]
+    sequential = [np.asarray(runners(tp.tensor(x))._data) for x in xs]
+    results: dict[int, np.ndarray] = {}
+
+    def work(k):
+        for i in range(k, len(xs), 6):
+            results[i] = np.asarray(runners(tp.tensor(xs[i]))._data)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, x in enumerate(xs):
+        np.testing.assert_array_equal(results[i], sequential[i])
+        np.testing.assert_allclose(results[i], reference(w, x), rtol=1e-5, atol=1e-5)
+
+
+def test_single_threaded_runners_and_weights_from_disk(compiled, tmp_path):
+    prog, w, item = compiled
+    path = tmp_path / "m.pt2"
+    package_pt2(str(path), exported_programs={"model": prog}, tp_files={"model": item})
+    contents = load_pt2(str(path), run_single_threaded=True, load_weights_from_disk=True)
+    runners = contents.tp_runners["model"]
+    assert all(exe.num_threads == 1 for exe in runners.pool.executables)
+    weight = contents.exported_programs["model"].state_dict["0.weight"]._data
+    assert isinstance(weight.base, np.memmap) or isinstance(weight, np.memmap) or not weight.flags.owndata
+    x = np.ones((2, 6), np.float32)
+    np.testing.assert_allclose(np.asarray(runners(tp.tensor(x))._data), reference(w, x), rtol=1e-5, atol=1e-5)
+
+
+def test_runners_without_program_take_flat_arrays(compiled):
+    prog, w, item = compiled
+    buf = package_pt2(io.BytesIO(), tp_files={"model": item})
+    runners = load_pt2(buf).tp_runners["model"]
+    x = np.full((3, 6), 0.5, np.float32)
+    args = [x, w["0.weight"], w["0.bias"], w["2.weight"], w["2.bias"]]
+    (y,) = runners(*args)
+    np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
+
+
+def _with_foreign_features(buf: io.BytesIO, keep_dialect: bool) -> io.BytesIO:
+    contents = load_pt2(buf)
+    (code,) = contents.tp_runners["model"].values()
+    features = code.artifact.features + ",+tp-no-such-feature"
+    art = dataclasses.replace(code.artifact, cpu_name="futurecpu", features=features)
+    item = (art, code.dialect) if keep_dialect else art
+    return package_pt2(io.BytesIO(), exported_programs=contents.exported_programs, tp_files={"model": item})
+
+
+def test_code_for_an_incompatible_cpu_is_recompiled_from_dialect_with_one_warning(compiled):
+    prog, w, item = compiled
+    buf = _with_foreign_features(package_pt2(io.BytesIO(), exported_programs={"model": prog},
+                                             tp_files={"model": item}), keep_dialect=True)
+    runners = load_pt2(buf).tp_runners["model"]
+    (code,) = runners.values()
+    assert "tp-no-such-feature" in code.incompatibility
+    x = np.ones((5, 6), np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = runners(tp.tensor(x))
+        second = runners(tp.tensor(2 * x))
+    assert [str(c.message) for c in caught if c.category is NativeRecompileWarning] and len(
+        [c for c in caught if c.category is NativeRecompileWarning]) == 1
+    np.testing.assert_allclose(np.asarray(first._data), reference(w, x), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(second._data), reference(w, 2 * x), rtol=1e-5, atol=1e-5)
+
+
+def test_code_for_an_incompatible_cpu_without_dialect_is_refused(compiled):
+    prog, _, item = compiled
+    buf = _with_foreign_features(package_pt2(io.BytesIO(), tp_files={"model": item},
+                                             exported_programs={"model": prog}), keep_dialect=False)
+    runners = load_pt2(buf).tp_runners["model"]
+    with pytest.raises(IncompatibleArtifact, match="tp-no-such-feature"):
+        runners.pool  # noqa: B018 - mapping the code is what is refused
