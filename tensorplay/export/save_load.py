@@ -380,8 +380,10 @@ def save(ep: Any, f: Any, *, extra_files: dict[str, Any] | None = None, opset_ve
     """
     if not isinstance(ep, _exported_program_type()):
         raise TypeError(f"The 'ep' parameter must be an ExportedProgram, got {type(ep).__name__}")
-    package_pt2(f, exported_programs={"model": ep}, extra_files=extra_files, opset_version=opset_version,
-                pickle_protocol=pickle_protocol)
+    from .native_archive import native_files_of
+
+    package_pt2(f, exported_programs={"model": ep}, tp_files=native_files_of({"model": ep}) or None,
+                extra_files=extra_files, opset_version=opset_version, pickle_protocol=pickle_protocol)
 
 
 def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
@@ -553,6 +555,8 @@ def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, ru
                     contents.extra_files[name[len("extra/"):]] = data.decode("utf-8")
                 except UnicodeDecodeError:  # binary extra files come back as bytes
                     contents.extra_files[name[len("extra/"):]] = data
+        from .native_archive import attach_runners
+        attach_runners(contents, num_runners=num_runners, run_single_threaded=run_single_threaded)
         return contents
 
 
