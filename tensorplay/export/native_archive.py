@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from lowering.aot import BINDING_KEY as _META_KEY
+from lowering.aot import artifact_of, decode_binding
+
 __all__ = ["ModelRunners", "NativeRecompileWarning", "RunnerPool", "artifact_of", "attach_runners",
            "native_files_of"]
-
-_META_KEY = "tensorplay_binding"
 
 
 class NativeRecompileWarning(RuntimeWarning):
@@ -41,95 +42,6 @@ class NativeRecompileWarning(RuntimeWarning):
 
 
 # ------------------------------------------------------------------------------------ writing
-
-def artifact_of(compiled: Any) -> tuple[Any, str]:
-    """``(NativeArtifact, kernel dialect text)`` for a ``CompiledProgram`` built on this host.
-
-    The artifact's signature meta records what each non-user argument is bound to (a program
-    weight by placeholder name, or an inline literal with its bytes), so a loader can run it
-    with nothing but the program's state.
-    """
-    from runtime.abi import Signature
-    from runtime.artifact import NativeArtifact
-
-    exe = compiled.executable
-    sig = exe.signature
-    n_user = len(compiled.binding.arguments)
-    held = []
-    for ref, literal in zip(compiled._held, compiled._literals, strict=True):
-        if literal is None:
-            held.append({"weight": ref.name})
-        else:
-            a = np.ascontiguousarray(literal)
-            held.append({"literal": {"dtype": a.dtype.str, "shape": list(a.shape),
-                                     "data": base64.b64encode(a.tobytes()).decode("ascii")}})
-    record: dict[str, Any] = {"user_inputs": n_user, "held": held}
-    binding = _encode_binding(compiled.binding)
-    if binding is not None:
-        record["binding"] = binding
-    meta = {**sig.meta, _META_KEY: record}
-    signature = Signature(sig.inputs, sig.outputs, sig.assertions, meta)
-    artifact = NativeArtifact.from_library(exe.library, exe.prefix, signature)
-    return artifact, compiled.ir("kernel")
-
-
-def _encode_outputs(spec: Any) -> Any:
-    from lowering.to_tp_binding import Result
-
-    if isinstance(spec, Result):
-        return {"result": spec.index, "number": spec.number}
-    if isinstance(spec, list | tuple):
-        return {"list" if isinstance(spec, list) else "tuple": [_encode_outputs(s) for s in spec]}
-    if isinstance(spec, dict) and all(isinstance(k, str) for k in spec):
-        return {"dict": {k: _encode_outputs(v) for k, v in spec.items()}}
-    if spec is None or isinstance(spec, bool | int | float | str):
-        return {"value": spec}
-    raise TypeError(f"output leaf {type(spec).__name__} is not storable")
-
-
-def _decode_outputs(d: Any) -> Any:
-    from lowering.to_tp_binding import Result
-
-    if not isinstance(d, dict) or len(d) not in (1, 2):
-        raise ValueError(f"native artifact: malformed output structure record {str(d)[:60]!r}")
-    if "result" in d:
-        if type(d["result"]) is not int or not isinstance(d.get("number"), bool):
-            raise ValueError(f"native artifact: malformed result record {d!r}")
-        return Result(d["result"], d["number"])
-    if "list" in d or "tuple" in d:
-        items = [_decode_outputs(x) for x in d.get("list", d.get("tuple"))]
-        return items if "list" in d else tuple(items)
-    if "dict" in d and isinstance(d["dict"], dict):
-        return {k: _decode_outputs(v) for k, v in d["dict"].items()}
-    if "value" in d:
-        return d["value"]
-    raise ValueError(f"native artifact: malformed output structure record {str(d)[:60]!r}")
-
-
-def _encode_binding(binding: Any) -> dict[str, Any] | None:
-    """The binding as JSON (argument sources and output structure), or None when it holds state or
-    values JSON cannot keep (the loader then derives it from the program again)."""
-    if binding.state or binding.fixed:
-        return None
-    try:
-        outputs = _encode_outputs(binding.outputs)
-    except TypeError:
-        return None
-    args = [[a.kind, a.name, list(a.key)] for a in binding.arguments]
-    if not all(isinstance(k, int | str) for _, _, key in args for k in key):
-        return None
-    return {"arguments": args, "outputs": outputs, "symbols": dict(binding.symbols)}
-
-
-def _decode_binding(d: Any) -> Any:
-    from lowering.to_tp_binding import ArgSource, Binding
-
-    try:
-        args = [ArgSource(str(kind), str(name), tuple(key)) for kind, name, key in d["arguments"]]
-        return Binding(args, _decode_outputs(d["outputs"]), dict(d["symbols"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"native artifact: malformed binding record: {exc}") from None
-
 
 def native_files_of(programs: Mapping[str, Any]) -> dict[str, list]:
     """``tp_files`` entries for every program of ``programs`` that carries native code."""
@@ -326,7 +238,7 @@ class ModelRunners(Mapping):
                         from lowering.to_tp_program import program_to_tp
                         n_user, held = _binding_meta(sig)
                         stored = sig.meta.get(_META_KEY, {}).get("binding")
-                        binding = _decode_binding(stored) if stored is not None else program_to_tp(self.program)[1]
+                        binding = decode_binding(stored) if stored is not None else program_to_tp(self.program)[1]
                         if len(binding.arguments) != n_user:
                             raise ValueError(f"stored native code takes {n_user} user arguments, the program "
                                              f"{len(binding.arguments)}: they do not belong together")
