@@ -145,5 +145,8 @@ def build_library(compiled: Any, out_dir: str | os.PathLike[str], name: str, *, 
     (only header, weights and artifact). Without a C compiler, RuntimeError says what to install."""
     from runtime.standalone import write_bundle
 
+    from .gemm_library import configs_of_object, gemm_objects
+
     artifact, _ = artifact_of(compiled)
-    return write_bundle(artifact, held_weights(compiled, program), out_dir, name, link=link)
+    kernels = gemm_objects(configs_of_object(artifact.object))
+    return write_bundle(artifact, held_weights(compiled, program), out_dir, name, objects=kernels, link=link)

@@ -9,7 +9,9 @@ A bundle built by :func:`write_bundle` (usually through ``lowering.aot.build_lib
 * ``<name>.h`` — the header declaring that API;
 * ``<name>.tpw`` — the weights (:mod:`runtime.weights`), memory-mapped at create, never linked in;
 * ``<name>.tpa`` — the :class:`runtime.artifact.NativeArtifact`, which :class:`StandaloneModel`
-  loads with numpy and llvmlite alone (no tensorplay, no C compiler).
+  loads with numpy and llvmlite alone (no tensorplay, no C compiler);
+* ``<name>.tpo`` — the object code of the shared kernels the program calls (GEMMs), linked into
+  the library and mapped next to the artifact by :class:`StandaloneModel`.
 
 >>> model = StandaloneModel.load("build/", "mlp")        # doctest: +SKIP
 >>> (y,) = model(np.ones((4, 8), np.float32))             # doctest: +SKIP
@@ -19,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -29,10 +32,14 @@ import numpy as np
 
 from .abi import Executable, Signature, storage_dtype
 from .aot import find_c_compiler
-from .artifact import NativeArtifact
+from .artifact import IncompatibleArtifact, NativeArtifact
+from .jit import load_object
 from .weights import read_weights, write_weights
 
-__all__ = ["StandaloneModel", "api_header", "user_input_count", "write_bundle"]
+__all__ = ["StandaloneModel", "api_header", "read_objects", "user_input_count", "write_bundle", "write_objects"]
+
+_OBJ_MAGIC = b"TPOBJS01"
+_U64 = struct.Struct("<Q")
 
 _TEMPLATE = Path(__file__).with_name("c") / "model_api.c.in"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
@@ -181,12 +188,49 @@ _API = ("create", "destroy", "last_error", "set_num_threads", "num_inputs", "num
         "output_size_rule", "output_dims", "run")
 
 
-def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], out_dir: str | os.PathLike[str],
-                 name: str, *, link: bool = True) -> dict[str, Path]:
-    """Write ``<name>.tpa``, ``<name>.tpw``, ``<name>.h`` and (``link=True``) ``lib<name>.so`` into ``out_dir``.
+def write_objects(path: str | os.PathLike[str], objects: list[bytes]) -> Path:
+    """Store ELF objects in one file: magic ``TPOBJS01``, u64 count, then (u64 length, bytes) each."""
+    out = Path(path)
+    out.write_bytes(_OBJ_MAGIC + _U64.pack(len(objects)) + b"".join(_U64.pack(len(o)) + bytes(o) for o in objects))
+    return out
 
-    ``weights`` gives every non-user signature input by name. Linking compiles the C API with the
-    system ``cc`` and hides every other symbol; RuntimeError (saying what to install) without one.
+
+def read_objects(path: str | os.PathLike[str]) -> list[bytes]:
+    """The objects of :func:`write_objects`; a truncated or foreign file raises ValueError.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "k.tpo")
+    >>> read_objects(write_objects(p, [b"\\x7fELFa", b"\\x7fELFbc"]))
+    [b'\\x7fELFa', b'\\x7fELFbc']
+    """
+    data = Path(path).read_bytes()
+    head = len(_OBJ_MAGIC) + _U64.size
+    if len(data) < head or not data.startswith(_OBJ_MAGIC):
+        raise ValueError(f"{os.fspath(path)!r} is not a tensorplay object file (expected magic {_OBJ_MAGIC!r})")
+    (count,) = _U64.unpack_from(data, len(_OBJ_MAGIC))
+    pos, objects = head, []
+    for i in range(count):
+        if pos + _U64.size > len(data):
+            raise ValueError(f"{os.fspath(path)!r} is truncated at object {i} of {count}")
+        (n,) = _U64.unpack_from(data, pos)
+        pos += _U64.size
+        if n > len(data) - pos or not data[pos:pos + 4] == b"\x7fELF":
+            raise ValueError(f"{os.fspath(path)!r}: object {i} has a bad length or is not ELF")
+        objects.append(data[pos:pos + n])
+        pos += n
+    if pos != len(data):
+        raise ValueError(f"{os.fspath(path)!r} has {len(data) - pos} trailing bytes")
+    return objects
+
+
+def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], out_dir: str | os.PathLike[str],
+                 name: str, *, objects: list[bytes] = (), link: bool = True) -> dict[str, Path]:
+    """Write ``<name>.tpa``, ``<name>.tpo``, ``<name>.tpw``, ``<name>.h`` and (``link=True``) ``lib<name>.so``.
+
+    ``weights`` gives every non-user signature input by name; ``objects`` is the code of the shared
+    kernels the program's object calls (e.g. ``lowering.gemm_library.gemm_objects``). Linking compiles
+    the C API with the system ``cc`` and hides every other symbol; RuntimeError (saying what to
+    install) without one.
     """
     name = _check_name(name)
     if not isinstance(artifact, NativeArtifact):
@@ -200,7 +244,8 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
     cc = find_c_compiler() if link else None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = {"artifact": out / f"{name}.tpa", "weights": out / f"{name}.tpw", "header": out / f"{name}.h"}
+    paths = {"artifact": out / f"{name}.tpa", "weights": out / f"{name}.tpw", "header": out / f"{name}.h",
+             "objects": out / f"{name}.tpo"}
     tensors: dict[str, Any] = {}
     shapes = []
     for t in held:
@@ -211,6 +256,7 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
         shapes.append(a.shape)
     write_weights(paths["weights"], tensors)
     paths["artifact"].write_bytes(artifact.to_bytes())
+    write_objects(paths["objects"], list(objects))
     paths["header"].write_text(api_header(sig, name, n_user), encoding="utf-8")
     if cc is None:
         return paths
@@ -222,10 +268,14 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
         (Path(tmp) / f"{name}.c").write_text(source, encoding="utf-8")
         shutil.copy(paths["header"], Path(tmp) / f"{name}.h")
         (Path(tmp) / "program.o").write_bytes(artifact.object)
+        kernels = []
+        for i, obj in enumerate(objects):
+            (Path(tmp) / f"kernel{i}.o").write_bytes(obj)
+            kernels.append(f"kernel{i}.o")
         (Path(tmp) / "exports.map").write_text(
             "{ global: " + " ".join(f"{name}_{f};" for f in _API) + " local: *; };\n", encoding="utf-8")
         cmd = [cc, "-O2", "-fPIC", "-shared", "-pthread", "-o", str(paths["library"]), f"{name}.c", "program.o",
-               "-lm", "-Wl,--version-script=exports.map"]
+               *kernels, "-lm", "-Wl,--version-script=exports.map"]
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"building lib{name}.so failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
@@ -239,7 +289,7 @@ class StandaloneModel:
     ``model(*inputs) -> list[np.ndarray]`` takes the user inputs (numpy arrays) in signature order.
     """
 
-    def __init__(self, artifact: NativeArtifact, weights_path: str | os.PathLike[str], *,
+    def __init__(self, artifact: NativeArtifact, weights_path: str | os.PathLike[str], objects: list[bytes] = (), *,
                  num_threads: int | None = None) -> None:
         self.artifact = artifact
         self.signature = artifact.signature
@@ -250,17 +300,24 @@ class StandaloneModel:
             if t.name not in stored:
                 raise ValueError(f"weights file {os.fspath(weights_path)!r} lacks {t.name!r}")
             self._weights.append(stored[t.name])
-        self.executable = Executable(artifact.load_library(), artifact.prefix, self.signature,
-                                     num_threads=num_threads)
+        self.kernels = [load_object(obj, name=f"{artifact.prefix}_kernel{i}", features=artifact.features)
+                        for i, obj in enumerate(objects)]
+        reason = artifact.incompatibility()
+        if reason is not None:
+            raise IncompatibleArtifact(reason)
+        library = load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=self.kernels)
+        self.executable = Executable(library, artifact.prefix, self.signature, num_threads=num_threads)
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str], name: str, **options: Any) -> StandaloneModel:
-        """The model ``name`` of the bundle in ``directory`` (``<name>.tpa`` and ``<name>.tpw``)."""
+        """The model ``name`` of the bundle in ``directory`` (``<name>.tpa``, ``.tpo`` and ``.tpw``)."""
         d = Path(directory)
         path = d / f"{_check_name(name)}.tpa"
         if not path.is_file():
             raise FileNotFoundError(f"no artifact {str(path)!r} (build the bundle first)")
-        return cls(NativeArtifact.from_bytes(path.read_bytes()), d / f"{name}.tpw", **options)
+        kernels = d / f"{name}.tpo"
+        objects = read_objects(kernels) if kernels.is_file() else []
+        return cls(NativeArtifact.from_bytes(path.read_bytes()), d / f"{name}.tpw", objects, **options)
 
     @property
     def input_names(self) -> list[str]:

@@ -209,6 +209,7 @@ class ModelRunners(Mapping):
 
     def _choose(self) -> tuple[Any, Any]:
         """(NativeCode, library) for this host: stored code if it can run here, else recompiled."""
+        import lowering.gemm_library  # noqa: F401 - registers the resolver of the shared GEMM kernels
         from runtime.artifact import IncompatibleArtifact
 
         reasons = []
