@@ -390,6 +390,43 @@ def _replace(program: Any, node: Node, result: Any, before: set) -> None:
                 entry.signature.replace_all_uses_with(name, result.name)
 
 
+_MUTATION_KINDS = ("BUFFER_MUTATION", "PARAMETER_MUTATION", "USER_INPUT_MUTATION")
+
+
+def _writes_into(node: Node) -> Node | None:
+    """The value an in-place node (``x.copy_(y)``, ``x.add_(1)``) writes: its first argument."""
+    name = node.target if node.op == "call_method" else getattr(node.target, "name", "")
+    if node.op not in ("call_method", "call_function") or not isinstance(name, str):
+        return None
+    if not name.endswith("_") or name.endswith("__") or not node.args or not isinstance(node.args[0], Node):
+        return None
+    return node.args[0]
+
+
+def _mutations_from_last_writes(program: Any) -> None:
+    """A mutation output that names an input whose update a decomposition turned into in-place nodes
+    (``batch_norm``'s running statistics become ``copy_``) names the last of those nodes instead, so
+    the output is the written value, as for in-place ops captured directly."""
+    graph = program.graph
+    last: dict[Node, Node] = {}
+    for node in graph.nodes:
+        written = _writes_into(node)
+        while written is not None:
+            last[written] = node
+            written = _writes_into(written)
+    output = graph.output_node
+    values = list(output.args[0])
+    specs = program.graph_signature.output_specs
+    for i, (value, spec) in enumerate(zip(values, specs, strict=False)):
+        if spec.kind.name not in _MUTATION_KINDS or not isinstance(value, Node) or value.op != "placeholder":
+            continue
+        writer = last.get(value)
+        if writer is not None:
+            values[i] = writer
+            spec.arg.name = writer.name
+    output.args = (type(output.args[0])(values),)
+
+
 def run_decompositions(program: Any, decomp_table: Any = None) -> Any:
     """A deep copy of ``program`` with ``decomp_table``'s rules applied (``ExportedProgram.run_decompositions``).
 
@@ -414,6 +451,7 @@ def run_decompositions(program: Any, decomp_table: Any = None) -> Any:
                 break
     finally:
         _ENVS.pop(gm.graph, None)
+    _mutations_from_last_writes(new)
     gm.graph.eliminate_dead_code()
     gm.recompile()
     new.invalidate_unlifted()

@@ -32,6 +32,7 @@ from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
 from ..graph.tracer import Tracer, _copy, bind_arguments
 from ..nn import Module, Parameter
+from ..ops._registry import Op
 from ..random import fork_rng
 from . import assertions
 from .dynamic_shapes import Dim as _Dim
@@ -525,12 +526,28 @@ def _base_of(node):
     return (node, via_item) if node.op == "placeholder" else (None, False)
 
 
+def _written_arguments(node) -> tuple[int, ...]:
+    """Positions of the node arguments its op updates in place (``Op.written_arguments``), graph nodes only."""
+    if node.op != "call_function" or not isinstance(node.target, Op) or not node.target.impure:
+        return ()
+    return tuple(i for i in node.target.written_arguments(node.args, node.kwargs)
+                 if i < len(node.args) and hasattr(node.args[i], "op"))
+
+
 def _mutations(graph, tracer: ExportTracer) -> list[tuple[Any, OutputKind, str]]:
     """``(last in-place node, kind, target)`` per mutated state or input container, in order."""
     kinds = {name: (target, kind) for name, target, kind, _ in tracer.state_specs}
     found: dict[str, tuple[Any, OutputKind, str]] = {}
     order = {n: i for i, n in enumerate(graph.nodes)}
     for node in list(graph.nodes):
+        for i in _written_arguments(node):  # ops that update arguments besides their result (batch_norm)
+            arg = node.args[i]
+            base, _ = _base_of(arg)
+            if base is not None and base.name in kinds:
+                target, kind = kinds[base.name]
+                out_kind = OutputKind.PARAMETER_MUTATION if kind == "parameter" else OutputKind.BUFFER_MUTATION
+                found.pop(base.name, None)
+                found[base.name] = (arg, out_kind, target)  # after ``node`` runs, ``arg`` holds the update
         if not _is_inplace(node):
             continue
         base, via_item = _base_of(node)

@@ -8,6 +8,10 @@ to agree on:
   expressions (tracing runs only this; it never touches data);
 * ``promote`` — how tensor inputs are converted before ``impl`` runs ("common": to the promoted
   dtype; "float": to the promoted dtype, integers lifted to the default float);
+* ``impure`` / ``writes`` — the op has effects; ``writes`` gives the positions of the tensor arguments
+  it updates in place besides its result, as a tuple or as ``writes(args, kwargs) -> tuple`` when it
+  depends on the call (``batch_norm`` writes its running statistics, arguments 1 and 2, only when
+  training); :meth:`Op.written_arguments` answers for one call, so capture can declare the updates;
 * ``backward`` / ``decomposition`` — attached later with :meth:`Op.def_backward` and
   :meth:`Op.def_decomposition`.
 
@@ -49,9 +53,16 @@ class Op:
 
     def __init__(self, name: str, impl: Callable, meta: Callable, *, promote: str | None = None,
                  view: bool = False, impure: bool = False, primitive: bool = False,
-                 out_names: tuple[str, ...] | None = None, doc: str | None = None):
+                 out_names: tuple[str, ...] | None = None, writes: tuple[int, ...] | Callable = (),
+                 doc: str | None = None):
         if promote not in (None, "common", "float"):
             raise ValueError(f"promote must be None, 'common' or 'float', got {promote!r}")
+        if not callable(writes) and not (isinstance(writes, tuple) and all(type(i) is int and i >= 0
+                                                                              for i in writes)):
+            raise TypeError(f"writes must be a tuple of argument positions (ints >= 0) or a function of "
+                            f"(args, kwargs) returning one, got {writes!r}")
+        if writes and not impure:
+            raise ValueError(f"op {name!r} writes arguments {writes} in place, so it must be impure=True")
         self.name = name
         self.impl = impl
         self.meta = meta
@@ -59,6 +70,7 @@ class Op:
         self.view = view
         self.inplace_of: Op | None = None
         self.impure = impure
+        self.writes = writes
         self.primitive = primitive
         self.backward: Callable | None = None
         self.decomposition: Callable | None = None
@@ -75,6 +87,16 @@ class Op:
 
     def __reduce__(self):
         return (lookup, (self.name,))
+
+    def written_arguments(self, args: tuple, kwargs: dict) -> tuple[int, ...]:
+        """Positions of the arguments this call updates in place besides its result.
+
+        >>> import tensorplay as tp
+        >>> x, rm, rv = tp.ones(2, 2), tp.zeros(2), tp.ones(2)
+        >>> tp.batch_norm.written_arguments((x, rm, rv), {"training": True}), tp.add.written_arguments((x, x), {})
+        ((1, 2), ())
+        """
+        return tuple(self.writes(args, kwargs)) if callable(self.writes) else self.writes
 
     def def_backward(self, fn: Callable) -> Callable:
         """Attach the backward formula ``fn(ctx, *grad_outputs) -> grads per tensor input``."""

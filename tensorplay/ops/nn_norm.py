@@ -251,6 +251,12 @@ def _batch_norm_meta(input, running_mean, running_var, weight=None, bias=None, t
     return TensorMeta(input.shape, input.dtype)
 
 
+def _batch_norm_writes(args: tuple, kwargs: dict) -> tuple[int, ...]:
+    """The running statistics (arguments 1 and 2) are updated when training."""
+    training = args[5] if len(args) > 5 else kwargs.get("training", False)
+    return tuple(i for i in (1, 2) if training and len(args) > i and args[i] is not None)
+
+
 def _batch_norm_impl(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
                      eps=1e-5):
     x = _wide(input)
@@ -275,7 +281,7 @@ def _batch_norm_impl(input, running_mean, running_var, weight=None, bias=None, t
 
 
 batch_norm = register(
-    "batch_norm", _batch_norm_impl, _batch_norm_meta, impure=True,
+    "batch_norm", _batch_norm_impl, _batch_norm_meta, impure=True, writes=_batch_norm_writes,
     doc="Batch normalisation of ``(N, C, *)`` per channel. ``training=True`` normalises with the batch "
         "statistics and updates ``running_mean`` / ``running_var`` in place with ``momentum`` (unbiased "
         "variance); ``training=False`` uses the running statistics.\n\n"
@@ -294,8 +300,9 @@ def _batch_norm_decomposition(input, running_mean, running_var, weight=None, bia
         mean = t.mean(input, axes, keepdim=True)
         centered = input - mean
         var = t.mean(centered * centered, axes, keepdim=True)
-        count = numel(input.shape) // input.shape[1] if is_int(input.shape[1]) else \
-            numel((input.shape[0], *input.shape[2:]))
+        count = input.shape[0]
+        for extent in input.shape[2:]:  # Python products: traced sizes stay graph values (no specialising)
+            count = count * extent
         with t.no_grad():
             if running_mean is not None:
                 running_mean.copy_(running_mean * (1 - momentum) + mean.reshape(-1) * momentum)
