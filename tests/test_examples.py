@@ -16,11 +16,11 @@ def _load(name: str):
     return module
 
 
-def test_quickstart_runs_and_matches_numpy():
+def test_quickstart_compiles_and_matches_eager():
     result = _load("quickstart").main(["--batch", "3", "--repeats", "2"])
-    assert result["shape"] == (3, 10)
     assert result["max_err"] < 1e-4
-    assert np.isfinite(result["eager_ms"])
+    assert result["stats"]["kernels"] >= 1
+    assert np.isfinite(result["eager_ms"]) and np.isfinite(result["native_ms"])
 
 
 def test_train_classifier_loss_goes_down():
