@@ -21,12 +21,15 @@ A program compiled under the symbol prefix ``<p>`` exports exactly two C functio
 Rules the generated code may rely on:
 
 * every tensor is dense, C-contiguous, in native byte order, and of the dtype and rank the
-  :class:`Signature` declares (checked in Python before ``prepare``); ``bool`` is one byte
+  :class:`Signature` declares (checked before either phase runs); ``bool`` is one byte
   (0 or 1), ``bfloat16`` is 16-bit storage (``uint16`` on the numpy side);
 * data pointers are non-null but only aligned to the element size (numpy's allocation);
   the workspace is 64-byte aligned, and is NULL when ``workspace_bytes`` is 0;
+* ``<p>_prepare`` is a pure function of ``in_dims``: an :class:`Executable` remembers its
+  results per input shapes and calls it once per new shape combination, not on every call;
 * ``<p>_run`` is called only after ``<p>_prepare`` returned 0 for the same ``in_dims``;
-* outputs are freshly allocated and uninitialised; ``<p>_run`` writes every element;
+* outputs are uninitialised (freshly allocated, or the caller's ``out=`` arrays, which never
+  overlap an input or each other); ``<p>_run`` writes every element;
 * both functions must be re-entrant: several threads call them at once with different
   buffers (no mutable globals).
 
@@ -268,17 +271,19 @@ class Signature:
 # ----------------------------------------------------------------------------- the fast call path
 #
 # One native trampoline, shared by every Executable, does the per-array work of a call while the GIL
-# is released: it checks each input's type, dtype, rank and contiguity against the signature, writes
-# its data pointer and dims into the thread's argument arrays, reads the data pointers of the output
-# arrays and calls ``<p>_run``. It reads the public struct fields of numpy arrays (``data``, ``nd``,
-# ``dimensions``, ``descr``, ``flags``) and the item arrays of the input tuple and output list, at
-# offsets verified against this interpreter and numpy on first use (else the pure-Python path runs).
+# is released: it checks each input's type, dtype, rank, contiguity and dims against the signature and
+# the prepared plan, writes its data pointer into the thread's argument array, reads the data pointers
+# of the output arrays and calls ``<p>_run`` with the plan's dims. (Comparing the dims, not copying
+# them, means an array reshaped by another thread since the plan was chosen is refused.) It reads
+# the public struct fields of numpy arrays (``data``, ``nd``, ``dimensions``, ``descr``, ``flags``)
+# and the item arrays of the input tuple and output list, at offsets verified against this
+# interpreter and numpy on first use (else the pure-Python path runs).
 # The caller holds references to every object it reads, so no field can go away during the call.
 #
-# block (per thread and Executable): [in_ptrs, out_ptrs, in_dims, <p>_run, spec, workspace or 0]
+# block (per thread and Executable): [in_ptrs, out_ptrs, the plan's in_dims, <p>_run, spec, workspace or 0]
 # spec (per Executable): [n_in, n_out, &PyArray_Type, num_threads, (descr, rank) per input]
 # Returns <p>_run's code (>= 0), or -1 - i when input i needs the Python path (wrong type, dtype,
-# rank or layout: a subclass, an equal but distinct dtype, a strided view, or a user error).
+# rank, dims or layout: a subclass, an equal but distinct dtype, a strided view, or a user error).
 _CALL_IR = r"""
 define i32 @tp_abi_call(ptr %ins, ptr %outs, ptr noalias %block) {
 entry:
@@ -353,10 +358,11 @@ dims_body:
   %pd = getelementptr inbounds i64, ptr %dims, i64 %j
   %d = load i64, ptr %pd
   %kj = add i64 %k, %j
-  %pout = getelementptr inbounds i64, ptr %in_dims, i64 %kj
-  store i64 %d, ptr %pout
+  %pwant = getelementptr inbounds i64, ptr %in_dims, i64 %kj
+  %want = load i64, ptr %pwant
   %j1 = add i64 %j, 1
-  br label %dims_head
+  %same = icmp eq i64 %d, %want
+  br i1 %same, label %dims_head, label %refuse
 dims_done:
   %k_end = add i64 %k, %rank
   %i1 = add i64 %i, 1
@@ -470,12 +476,24 @@ def _trampoline() -> Any:
     return _call_state[0]
 
 
+class _Plan:
+    """What the prepare phase said for one combination of input shapes (immutable once made)."""
+
+    __slots__ = ("shapes", "nbytes", "dims", "dims_addr")
+
+    def __init__(self, shapes: tuple[tuple[int, ...], ...], nbytes: int, dims: Sequence[int]) -> None:
+        self.shapes = shapes
+        self.nbytes = nbytes
+        self.dims = (ctypes.c_int64 * max(1, len(dims)))(*dims)  # the in_dims <p>_run gets on the fast path
+        self.dims_addr = ctypes.addressof(self.dims)
+
+
 class _Frame:
     """Per-thread scratch of one Executable: argument arrays, the trampoline's block, the workspace."""
 
     __slots__ = ("in_dims", "out_dims", "ws_bytes", "err", "in_ptrs", "out_ptrs", "block",
                  "a_in_dims", "a_out_dims", "a_ws_bytes", "a_err", "a_in_ptrs", "a_out_ptrs", "a_block",
-                 "workspace", "ws_addr", "ws_cap", "ws_in_block")
+                 "workspace", "ws_addr", "ws_cap", "ws_in_block", "plan_in_block")
 
     def __init__(self, n_in_dims: int, n_out_dims: int, n_in: int, n_out: int, run: int, spec: int) -> None:
         self.in_dims = (ctypes.c_int64 * max(1, n_in_dims))()
@@ -494,6 +512,7 @@ class _Frame:
         self.ws_addr = 0
         self.ws_cap = 0
         self.ws_in_block: int | None = None  # what block[5] holds (None for NULL)
+        self.plan_in_block: _Plan | None = None  # whose dims block[2] points at
 
     def workspace_address(self, nbytes: int) -> int | None:
         """A 64-byte aligned scratch address of at least ``nbytes`` (None for 0 bytes)."""
@@ -577,7 +596,8 @@ class Executable:
         self._out_dtypes = tuple(d for d, _, _ in self._out)
         self._single_out = self._out_dtypes[0] if len(self._out) == 1 else None  # the common case, unrolled
         self._n_in = len(self._in)
-        self._plans: dict[Any, tuple[tuple[tuple[int, ...], ...], int]] = {}
+        self._n_in_dims = signature.num_in_dims
+        self._plans: dict[Any, _Plan] = {}
         spec = [len(self._in), len(self._out), id(np.ndarray), self._num_threads]
         for _, dtype, rank in self._in:
             spec += [id(dtype), rank]  # DTYPES keeps every dtype alive, so its id stays valid
@@ -634,20 +654,22 @@ class Executable:
         """Run only the prepare phase: the output shapes and workspace bytes for these inputs."""
         frame = self._frame()
         self._check(arrays, frame)
-        shapes, nbytes = self._plan(frame)
-        return list(shapes), nbytes
+        plan = self._prepare_frame(frame)
+        return list(plan.shapes), plan.nbytes
 
-    def _plan(self, frame: _Frame) -> tuple[tuple[tuple[int, ...], ...], int]:
+    def _prepare_frame(self, frame: _Frame) -> _Plan:
+        """The prepare phase on the dims in ``frame``; a failed assertion raises its error."""
         code = self._prepare(frame.a_in_dims, frame.a_out_dims, frame.a_ws_bytes, frame.a_err)
         if code:
             raise self.signature.error(code, frame.err[:], self.shape_error)
         od = frame.out_dims
-        return tuple(tuple(od[lo:hi]) for _, lo, hi in self._out), frame.ws_bytes.value
+        return _Plan(tuple(tuple(od[lo:hi]) for _, lo, hi in self._out), frame.ws_bytes.value,
+                     frame.in_dims[:self._n_in_dims])
 
-    def _plan_for(self, arrays: tuple[Any, ...], frame: _Frame) -> tuple[tuple[tuple[int, ...], ...], int]:
+    def _plan_for(self, arrays: tuple[Any, ...], frame: _Frame) -> _Plan:
         """Validate ``arrays``, run the prepare phase and remember its result for their shapes."""
         self._check(arrays, frame)
-        plan = self._plan(frame)
+        plan = self._prepare_frame(frame)
         plans = self._plans
         if len(plans) >= _PLAN_CACHE_SIZE:
             plans.clear()
@@ -663,22 +685,30 @@ class Executable:
         except AttributeError:
             frame = self._frame()
         try:
-            shapes, nbytes = self._plans[arrays[0].shape if self._n_in == 1 else tuple(map(_shape_of, arrays))]
+            plan = self._plans[arrays[0].shape if self._n_in == 1 else tuple(map(_shape_of, arrays))]
         except (KeyError, AttributeError, TypeError):  # new shapes, or not arrays (validated next)
-            shapes, nbytes = self._plan_for(arrays, frame)
-        if out is None:
-            dt = self._single_out
-            outs = [_empty(shapes[0], dt)] if dt is not None else list(map(_empty, shapes, self._out_dtypes))
-        else:
-            outs = self._given_outputs(out, shapes, arrays)
+            plan = self._plan_for(arrays, frame)
+        outs = self._outputs(plan, out, arrays)
+        nbytes = plan.nbytes
         ws = frame.workspace_address(nbytes) if nbytes else None
-        if ws != frame.ws_in_block:
-            frame.block[5] = ws or 0
-            frame.ws_in_block = ws
         call = self._call
-        code = call(id(arrays), id(outs), frame.a_block) if call is not None else -1
+        if call is not None:
+            block = frame.block
+            if ws != frame.ws_in_block:
+                block[5] = ws or 0
+                frame.ws_in_block = ws
+            if plan is not frame.plan_in_block:
+                block[2] = plan.dims_addr
+                frame.plan_in_block = plan  # also keeps plan.dims alive while block[2] points at it
+            code = call(id(arrays), id(outs), frame.a_block)
+        else:
+            code = -1
         if code < 0:  # an input the native checks do not take as is: validate and call from Python
             self._check(arrays, frame)
+            if frame.in_dims[:self._n_in_dims] != plan.dims[:self._n_in_dims]:  # reshaped meanwhile
+                plan = self._prepare_frame(frame)
+                outs = self._outputs(plan, out, arrays)
+                ws = frame.workspace_address(plan.nbytes) if plan.nbytes else None
             optrs = frame.out_ptrs
             for i, y in enumerate(outs):
                 optrs[i] = _data_pointer(y)
@@ -686,6 +716,12 @@ class Executable:
         if code:
             raise self.signature.error(code, (), self.shape_error)
         return outs
+
+    def _outputs(self, plan: _Plan, out: Any, arrays: tuple[Any, ...]) -> list[np.ndarray]:
+        if out is not None:
+            return self._given_outputs(out, plan.shapes, arrays)
+        dt = self._single_out
+        return [_empty(plan.shapes[0], dt)] if dt is not None else list(map(_empty, plan.shapes, self._out_dtypes))
 
     def _given_outputs(self, out: Any, shapes: tuple[tuple[int, ...], ...],
                        arrays: tuple[Any, ...]) -> list[np.ndarray]:
