@@ -55,16 +55,6 @@ CASES = {
   %2 = tp.cumsum %x {axis = 1} : tensor<[s0, 7], f32>
   tp.return %0, %1, %2
 }""",
-    "mlp_bias_relu_residual": """func @main(%x: tensor<[s0, 16], f32>, %w: tensor<[16, 16], f32>, %b: tensor<[16], f32>)
-    -> (tensor<[s0, 16], f32>) where {s0 in [1, 64]} {
-  %z = tp.constant {value = dense<0.0>} : tensor<[], f32>
-  %0 = tp.permute %w {perm = [1, 0]} : tensor<[16, 16], f32>
-  %1 = tp.matmul %x, %0 : tensor<[s0, 16], f32>
-  %2 = tp.add %1, %b : tensor<[s0, 16], f32>
-  %3 = tp.maximum %2, %z : tensor<[s0, 16], f32>
-  %4 = tp.add %3, %x : tensor<[s0, 16], f32>
-  tp.return %4
-}""",
     "conv2d_bias_tanh": """func @main(%x: tensor<[s0, 4, 7, 6], f32>, %w: tensor<[4, 2, 3, 2], f32>,
     %b: tensor<[4], f32>)
     -> (tensor<[s0, 4, 4, 6], f32>) where {s0 in [1, 8]} {
@@ -91,36 +81,41 @@ def test_native_matches_interpreter(name):
         for g, w in zip(got, want):
             assert g.shape == w.shape and g.dtype == w.dtype
             if np.issubdtype(w.dtype, np.floating):
-                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 if "mlp" in name else 1e-6)
+                np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
             else:
                 np.testing.assert_array_equal(g, w)
 
 
-WEIGHTED = """weight @w : tensor<[6, 9], f32>
-weight @b : tensor<[6], f32>
-func @main(%x: tensor<[s0, 9], f32>) -> (tensor<[s0, 6], f32>) where {s0 in [1, 64]} {
-  %w = tp.constant {value = @w} : tensor<[6, 9], f32>
-  %b = tp.constant {value = @b} : tensor<[6], f32>
-  %c = tp.constant {value = dense<[1.0, -2.0, 0.5, 3.0, 0.0, 1.5]>} : tensor<[6], f32>
-  %0 = tp.permute %w {perm = [1, 0]} : tensor<[9, 6], f32>
-  %1 = tp.matmul %x, %0 : tensor<[s0, 6], f32>
-  %2 = tp.add %1, %b : tensor<[s0, 6], f32>
-  %3 = tp.tanh %2 : tensor<[s0, 6], f32>
-  %4 = tp.mul %3, %c : tensor<[s0, 6], f32>
-  tp.return %4
+WEIGHTED = """weight @w : tensor<[9, 9], f32>
+weight @b : tensor<[9], f32>
+func @main(%x: tensor<[s0, 9], f32>) -> (tensor<[s0, 9], f32>) where {s0 in [1, 64]} {
+  %w = tp.constant {value = @w} : tensor<[9, 9], f32>
+  %b = tp.constant {value = @b} : tensor<[9], f32>
+  %z = tp.constant {value = dense<0.0>} : tensor<[], f32>
+  %c = tp.constant {value = dense<[1.0, -2.0, 0.5, 3.0, 0.0, 1.5, 2.0, -1.0, 0.25]>} : tensor<[9], f32>
+  %0 = tp.permute %w {perm = [1, 0]} : tensor<[9, 9], f32>
+  %1 = tp.matmul %x, %0 : tensor<[s0, 9], f32>
+  %2 = tp.add %1, %b : tensor<[s0, 9], f32>
+  %3 = tp.maximum %2, %z : tensor<[s0, 9], f32>
+  %4 = tp.add %3, %x : tensor<[s0, 9], f32>
+  %5 = tp.mul %4, %c : tensor<[s0, 9], f32>
+  tp.return %5
 }"""
 
 
-def test_native_with_weights_and_literals_as_arguments():
+def test_native_gemm_epilogue_with_weights_and_literals_as_arguments():
+    """bias + relu + residual ride in the gemm; weights and the literal become trailing input buffers."""
     compile_kernel_module = pytest.importorskip("lowering.codegen_llvm").compile_kernel_module
     from dialect.attrs import WeightRef
     from lowering.kernel_globals import globals_to_args
 
     rng = np.random.default_rng(3)
-    weights = {"w": rng.standard_normal((6, 9)).astype(np.float32), "b": rng.standard_normal(6).astype(np.float32)}
+    weights = {"w": rng.standard_normal((9, 9)).astype(np.float32), "b": rng.standard_normal(9).astype(np.float32)}
     ref = parse(WEIGHTED)
     f, held = globals_to_args(lower_text(WEIGHTED).functions[0], num_outputs=1)
     assert [a.name for a in f.args] == ["x", "w", "b", "const2", "out0"]
+    (gemm,) = [op for op in f.walk() if op.name == "kernel.gemm"]
+    assert (gemm.attributes["activation"], gemm.attributes["bias"], gemm.attributes["residual"]) == ("relu", True, True)
     extra = [weights[h.name] if isinstance(h, WeightRef) else h.array for h in held]
     exe = compile_kernel_module(f, num_outputs=1)
     for s0 in (1, 4):
