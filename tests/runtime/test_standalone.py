@@ -1,0 +1,150 @@
+"""Standalone bundles: the C API of lib<name>.so (through ctypes), and loading with numpy + llvmlite only.
+
+References are numpy formulas over the model's weights.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from lowering.aot import build_library
+from runtime.standalone import StandaloneModel, read_objects, write_bundle, write_objects
+from tensorplay.export import Dim, export
+
+ROOT = Path(__file__).resolve().parents[2]
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+
+
+def reference(w, x):
+    return np.tanh(x @ w["0.weight"].T + w["0.bias"]) @ w["2.weight"].T
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    tp.manual_seed(3)
+    model = tp.nn.Sequential(tp.nn.Linear(5, 7), tp.nn.Tanh(), tp.nn.Linear(7, 2, bias=False))
+    prog = export(model, tp.randn(3, 5), dynamic_shapes={"input": {0: Dim("n", min=2, max=100)}})
+    compiled = tp.compile(prog)
+    out = tmp_path_factory.mktemp("bundle")
+    paths = build_library(compiled, out, "net", program=prog, link=shutil.which("cc") is not None)
+    w = {k: np.array(v.detach()._data) for k, v in model.state_dict().items()}
+    return out, paths, w, compiled
+
+
+def test_bundle_runs_in_a_process_where_tensorplay_cannot_be_imported(bundle):
+    out, _, w, _ = bundle
+    script = textwrap.dedent(f"""
+        import importlib.abc, json, sys
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] in ("tensorplay", "lowering", "dialect", "sympy", "lark", "torch"):
+                    raise ImportError("blocked: " + name)
+        sys.meta_path.insert(0, Block())
+        sys.path.insert(0, {str(ROOT)!r})
+        import numpy as np
+        from runtime.standalone import StandaloneModel
+        model = StandaloneModel.load({str(out)!r}, "net")
+        x = np.arange(12, dtype=np.float32).reshape(4, 3).repeat(2, axis=1)[:, :5] / 10
+        (y,) = model(np.ascontiguousarray(x))
+        print(json.dumps({{"y": y.tolist(), "mods": sorted(m for m in sys.modules if m.split(".")[0] in
+                          ("tensorplay", "lowering", "dialect", "sympy"))}}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=str(out))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    x = np.ascontiguousarray(np.arange(12, dtype=np.float32).reshape(4, 3).repeat(2, axis=1)[:, :5] / 10)
+    assert result["mods"] == []
+    np.testing.assert_allclose(np.array(result["y"], np.float32), reference(w, x), rtol=1e-5, atol=1e-5)
+
+
+def test_python_loader_checks_shapes(bundle):
+    out, _, w, _ = bundle
+    model = StandaloneModel.load(out, "net")
+    assert model.input_names == ["input"]
+    with pytest.raises(RuntimeError, match="100"):
+        model(np.zeros((101, 5), np.float32))
+    with pytest.raises(TypeError, match="takes 1 inputs"):
+        model()
+    x = np.ones((2, 5), np.float32)
+    np.testing.assert_allclose(model(x)[0], reference(w, x), rtol=1e-5, atol=1e-5)
+
+
+def _api(lib, name, restype, *argtypes):
+    fn = getattr(lib, name)
+    fn.restype, fn.argtypes = restype, list(argtypes)
+    return fn
+
+
+@needs_cc
+def test_c_api_through_ctypes(bundle, tmp_path):
+    out, paths, w, _ = bundle
+    assert {"library", "header", "weights"} <= paths.keys()
+    header = paths["header"].read_text()
+    assert "net_model *net_create(const char *weights_path);" in header and "net_last_error" in header
+    lib = ctypes.CDLL(str(paths["library"]))
+    P, I32, I64P, S = ctypes.c_void_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p
+    create = _api(lib, "net_create", P, S)
+    destroy = _api(lib, "net_destroy", None, P)
+    last_error = _api(lib, "net_last_error", S)
+    assert not hasattr(lib, "tp_main_run")  # only the API is exported
+    assert create(str(tmp_path / "none.tpw").encode()) is None
+    assert b"cannot open weights file" in last_error()
+    (tmp_path / "bad.tpw").write_bytes(b"x" * paths["weights"].stat().st_size)
+    assert create(str(tmp_path / "bad.tpw").encode()) is None and b"does not match" in last_error()
+    assert _api(lib, "net_num_inputs", I32)() == 1 and _api(lib, "net_num_outputs", I32)() == 1
+    assert _api(lib, "net_input_rank", I32, I32)(0) == 2 and _api(lib, "net_input_rank", I32, I32)(1) == -1
+    rule = _api(lib, "net_input_size_rule", S, I32, I32)
+    assert rule(0, 1) == b"5" and rule(0, 0) not in (None, b"5") and rule(0, 2) is None
+    assert _api(lib, "net_input_dtype", S, I32)(0) == b"float32"
+
+    model = create(str(paths["weights"]).encode())
+    assert model, last_error()
+    out_dims_fn = _api(lib, "net_output_dims", I32, P, I64P, I64P)
+    run = _api(lib, "net_run", I32, P, P, I64P, P)
+    x = np.random.default_rng(0).standard_normal((9, 5)).astype(np.float32)
+    in_dims = (ctypes.c_int64 * 2)(*x.shape)
+    out_dims = (ctypes.c_int64 * 2)()
+    assert out_dims_fn(model, in_dims, out_dims) == 0 and list(out_dims) == [9, 2]
+    y = np.empty((9, 2), np.float32)
+    ins, outs = (ctypes.c_void_p * 1)(x.ctypes.data), (ctypes.c_void_p * 1)(y.ctypes.data)
+    assert run(model, ins, in_dims, outs) == 0, last_error()
+    np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
+    bad = (ctypes.c_int64 * 2)(1, 5)
+    assert out_dims_fn(model, bad, out_dims) > 0
+    assert b"2" in last_error() and b"got 1" in last_error()
+    bad_width = (ctypes.c_int64 * 2)(4, 6)
+    assert run(model, ins, bad_width, outs) > 0 and b"6" in last_error()
+    destroy(model)
+
+
+def test_write_bundle_refuses_missing_weights_and_missing_compiler(bundle, tmp_path, monkeypatch):
+    _, _, _, compiled = bundle
+    from lowering.aot import artifact_of
+    artifact, _ = artifact_of(compiled)
+    with pytest.raises(ValueError, match="weights lack"):
+        write_bundle(artifact, {}, tmp_path, "net")
+    with pytest.raises(ValueError, match="C identifier"):
+        write_bundle(artifact, {}, tmp_path, "bad-name")
+    monkeypatch.setenv("CC", "tp-no-such-compiler")
+    with pytest.raises(RuntimeError, match="install gcc"):
+        build_library(compiled, tmp_path, "net")
+
+
+def test_object_file_rejects_truncated_and_foreign_data(tmp_path):
+    path = write_objects(tmp_path / "k.tpo", [b"\x7fELF" + b"a" * 10, b"\x7fELF"])
+    assert read_objects(path) == [b"\x7fELF" + b"a" * 10, b"\x7fELF"]
+    data = path.read_bytes()
+    for broken in (data[:-1], data + b"z", b"NOTOBJS1" + data[8:], data[:20]):
+        (tmp_path / "b.tpo").write_bytes(broken)
+        with pytest.raises(ValueError):
+            read_objects(tmp_path / "b.tpo")
