@@ -18,7 +18,7 @@ from typing import Any
 
 import sympy
 
-from dialect import Value
+from dialect import Value, sym
 
 from .to_tp_core import Cx, UnsupportedOp
 
@@ -94,6 +94,85 @@ def condition_expr(tree: Any, symbols: list[Any]) -> Any:
     raise UnsupportedOp(f"assertion condition operator {op!r}")
 
 
+#: What the checked value of a guard is when its condition holds: no size (sizes are >= 0) can be it.
+HOLDS = -(2 ** 62)
+
+
+def _rel_indicator(op: str, lhs: Any, rhs: Any) -> Any:
+    """1 where ``lhs op rhs`` holds, else 0, as integer arithmetic (Min/Max) the native emitter computes."""
+    num, den = sympy.fraction(sympy.together(sympy.expand(lhs - rhs)))
+    if not (den.is_Integer and num.is_integer):
+        raise UnsupportedOp(f"guard comparison {lhs} {op} {rhs} is not over integer sizes")
+    if den < 0:
+        num = -num
+    one, zero = sympy.Integer(1), sympy.Integer(0)
+    if op == "eq":
+        return one - sympy.Min(one, sympy.Max(num, -num))
+    if op == "ne":
+        return sympy.Min(one, sympy.Max(num, -num))
+    # the sign of lhs - rhs is the sign of num (den > 0); a >= b <=> num + 1 >= 1
+    shifted = {"ge": num + 1, "gt": num, "le": 1 - num, "lt": -num}[op]
+    return sympy.Min(one, sympy.Max(zero, shifted))
+
+
+def indicator(tree: Any, symbols: list[Any]) -> Any:
+    """The sympy integer that is 1 where an encoded condition holds and 0 where it does not.
+
+    Relations become ``Min(1, Max(0, ...))`` of their integer difference; ``and``/``or``/``not``
+    become Min/Max/``1 - x``, so the condition is an index expression (``tp.symexpr``).
+
+    >>> from dialect import sym
+    >>> indicator(("and", ("gt", ("s", 0), ("n", 4)), ("ne", ("s", 0), ("n", 7))), [sym("_0")])
+    Min(Max(0, _0 - 4), Max(7 - _0, _0 - 7), 1)
+    """
+    op, *args = tree
+    if op in _REL:
+        return _rel_indicator(op, *(condition_expr(a, symbols) for a in args))
+    if op in ("and", "or"):
+        parts = [indicator(a, symbols) for a in args]
+        return sympy.Min(*parts) if op == "and" else sympy.Max(*parts)
+    if op == "not":
+        return 1 - indicator(args[0], symbols)
+    raise UnsupportedOp(f"guard condition must be a comparison or and/or/not of comparisons, got {op!r}")
+
+
+def _lower_guard(cx: Cx, values: tuple, sources: tuple, condition: Any, text: str) -> None:
+    """``assert_guard``: the condition over the ACTUAL input sizes (``tp.dim`` operands), never over header
+    symbols, so header specialization cannot fold it away. It becomes ``tp.assert_relation %checked, %shown``
+    with ``scale = 0, offset = HOLDS``: ``%checked`` is HOLDS where the condition holds, else the first
+    source's size, and ``%shown`` the second's, which the message reports as the interpreter does."""
+    if not sources:
+        from tensorplay.export.assertions import evaluate
+        if evaluate(condition, []):
+            return
+        raise UnsupportedOp(f"assertion {text!r} can never hold")
+    if len(sources) > 2:
+        raise UnsupportedOp(f"assert_guard over {len(sources)} sizes: a native assertion reports at most 2 "
+                            f"(guard {text!r})")
+    dims: dict[tuple[int, int], int] = {}
+    operands: list[Value] = []
+    shown: list[Any] = []
+    for index, axis, scale, offset, _label in sources:
+        key = (int(index), int(axis))
+        if key not in dims:
+            dims[key] = len(operands)
+            operands.append(_dim(cx, values[index], axis, "assert_guard"))
+        d = sym(f"_{dims[key]}")
+        shown.append(d - offset if scale == 1 else sympy.floor((d - offset) / sympy.Integer(scale)))
+    holds = indicator(tuple(condition), shown)
+    if holds == 1:
+        return
+    checked = cx.emit("tp.symexpr", *operands, expr=shown[0] + (HOLDS - shown[0]) * holds)
+    other = shown[-1]
+    used = sorted((s for s in other.free_symbols), key=lambda s: s.name)
+    local = other.xreplace({s: sym(f"_{k}") for k, s in enumerate(used)})
+    second = cx.emit("tp.symexpr", *[operands[int(s.name[1:])] for s in used], expr=local)
+    got = ", ".join(f"{_escape(src[4])} = {{{slot}}}" for src, slot in zip(sources, ("size", "root"), strict=False))
+    message = (f"{_PREFIX}: the program was captured under {_escape(text)}, which these inputs do not "
+               f"satisfy (got {got}, expected {_escape(text)})")
+    cx.emit("tp.assert_relation", checked, second, scale=0, offset=HOLDS, message=message)
+
+
 def lower_assertion(cx: Cx, fn: Any, args: tuple, kwargs: dict, rename: Callable[[Any], Any]) -> None:
     """Convert a call of a function of ``tensorplay.export.assertions`` into ``tp.assert_*``."""
     name = getattr(fn, "__name__", str(fn))
@@ -118,23 +197,7 @@ def lower_assertion(cx: Cx, fn: Any, args: tuple, kwargs: dict, rename: Callable
         cx.emit("tp.assert_relation", _dim(cx, value, axis, name), _dim(cx, root, root_axis, name),
                 scale=int(scale), offset=int(offset), message=message)
     elif name == "assert_guard":
-        values, sources, condition, text = args
-        symbols, shown = [], []
-        for index, axis, scale, offset, label in sources:
-            size = _tensor(values[index], name).type.shape[axis]
-            symbols.append(sympy.floor((size - offset) / scale) if scale != 1 else size - offset)
-            shown.append((label, size))
-        cond = integral(sympy.simplify(condition_expr(condition, symbols)))
-        if cond in (sympy.true, True):
-            return
-        if cond in (sympy.false, False):
-            raise UnsupportedOp(f"assertion {text!r} can never hold for these input types")
-        free = cond.free_symbols
-        got = ", ".join(f"{_escape(label)} = {{{s.name}}}" if s in free else f"{_escape(label)} = {_escape(s)}"
-                        for label, s in shown)
-        message = (f"{_PREFIX}: the program was captured under {_escape(text)}, which these inputs do not "
-                   f"satisfy (got {got}, expected {_escape(text)})")
-        cx.emit("tp.assert_guard", condition=cond, message=message)
+        _lower_guard(cx, *args)
     elif name == "assert_tensor":
         raise UnsupportedOp("assertions on tensor data (tp._assert) have no tp op: tp assertions check sizes only")
     else:
