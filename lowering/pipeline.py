@@ -4,7 +4,7 @@
 
     ExportedProgram --run_decompositions--> primitives-only graph
         --to_tp--> tp module --canonicalize,cse,dce--> tp module
-        --fuse (tp -> kernel, memory plan)--> kernel module
+        --fuse,plan-memory (tp -> kernel, workspace by liveness)--> kernel module
         --codegen--> LLVM IR --llvmlite JIT (host CPU, O3, disk cache)--> Executable
 
 The result, :class:`CompiledProgram`, runs the whole graph with one native ``prepare`` call (every
@@ -158,7 +158,7 @@ def compile_program(program: Any, options: CompileOptions | None = None, *,
     _dump("tp", tp_text, options)
 
     outputs = len(module.functions[0].result_types)
-    PassManager("fuse").run(module)
+    PassManager("fuse,plan-memory").run(module)
     kernel_text = print_module(module)
     _dump("kernel", kernel_text, options)
     stats = fusion_stats(module.functions[0])
