@@ -112,7 +112,6 @@ def symbol_values(program: Any, given: dict[str, int]) -> dict[str, int]:
 
 def make_inputs(program: Any, shapes: dict[str, int], seed: int, npz: str | None = None) -> list[Any]:
     """Tensors for every user input: from ``npz`` (by input name, else in order), else random."""
-    import sympy
 
     import tensorplay as tp
 
@@ -140,10 +139,7 @@ def make_inputs(program: Any, shapes: dict[str, int], seed: int, npz: str | None
     rng = np.random.default_rng(seed)
     out = []
     for _, meta in specs:
-        dims = []
-        for d in meta.shape:
-            expr = sympy.sympify(d)
-            dims.append(int(expr.subs({s: values[str(s)] for s in expr.free_symbols if str(s) in values})))
+        dims = [_size(d, values) for d in meta.shape]
         dtype = np.dtype(str(meta.dtype).replace("tensorplay.", "").replace("bfloat16", "float32"))
         if dtype.kind == "f":
             a = rng.standard_normal(dims).astype(dtype)
@@ -153,6 +149,34 @@ def make_inputs(program: Any, shapes: dict[str, int], seed: int, npz: str | None
             a = rng.integers(0, 10, dims).astype(dtype)
         out.append(tp.tensor(a))
     return out
+
+
+def _size(d: Any, values: dict[str, int]) -> int:
+    import sympy
+
+    expr = sympy.sympify(d)
+    return int(expr.subs({s: values[str(s)] for s in expr.free_symbols if str(s) in values}))
+
+
+def compilable(program: Any) -> Any:
+    """``program`` with ``example_value`` meta restored where loading left only ``val``.
+
+    Programs read from an archive carry shapes (``val``) but no example values, and decomposition
+    skips nodes without them; zeros of the example sizes stand in (only shapes matter there).
+    """
+    import tensorplay as tp
+
+    values = symbol_values(program, {})
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if "example_value" in node.meta or not hasattr(val, "shape") or not hasattr(val, "dtype"):
+            continue
+        try:
+            dims = [_size(d, values) for d in val.shape]
+        except (TypeError, ValueError):
+            continue
+        node.meta["example_value"] = tp.zeros(*dims, dtype=val.dtype)
+    return program
 
 
 def flat_outputs(result: Any) -> list[Any]:

@@ -6,7 +6,17 @@ import time
 
 import numpy as np
 
-from ._common import CLIError, add_archive, add_shapes, load_archive, make_inputs, parse_shapes, pick_model, progress
+from ._common import (
+    CLIError,
+    add_archive,
+    add_shapes,
+    compilable,
+    load_archive,
+    make_inputs,
+    parse_shapes,
+    pick_model,
+    progress,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,7 +41,7 @@ def execute(args: argparse.Namespace) -> None:
         executables = runners.pool.executables
     else:
         with progress(f"compiling {model!r}"):
-            executables = [tp.compile(program).executable]
+            executables = [tp.compile(compilable(program)).executable]
     if args.threads is not None:
         for exe in executables:
             exe.num_threads = args.threads

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ._common import add_archive, load_archive, pick_model, progress
+from ._common import add_archive, compilable, load_archive, pick_model, progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,7 +24,7 @@ def execute(args: argparse.Namespace) -> None:
     options = {} if args.threads is None else {"num_threads": args.threads}
     for name in names:
         with progress(f"compiling {name!r}"):
-            compiled = tp.compile(programs[name], **options)
+            compiled = tp.compile(compilable(programs[name]), **options)
         print(f"{name}: {compiled.stats['kernels']} kernels, compiled in {compiled.stats['compile_seconds']:.2f}s")
     files = {name: [(c.artifact, c.dialect) for c in runners.values()]
              for name, runners in contents.tp_runners.items()}

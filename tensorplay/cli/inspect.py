@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import CLIError, add_archive, load_archive, pick_model, progress, user_inputs
+from ._common import CLIError, add_archive, compilable, load_archive, pick_model, progress, user_inputs
 
 LEVELS = ("tp", "kernel", "llvm", "asm")
 
@@ -66,5 +66,5 @@ def execute(args: argparse.Namespace) -> None:
             print(next(c.dialect for c in runners.values() if c.dialect))
             return
         with progress(f"compiling {names[0]!r}"):
-            compiled = tp.compile(program)
+            compiled = tp.compile(compilable(program))
         print(compiled.ir(args.ir))

@@ -1,0 +1,156 @@
+"""The tensorplay command line: each command, its --help, and one-line errors without tracebacks.
+
+References are numpy formulas over the model's weights.
+"""
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from runtime.jit import stats
+from tensorplay.cli import main
+from tensorplay.cli._common import progress
+from tensorplay.export import Dim, export, load, load_pt2, save
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def reference(w, x):
+    return np.maximum(x @ w["0.weight"].T + w["0.bias"], 0) @ w["2.weight"].T + w["2.bias"]
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    tp.manual_seed(7)
+    model = tp.nn.Sequential(tp.nn.Linear(6, 10), tp.nn.ReLU(), tp.nn.Linear(10, 3))
+    prog = export(model, tp.randn(4, 6), dynamic_shapes={"input": {0: Dim("batch", min=1, max=256)}})
+    d = tmp_path_factory.mktemp("cli")
+    plain = d / "plain.pt2"
+    save(prog, str(plain))
+    tp.compile(prog)
+    native = d / "native.pt2"
+    save(prog, str(native))
+    w = {k: np.array(v.detach()._data) for k, v in model.state_dict().items()}
+    return plain, native, w
+
+
+def run_cli(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", ["inspect", "compile", "build", "run", "bench"])
+def test_every_command_has_help(command, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert f"usage: tensorplay {command}" in capsys.readouterr().out
+
+
+def test_inspect_shows_inputs_ranges_parameters_and_native_code(archives, capsys):
+    plain, native, w = archives
+    code, out, _ = run_cli(capsys, "inspect", native)
+    assert code == 0
+    assert "input: float32[batch, 6]" in out and "batch in [1, 256]" in out
+    count = sum(a.size for a in w.values())
+    nbytes = sum(a.nbytes for a in w.values())
+    assert f"{len(w)} tensors, {count} values, {nbytes} bytes" in out
+    assert "runs on this host" in out
+    code, out, _ = run_cli(capsys, "inspect", plain)
+    assert code == 0 and "native code: none" in out
+    code, out, _ = run_cli(capsys, "inspect", native, "--ir", "kernel")
+    assert code == 0 and "kernel.kernel" in out
+
+
+def test_compile_adds_native_code_that_loads_without_compiling(archives, tmp_path, capsys):
+    plain, _, w = archives
+    out_path = tmp_path / "compiled.pt2"
+    code, out, _ = run_cli(capsys, "compile", plain, "-o", out_path)
+    assert code == 0 and "wrote" in out
+    assert list(load_pt2(str(out_path)).tp_runners["model"]) and not load_pt2(str(plain)).tp_runners
+    before = stats()["compiles"]
+    x = np.full((3, 6), 0.25, np.float32)
+    y = np.asarray(load(str(out_path))(tp.tensor(x))._data)
+    assert stats()["compiles"] == before
+    np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
+
+
+def test_run_with_npz_inputs_and_random_inputs(archives, tmp_path, capsys):
+    _, native, w = archives
+    x = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", input=x)
+    code, out, _ = run_cli(capsys, "run", native, "--inputs", tmp_path / "in.npz", "--save", tmp_path / "out.npz")
+    assert code == 0 and "output 0: (5, 3) float32" in out
+    with np.load(tmp_path / "out.npz") as saved:
+        np.testing.assert_allclose(saved["output_0"], reference(w, x), rtol=1e-5, atol=1e-5)
+    code, out, _ = run_cli(capsys, "run", native, "--shape", "batch=9")
+    assert code == 0 and "input 0: (9, 6)" in out and "output 0: (9, 3)" in out
+
+
+def test_bench_prints_percentiles_and_throughput(archives, capsys):
+    _, native, _ = archives
+    code, out, _ = run_cli(capsys, "bench", native, "--shape", "batch=16", "--threads", "1", "--iters", "20")
+    assert code == 0 and "threads 1" in out and "p50" in out and "p99" in out and "calls/s" in out
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+def test_build_writes_library_header_and_weights(archives, tmp_path, capsys):
+    _, native, _ = archives
+    code, out, _ = run_cli(capsys, "build", native, "-o", tmp_path / "b", "--name", "mlp")
+    assert code == 0
+    assert {p.name for p in (tmp_path / "b").iterdir()} >= {"libmlp.so", "mlp.h", "mlp.tpw"}
+
+
+def test_build_without_a_c_compiler_says_what_to_install(archives, tmp_path, capsys, monkeypatch):
+    _, native, _ = archives
+    monkeypatch.setenv("CC", "tp-no-such-cc")
+    code, _, err = run_cli(capsys, "build", native, "-o", tmp_path / "b")
+    assert code == 1 and err.count("\n") == 1 and "install gcc" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "{missing}"], "no such file"),
+    (["inspect", "{garbage}"], "not a valid tensorplay archive"),
+    (["run", "{native}", "--shape", "batch"], "NAME=SIZE"),
+    (["run", "{native}", "--shape", "batch=1000"], "outside its range [1, 256]"),
+    (["run", "{native}", "--shape", "height=3"], "not dynamic dimensions"),
+    (["run", "{native}", "--inputs", "{garbage}"], "not a readable .npz"),
+    (["bench", "{native}", "--iters", "0"], "--iters"),
+    (["run", "{native}", "--model", "other"], "no program 'other'"),
+])
+def test_bad_input_gives_one_error_line(archives, tmp_path, capsys, argv, needle):
+    _, native, _ = archives
+    (tmp_path / "garbage.pt2").write_bytes(b"not a zip")
+    names = {"missing": tmp_path / "missing.pt2", "garbage": tmp_path / "garbage.pt2", "native": native}
+    code, _, err = run_cli(capsys, *[a.format(**names) for a in argv])
+    assert code == 1
+    assert err.startswith("tensorplay: error: ") and err.count("\n") == 1 and needle in err
+
+
+def test_module_entry_point_reports_errors_without_traceback(tmp_path):
+    (tmp_path / "bad.pt2").write_bytes(b"PK\x03\x04 truncated")
+    proc = subprocess.run([sys.executable, "-m", "tensorplay", "inspect", str(tmp_path / "bad.pt2")],
+                          capture_output=True, text=True, cwd=str(ROOT), timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("tensorplay: error:")
+
+
+def test_progress_shows_on_a_terminal_only():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty, pipe = Tty(), io.StringIO()
+    with progress("compiling 'm'", tty):
+        pass
+    with progress("compiling 'm'", pipe):
+        pass
+    assert "compiling 'm' done in" in tty.getvalue() and pipe.getvalue() == ""
