@@ -8,7 +8,18 @@ of the same meaning, carrying the message the runtime reports (placeholders fill
           tp.assert_range %0 {hi = 64, lo = 2, message = "runtime assertion failed: input 'x' for 'batch':
                                                          expected dimension 0 in [2, 64], got {value}"}
 
-A guard the trace depended on (``batch > 4`` decided at ``model.py:12``) is kept as
+An exporter guard ``assert_guard((x,), ((0, 0, 1, 0, "batch"),), ("eq", ("s", 0), ("n", 4)), "batch == 4")`` is
+checked over the ACTUAL input sizes, never over header symbols (the header may be specialized to
+``batch = 4``, which would make the check vanish): its condition becomes a 0/1 ``tp.symexpr`` over
+``tp.dim`` operands, and ``tp.assert_relation`` (scale 0) fails unless the checked value is ``HOLDS``::
+
+      %0 = tp.dim %x {axis = 0} : index
+      %1 = tp.symexpr %0 {expr = _0 + (1 - Min(1, Max(4 - _0, _0 - 4)))*(-_0 - 4611686018427387904)} : index
+      tp.assert_relation %1, %0 {offset = -4611686018427387904, scale = 0, message = "runtime assertion failed:
+          the program was captured under batch == 4, which these inputs do not satisfy (got batch = {size},
+          expected batch == 4)"}
+
+Without exporter checks, a guard the trace depended on (``batch > 4`` decided at ``model.py:12``) is kept as
 ``tp.assert_guard {condition = s0 > 4, message = "model.py:12 ...: captured for batch > 4, got batch = {s0}"}``.
 """
 from __future__ import annotations
@@ -123,7 +134,7 @@ def indicator(tree: Any, symbols: list[Any]) -> Any:
 
     >>> from dialect import sym
     >>> indicator(("and", ("gt", ("s", 0), ("n", 4)), ("ne", ("s", 0), ("n", 7))), [sym("_0")])
-    Min(Max(0, _0 - 4), Max(7 - _0, _0 - 7), 1)
+    Min(1, Max(0, _0 - 4), Max(7 - _0, _0 - 7))
     """
     op, *args = tree
     if op in _REL:
