@@ -14,8 +14,9 @@ How ops are lowered:
 * ``kernel.reduce`` is a loop with a ``phi`` accumulator (``reassoc`` float add/mul so it vectorizes);
 * scalar ops follow numpy per dtype (:mod:`lowering.codegen_scalar`), transcendentals through
   :mod:`lowering.llvm_math`;
-* ``kernel.gemm`` calls one :func:`lowering.gemm.emit_gemm` instance per distinct configuration,
-  its packing scratch placed after the planned workspace;
+* ``kernel.gemm`` calls the external function of its :class:`lowering.gemm_library.GemmConfig`
+  (compiled once per process into a shared library that :func:`compile_kernel_module` links
+  against), its packing scratch placed after the planned workspace;
 * ``kernel.alloc`` is the workspace pointer plus the slot's byte offset.
 
 512-bit vectors come from the feature string :mod:`runtime.target` gives LLVM (``-prefer-256-bit``).
@@ -58,7 +59,8 @@ from runtime.abi import Executable, Signature, TensorSpec
 from .codegen_expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
-from .gemm import DEFAULT_SHAPE, Epilogue, emit_gemm
+from .gemm import DEFAULT_SHAPE
+from .gemm_library import GemmConfig, declare_gemm, gemm_configs, gemm_libraries
 
 __all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
 
@@ -117,7 +119,6 @@ class _Codegen:
                 if not sympy.sympify(d).free_symbols <= bound:
                     raise CodegenError(f"output '{f.args[self.nin + i].name}' has dimension {d} whose symbols are "
                                        "not determined by the input sizes")
-        self.gemms: dict[tuple, ir.Function] = {}
         self.gemm_sizes: list[sympy.Expr] = []
         self.par_count = 0
         for op in f.walk():
@@ -516,15 +517,7 @@ class _Codegen:
         types = [v.type for v in op.operands]
         if any(t.dtype.name != "f32" for t in types):
             raise CodegenError(f"kernel.gemm is compiled for f32 buffers only, got {', '.join(map(str, types))}")
-        act = None if a["activation"] == "none" else a["activation"]
-        key = (a["trans_a"], a["trans_b"], a["bias"], act, a["residual"])
-        fn = self.gemms.get(key)
-        if fn is None:
-            fn = emit_gemm(self.module, f"{self.prefix}.gemm{len(self.gemms)}", trans_a=a["trans_a"],
-                           trans_b=a["trans_b"], epilogue=Epilogue(bias=a["bias"], activation=act,
-                                                                   residual=a["residual"]))
-            fn.linkage = "internal"
-            self.gemms[key] = fn
+        fn = declare_gemm(self.module, GemmConfig.from_op(op))
         m, n, k = (em.emit(a[x]) for x in ("m", "n", "k"))
         f32 = ir.FloatType()
 
@@ -638,11 +631,13 @@ def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp
     Options as in :func:`emit_llvm`, plus ``num_threads`` (default ``TENSORPLAY_NUM_THREADS`` or the
     core count), ``shape_error`` (the exception class for failed shape checks), ``opt``, ``cache`` and
     ``prefer_vector_width`` (256 or 512; default ``TENSORPLAY_VECTOR_WIDTH``, else 512), passed to
-    :func:`runtime.jit.compile_ir`.
+    :func:`runtime.jit.compile_ir`. The GEMM kernels come from :func:`lowering.gemm_library.gemm_library`
+    with the same options (compiled once per process and configuration); ``library.links`` holds them.
     """
     from runtime.jit import compile_ir
-    text, sig = emit_llvm(kernel_module, prefix=prefix, num_outputs=num_outputs, function=function,
-                          fastmath=fastmath)
-    lib = compile_ir(text, opt=opt, cache=cache, name=prefix, prefer_vector_width=prefer_vector_width)
+    f = _function(kernel_module, function)
+    text, sig = emit_llvm(f, prefix=prefix, num_outputs=num_outputs, fastmath=fastmath)
+    links = gemm_libraries(gemm_configs(f), opt=opt, cache=cache, prefer_vector_width=prefer_vector_width)
+    lib = compile_ir(text, opt=opt, cache=cache, name=prefix, prefer_vector_width=prefer_vector_width, link=links)
     return Executable(lib, prefix, sig, shape_error=shape_error, num_threads=num_threads)
 

@@ -7,9 +7,13 @@ compiling anything. Both return a :class:`Library`, which owns the MCJIT engine 
 holds the code: the code stays mapped exactly as long as the Library (or a function
 obtained from it) is referenced.
 
-Symbols the code does not define (``memset``, ``expf`` ...) resolve against the
-running process (or :func:`llvmlite.binding.add_symbol`). One that resolves nowhere (a
-compiler-rt libcall such as ``__truncdfhf2``, a typo in a declaration) raises
+Symbols the code does not define resolve, in this order, against the libraries passed as
+``link=`` (another :class:`Library`, or anything with an ``address(symbol)`` method), against a
+resolver registered for the symbol's prefix (:func:`register_resolver`, e.g. the shared GEMM
+kernels of :mod:`lowering.gemm_library`), and against the running process (``memset``, ``expf``,
+or :func:`llvmlite.binding.add_symbol`). Links are per engine (no process-wide symbol is
+added) and the new Library keeps every library it links against alive. A symbol that resolves
+nowhere (a compiler-rt libcall such as ``__truncdfhf2``, a typo in a declaration) raises
 :class:`CompileError` naming it before the code is mapped, instead of crashing at the call.
 
 Example::
@@ -18,16 +22,21 @@ Example::
     >>> lib = compile_ir("define i64 @twice(i64 %x) { %y = mul i64 %x, 2  ret i64 %y }")
     >>> lib.function("twice", ctypes.c_int64, ctypes.c_int64)(21)
     42
+    >>> user = compile_ir("declare i64 @twice(i64)  define i64 @quad(i64 %x) {"
+    ...                   " %y = call i64 @twice(i64 %x)  %z = call i64 @twice(i64 %y)  ret i64 %z }", link=[lib])
+    >>> user.function("quad", ctypes.c_int64, ctypes.c_int64)(5), user.links == (lib,)
+    (20, True)
 """
 
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 import llvmlite.binding as llvm
 import llvmlite.ir
@@ -42,8 +51,8 @@ from .target import (
     optimize,
 )
 
-__all__ = ["CompileError", "JitStats", "Library", "compile_ir", "compile_object", "load_object", "stats",
-           "undefined_symbols"]
+__all__ = ["CompileError", "JitStats", "Library", "SymbolSource", "compile_ir", "compile_object", "load_object",
+           "register_resolver", "stats", "undefined_symbols"]
 
 
 class CompileError(ValueError):
@@ -88,17 +97,20 @@ class Library:
     """Native code compiled from one LLVM module, kept alive as long as this object lives.
 
     Attributes: ``name``; ``object`` (the relocatable object bytes, storable in artifacts);
-    ``features`` (the LLVM feature string the code was built for).
+    ``features`` (the LLVM feature string the code was built for); ``links`` (the libraries whose
+    symbols this code calls, kept alive with it; their objects must be linked next to ``object``
+    to use it outside this process).
     """
 
-    __slots__ = ("name", "object", "features", "_engine", "_addresses", "_lock", "_ir", "_ir_factory", "_asm",
-                 "_target", "__weakref__")
+    __slots__ = ("name", "object", "features", "links", "_engine", "_addresses", "_lock", "_ir", "_ir_factory",
+                 "_asm", "_target", "__weakref__")
 
     def __init__(self, engine: llvm.ExecutionEngine, obj: bytes, name: str,
                  ir_factory: Callable[[], str] | None) -> None:
         self.name = name
         self.object = obj
         self.features = ""
+        self.links: tuple[SymbolSource, ...] = ()
         self._engine = engine
         self._addresses: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -196,27 +208,123 @@ def undefined_symbols(obj: bytes) -> list[str]:
     return sorted(names - _LINKER_SYMBOLS)
 
 
-def _check_resolvable(obj: bytes, name: str) -> None:
-    """Raise CompileError unless every undefined symbol of ``obj`` resolves in this process.
+def _check_resolvable(obj: bytes, name: str, skip: Iterable[str] = ()) -> None:
+    """Raise CompileError unless every undefined symbol of ``obj`` not in ``skip`` resolves in this process.
 
     Call it after an MCJIT engine exists: creating one makes the process's own symbols
     visible to :func:`llvmlite.binding.address_of_symbol`, which is how MCJIT resolves them.
     """
-    missing = [s for s in undefined_symbols(obj) if not llvm.address_of_symbol(s)]
+    linked = set(skip)
+    missing = [s for s in undefined_symbols(obj) if s not in linked and not llvm.address_of_symbol(s)]
     if missing:
         raise CompileError(f"library {name!r} references symbol(s) the JIT cannot resolve: {', '.join(missing)} "
-                           "(define them in the IR, link them into the process, or register them with "
-                           "llvmlite.binding.add_symbol)")
+                           "(define them in the IR, pass the library defining them as link=, link them into "
+                           "the process, or register them with llvmlite.binding.add_symbol)")
+
+
+class SymbolSource(Protocol):
+    """Where linked symbols come from: a :class:`Library`, an AOT shared library, ..."""
+
+    def address(self, symbol: str) -> int:
+        """The symbol's address; KeyError when it is not defined here."""
+        ...
+
+
+_RESOLVERS: dict[str, Callable[[str], SymbolSource | None]] = {}
+_RESOLVERS_LOCK = threading.Lock()
+_PLAIN_NAME = re.compile(r"[A-Za-z_.$][A-Za-z0-9_.$]*\Z")
+
+
+def register_resolver(prefix: str, resolve: Callable[[str], SymbolSource | None] | None) -> None:
+    """Let ``resolve(symbol)`` supply the library defining undefined symbols that start with ``prefix``.
+
+    It is asked (outside any JIT lock, so it may compile) for symbols that no ``link=`` library
+    defines; returning None leaves the symbol to the process. ``resolve=None`` unregisters.
+
+    >>> register_resolver("doc_", lambda symbol: None)
+    >>> register_resolver("doc_", None)
+    """
+    if not isinstance(prefix, str) or not prefix:
+        raise ValueError(f"register_resolver: prefix must be a non-empty str, got {prefix!r}")
+    if resolve is not None and not callable(resolve):
+        raise TypeError(f"register_resolver: resolve must be callable or None, got {type(resolve).__name__}")
+    with _RESOLVERS_LOCK:
+        if resolve is None:
+            _RESOLVERS.pop(prefix, None)
+        else:
+            _RESOLVERS[prefix] = resolve
+
+
+def _lookup(source: SymbolSource, symbol: str) -> int | None:
+    try:
+        return source.address(symbol) or None
+    except KeyError:
+        return None
+
+
+def _link_plan(obj: bytes, name: str,
+               link: tuple[SymbolSource, ...]) -> tuple[dict[str, int], tuple[SymbolSource, ...]]:
+    """``({symbol: address}, libraries used)`` for the undefined symbols of ``obj`` that ``link`` or a
+    registered resolver defines; the others are left to the process."""
+    with _RESOLVERS_LOCK:
+        resolvers = sorted(_RESOLVERS.items(), key=lambda kv: -len(kv[0]))
+    mapping: dict[str, int] = {}
+    used: list[SymbolSource] = []
+    for symbol in undefined_symbols(obj):
+        source, addr = None, None
+        for candidate in link:
+            addr = _lookup(candidate, symbol)
+            if addr is not None:
+                source = candidate
+                break
+        if source is None:
+            for prefix, resolve in resolvers:
+                if symbol.startswith(prefix):
+                    source = resolve(symbol)
+                    addr = _lookup(source, symbol) if source is not None else None
+                    if source is not None and addr is None:
+                        raise CompileError(f"library {name!r}: the resolver for {prefix!r} symbols returned "
+                                           f"{source!r}, which does not define {symbol!r}")
+                    break
+        if source is not None and addr is not None:
+            mapping[symbol] = addr
+            if not any(source is u for u in used):
+                used.append(source)
+    return mapping, tuple(used)
+
+
+def _declarations(symbols: Iterable[str]) -> str:
+    """A module declaring each symbol (as a function: a global mapping only looks at the name)."""
+    lines = []
+    for symbol in symbols:
+        if _PLAIN_NAME.match(symbol):
+            ref = symbol
+        else:
+            ref = '"' + "".join(c if " " <= c <= "~" and c not in '"\\' else f"\\{ord(c):02X}"
+                                for c in symbol) + '"'
+        lines.append(f"declare void @{ref}()")
+    return "\n".join(lines)
+
+
+def _as_sources(link: Iterable[SymbolSource]) -> tuple[SymbolSource, ...]:
+    if isinstance(link, (str, bytes)) or not isinstance(link, Iterable):
+        raise TypeError(f"link must be a sequence of libraries, got {type(link).__name__}")
+    sources = tuple(link)
+    for i, src in enumerate(sources):
+        if not callable(getattr(src, "address", None)):
+            raise TypeError(f"link[{i}] must be a library with an address(symbol) method, got {type(src).__name__}")
+    return sources
 
 
 def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
-                features: str | None = None) -> Library:
+                features: str | None = None, link: Iterable[SymbolSource] = ()) -> Library:
     """Map relocatable object code into memory without compiling.
 
     ``ir`` is kept for ``Library.ir``; ``features`` records the feature string the code was
     built for (default: the host's). Checking that the host can run it is the caller's job
-    (see :mod:`runtime.artifact`). Object code referencing a symbol that resolves nowhere
-    raises :class:`CompileError` naming it.
+    (see :mod:`runtime.artifact`). ``link``: libraries whose symbols the code may call (see the
+    module docstring). Object code referencing a symbol that resolves nowhere raises
+    :class:`CompileError` naming it.
 
     >>> lib = compile_ir("define i32 @one() { ret i32 1 }", cache=False)
     >>> load_object(lib.object).address("one") > 0
@@ -227,10 +335,16 @@ def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
     obj = bytes(obj)
     if not obj.startswith(b"\x7fELF"):
         raise ValueError(f"load_object expects an ELF object file, got bytes starting with {obj[:8]!r}")
+    sources = _as_sources(link)
     ensure_initialized()
-    # MCJIT takes ownership of its target machine, so each engine gets its own.
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), new_target_machine(jit=True))
-    _check_resolvable(obj, name)
+    mapping, used = _link_plan(obj, name, sources)
+    # MCJIT takes ownership of its target machine, so each engine gets its own. Linked symbols are
+    # global mappings of this engine (MCJIT looks those up before the process's symbols).
+    decls = llvm.parse_assembly(_declarations(mapping))
+    engine = llvm.create_mcjit_compiler(decls, new_target_machine(jit=True))
+    for symbol, addr in mapping.items():
+        engine.add_global_mapping(decls.get_function(symbol), addr)
+    _check_resolvable(obj, name, skip=mapping)
     try:
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
@@ -240,6 +354,7 @@ def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
     factory = (lambda: ir) if ir is not None else None
     lib = Library(engine, obj, name, factory)
     lib.features = feature_string() if features is None else features
+    lib.links = used
     return lib
 
 
@@ -296,13 +411,15 @@ def compile_object(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bo
 
 
 def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool | CompileCache = True,
-               name: str = "module", prefer_vector_width: int | None = None) -> Library:
+               name: str = "module", prefer_vector_width: int | None = None,
+               link: Iterable[SymbolSource] = ()) -> Library:
     """Optimize and compile LLVM IR for the host CPU, reusing cached object code when present.
 
     ``cache`` is True (the default cache, see :mod:`runtime.cache`), False, or a
     :class:`CompileCache`. ``prefer_vector_width`` (256 or 512) is passed to
-    :func:`runtime.target.host_target_machine`. Invalid IR, or code calling a symbol that
-    resolves nowhere, raises :class:`CompileError`.
+    :func:`runtime.target.host_target_machine`. ``link``: libraries defining symbols the IR
+    declares (see :func:`load_object`). Invalid IR, or code calling a symbol that resolves
+    nowhere, raises :class:`CompileError`.
 
     >>> import ctypes
     >>> f = compile_ir("define double @sq(double %x) { %y = fmul double %x, %x  ret double %y }")
@@ -311,7 +428,7 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
     """
     obj, optimized = compile_object(llvm_ir, opt=opt, cache=cache, name=name,
                                     prefer_vector_width=prefer_vector_width)
-    lib = load_object(obj, name=name, ir=optimized, features=feature_string(prefer_vector_width))
+    lib = load_object(obj, name=name, ir=optimized, features=feature_string(prefer_vector_width), link=link)
     if optimized is None:  # from the cache: recompute the optimized IR only if someone asks
         text = str(llvm_ir)
         lib._ir_factory = lambda: _optimized_ir(text, name, opt, prefer_vector_width)
