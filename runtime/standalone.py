@@ -36,7 +36,8 @@ from .artifact import IncompatibleArtifact, NativeArtifact
 from .jit import load_object
 from .weights import read_weights, write_weights
 
-__all__ = ["StandaloneModel", "api_header", "read_objects", "user_input_count", "write_bundle", "write_objects"]
+__all__ = ["StandaloneModel", "api_header", "load_objects", "objects_from_bytes", "objects_to_bytes", "read_objects",
+           "user_input_count", "write_bundle", "write_objects"]
 
 _OBJ_MAGIC = b"TPOBJS01"
 _U64 = struct.Struct("<Q")
@@ -188,39 +189,60 @@ _API = ("create", "destroy", "last_error", "set_num_threads", "num_inputs", "num
         "output_size_rule", "output_dims", "run")
 
 
-def write_objects(path: str | os.PathLike[str], objects: list[bytes]) -> Path:
-    """Store ELF objects in one file: magic ``TPOBJS01``, u64 count, then (u64 length, bytes) each."""
-    out = Path(path)
-    out.write_bytes(_OBJ_MAGIC + _U64.pack(len(objects)) + b"".join(_U64.pack(len(o)) + bytes(o) for o in objects))
-    return out
+def objects_to_bytes(objects: list[bytes]) -> bytes:
+    """ELF objects as one blob: magic ``TPOBJS01``, u64 count, then (u64 length, bytes) each."""
+    return _OBJ_MAGIC + _U64.pack(len(objects)) + b"".join(_U64.pack(len(o)) + bytes(o) for o in objects)
 
 
-def read_objects(path: str | os.PathLike[str]) -> list[bytes]:
-    """The objects of :func:`write_objects`; a truncated or foreign file raises ValueError.
+def objects_from_bytes(data: bytes, what: str = "object blob") -> list[bytes]:
+    """The objects of :func:`objects_to_bytes`; truncated or foreign data raises ValueError.
 
-    >>> import tempfile, os
-    >>> p = os.path.join(tempfile.mkdtemp(), "k.tpo")
-    >>> read_objects(write_objects(p, [b"\\x7fELFa", b"\\x7fELFbc"]))
+    >>> objects_from_bytes(objects_to_bytes([b"\\x7fELFa", b"\\x7fELFbc"]))
     [b'\\x7fELFa', b'\\x7fELFbc']
     """
-    data = Path(path).read_bytes()
+    data = bytes(data)
     head = len(_OBJ_MAGIC) + _U64.size
     if len(data) < head or not data.startswith(_OBJ_MAGIC):
-        raise ValueError(f"{os.fspath(path)!r} is not a tensorplay object file (expected magic {_OBJ_MAGIC!r})")
+        raise ValueError(f"{what} is not a tensorplay object file (expected magic {_OBJ_MAGIC!r})")
     (count,) = _U64.unpack_from(data, len(_OBJ_MAGIC))
     pos, objects = head, []
     for i in range(count):
         if pos + _U64.size > len(data):
-            raise ValueError(f"{os.fspath(path)!r} is truncated at object {i} of {count}")
+            raise ValueError(f"{what} is truncated at object {i} of {count}")
         (n,) = _U64.unpack_from(data, pos)
         pos += _U64.size
         if n > len(data) - pos or not data[pos:pos + 4] == b"\x7fELF":
-            raise ValueError(f"{os.fspath(path)!r}: object {i} has a bad length or is not ELF")
+            raise ValueError(f"{what}: object {i} has a bad length or is not ELF")
         objects.append(data[pos:pos + n])
         pos += n
     if pos != len(data):
-        raise ValueError(f"{os.fspath(path)!r} has {len(data) - pos} trailing bytes")
+        raise ValueError(f"{what} has {len(data) - pos} trailing bytes")
     return objects
+
+
+def write_objects(path: str | os.PathLike[str], objects: list[bytes]) -> Path:
+    """Write :func:`objects_to_bytes` of ``objects`` to ``path``."""
+    out = Path(path)
+    out.write_bytes(objects_to_bytes(objects))
+    return out
+
+
+def read_objects(path: str | os.PathLike[str]) -> list[bytes]:
+    """The objects stored by :func:`write_objects`; ValueError for a truncated or foreign file."""
+    return objects_from_bytes(Path(path).read_bytes(), repr(os.fspath(path)))
+
+
+def load_objects(objects: list[bytes], artifact: NativeArtifact) -> Any:
+    """Map ``artifact`` (checked against this host) linked against the kernel ``objects``, without compiling.
+
+    Returns the artifact's Library, which keeps the kernel libraries alive.
+    """
+    reason = artifact.incompatibility()
+    if reason is not None:
+        raise IncompatibleArtifact(reason)
+    kernels = [load_object(obj, name=f"{artifact.prefix}_kernel{i}", features=artifact.features)
+               for i, obj in enumerate(objects)]
+    return load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=kernels)
 
 
 def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], out_dir: str | os.PathLike[str],
@@ -300,12 +322,7 @@ class StandaloneModel:
             if t.name not in stored:
                 raise ValueError(f"weights file {os.fspath(weights_path)!r} lacks {t.name!r}")
             self._weights.append(stored[t.name])
-        self.kernels = [load_object(obj, name=f"{artifact.prefix}_kernel{i}", features=artifact.features)
-                        for i, obj in enumerate(objects)]
-        reason = artifact.incompatibility()
-        if reason is not None:
-            raise IncompatibleArtifact(reason)
-        library = load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=self.kernels)
+        library = load_objects(list(objects), artifact)
         self.executable = Executable(library, artifact.prefix, self.signature, num_threads=num_threads)
 
     @classmethod

@@ -26,11 +26,11 @@ def execute(args: argparse.Namespace) -> None:
         with progress(f"compiling {name!r}"):
             compiled = tp.compile(compilable(programs[name]), **options)
         print(f"{name}: {compiled.stats['kernels']} kernels, compiled in {compiled.stats['compile_seconds']:.2f}s")
-    files = {name: [(c.artifact, c.dialect) for c in runners.values()]
+    files = {name: [(c.artifact, c.dialect, getattr(c, "kernels", None)) for c in runners.values()]
              for name, runners in contents.tp_runners.items()}
     host = native_files_of({n: programs[n] for n in names})
     for name, items in host.items():
-        triples = {a.triple for a, _ in items}
+        triples = {item[0].triple for item in items}
         files[name] = [it for it in files.get(name, []) if it[0].triple not in triples] + items
     out = args.output or args.file
     tmp = f"{out}.tmp-{os.getpid()}"

@@ -34,7 +34,24 @@ from lowering.aot import BINDING_KEY as _META_KEY
 from lowering.aot import artifact_of, decode_binding
 
 __all__ = ["ModelRunners", "NativeRecompileWarning", "RunnerPool", "artifact_of", "attach_runners",
-           "native_files_of"]
+           "kernels_from_bytes", "kernels_to_bytes", "native_files_of"]
+
+
+def kernels_to_bytes(objects: list[bytes]) -> bytes:
+    """The ``kernels.tpo`` entry: object code of the shared kernels (GEMMs) a program calls."""
+    from runtime.standalone import objects_to_bytes
+    return objects_to_bytes(list(objects))
+
+
+def kernels_from_bytes(data: bytes, what: str) -> list[bytes]:
+    """Parse a ``kernels.tpo`` entry; malformed data raises ValueError naming ``what``."""
+    from runtime.standalone import objects_from_bytes
+    return objects_from_bytes(data, what)
+
+
+def _with_kernels(artifact: Any, dialect: str | None) -> tuple[Any, str | None, list[bytes]]:
+    from lowering.gemm_library import configs_of_object, gemm_objects
+    return artifact, dialect, gemm_objects(configs_of_object(artifact.object))
 
 
 class NativeRecompileWarning(RuntimeWarning):
@@ -54,9 +71,10 @@ def native_files_of(programs: Mapping[str, Any]) -> dict[str, list]:
             continue
         runner = cached[1]
         if isinstance(runner, NativeRunner) and hasattr(runner.compiled, "_held"):
-            files[name] = [artifact_of(runner.compiled)]
+            files[name] = [_with_kernels(*artifact_of(runner.compiled))]
         elif isinstance(runner, _ArchiveRunner):
-            files[name] = [(code.artifact, code.dialect) for code in runner.runners.values()]
+            files[name] = [(code.artifact, code.dialect, getattr(code, "kernels", None))
+                           for code in runner.runners.values()]
     return files
 
 
@@ -216,7 +234,8 @@ class ModelRunners(Mapping):
         for code in self.runners.values():
             reason = code.incompatibility
             if reason is None:
-                return code, code.artifact.load_library()
+                from runtime.standalone import load_objects
+                return code, load_objects(getattr(code, "kernels", None) or [], code.artifact)
             reasons.append(reason)
         for code in self.runners.values():
             if code.dialect is not None:

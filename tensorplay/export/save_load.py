@@ -58,7 +58,7 @@ __all__ = ["document_to_program", "load", "load_pt2", "package_pt2", "program_to
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _TRIPLE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NATIVE_FORMAT = "tensorplay.native.v1"
-_NATIVE_FILES = ("manifest.json", "artifact.bin", "program.tp")
+_NATIVE_FILES = ("manifest.json", "artifact.bin", "program.tp", "kernels.tpo")
 
 
 def _exported_program_type() -> type:
@@ -460,7 +460,8 @@ def _check_extra_files(extra_files: Any) -> dict[str, bytes]:
 
 
 def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
-    """``tp_files``: model name -> NativeArtifact, ``(NativeArtifact, dialect_text)`` or a list of those."""
+    """``tp_files``: model name -> NativeArtifact, ``(NativeArtifact, dialect_text)``,
+    ``(NativeArtifact, dialect_text, kernel objects)`` or a list of those."""
     if tp_files is None:
         return {}
     if not isinstance(tp_files, dict):
@@ -473,7 +474,8 @@ def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
         if not isinstance(name, str) or not _MODEL_NAME.match(name):
             raise ValueError(f"tp_files model name {name!r}: expected letters, digits, '_', '.', '-'")
         for item in items if isinstance(items, list) else [items]:
-            artifact, dialect = item if isinstance(item, tuple) and len(item) == 2 else (item, None)
+            item = item if isinstance(item, tuple) and len(item) in (2, 3) else (item, None)
+            artifact, dialect, kernels = (*item, None) if len(item) == 2 else item
             if not isinstance(artifact, NativeArtifact) or not isinstance(dialect, str | None):
                 raise TypeError(f"tp_files[{name!r}] must hold NativeArtifact or (NativeArtifact, dialect text), "
                                 f"got {type(item).__name__}")
@@ -488,6 +490,9 @@ def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
             out[f"{base}artifact.bin"] = artifact.to_bytes()
             if dialect is not None:
                 out[f"{base}program.tp"] = dialect.encode("utf-8")
+            if kernels:
+                from .native_archive import kernels_to_bytes
+                out[f"{base}kernels.tpo"] = kernels_to_bytes(kernels)
     return out
 
 
@@ -613,7 +618,11 @@ def _load_native(reader: PT2ArchiveReader, model: str, triple: str) -> Any:
     if manifest["triple"] != triple or any(getattr(artifact, k) != manifest[k] for k in keys):
         raise ValueError(f"{base}: the manifest and the artifact disagree on the target they were built for")
     dialect = reader.read_string(f"{base}program.tp") if f"{base}program.tp" in reader.names() else None
-    return NativeCode(artifact, dialect)
+    code = NativeCode(artifact, dialect)
+    if f"{base}kernels.tpo" in reader.names():
+        from .native_archive import kernels_from_bytes
+        code.kernels = kernels_from_bytes(reader.read_bytes(f"{base}kernels.tpo"), f"{base}kernels.tpo")
+    return code
 
 
 def _payload_getter(reader: PT2ArchiveReader, prefix: str, entries: list, from_disk: bool) -> Any:
