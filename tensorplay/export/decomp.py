@@ -35,7 +35,7 @@ from ..graph import Graph, GraphCaptureError, GraphModule, Node, map_arg
 from ..graph.decompose import DecompositionTracer, _shape_env_for
 from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
-from ..ops import REGISTRY
+from ..ops import REGISTRY, deciding_with
 from ..ops._registry import methods
 
 __all__ = ["CustomDecompTable", "default_decompositions", "decomposition_builder", "run_decompositions",
@@ -103,7 +103,8 @@ def _trace_into(graph: Graph, node: Node, fn: Callable) -> Any:
     args = map_arg(node.args, standins.__getitem__)
     kwargs = map_arg(node.kwargs, standins.__getitem__)
     try:
-        result = tracer.to_node(fn(*args, **kwargs))
+        with deciding_with(tracer.shape_env):  # size decisions inside the rule become guards
+            result = tracer.to_node(fn(*args, **kwargs))
     except GraphCaptureError as exc:
         if "values of a tensor" in str(exc):
             return node  # the decomposition needs tensor values (one_hot without num_classes): keep the op

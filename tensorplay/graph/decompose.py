@@ -27,7 +27,7 @@ from typing import Any
 
 import sympy
 
-from ..ops import REGISTRY, TensorMeta
+from ..ops import REGISTRY, TensorMeta, deciding_with
 from ..ops._registry import Op, methods
 from .errors import GraphCaptureError
 from .graph import Graph
@@ -130,7 +130,8 @@ class DecompositionTracer(Tracer):
             return super().call_op(op, kind, target, args, kwargs)
         self.depth += 1
         try:
-            return rule(*args, **kwargs)
+            with deciding_with(self.shape_env):  # size decisions inside the rule become guards
+                return rule(*args, **kwargs)
         finally:
             self.depth -= 1
 

@@ -259,6 +259,11 @@ class SymProxy:
     def __repr__(self) -> str:
         return f"SymProxy({self.node.name}: {self.expr})"
 
+    def _sympy_(self):
+        # sympy arithmetic on a traced size (``sympy.Mul(*x.shape)``) works on its expression; the
+        # tracer turns such bare expressions back into graph values (Tracer.size_value)
+        return self.expr
+
     @property
     def hint(self):
         """The example value (an int for a size, even where sympy cannot prove the expression integral)."""

@@ -94,8 +94,7 @@ class Tracer:
             return value.node
         if isinstance(value, sympy.Basic):
             if value.free_symbols:
-                raise GraphCaptureError(f"the size {value} was passed as a bare sympy expression; the graph cannot "
-                                        f"recompute it from the inputs (use the traced sizes, x.shape[i])")
+                return self.to_node(self.size_value(value))
             return self.to_example(value)  # a constant: the graph holds the Python number
         if isinstance(value, Tensor):
             state = self._state.get(id(value))
@@ -153,7 +152,7 @@ class Tracer:
                            **{k: self.to_meta(v, sizes_as_numbers=numbers) for k, v in kwargs.items()})
         ex_args = self.to_example(tuple(args))
         ex_kwargs = {k: self.to_example(v) for k, v in kwargs.items()}
-        with no_grad():
+        with no_grad(), deciding_with(None):  # the example run is eager: concrete sizes, no symbolic decisions
             example = op(*ex_args, **ex_kwargs)
         node = self.graph.create_node(kind, target, self.to_node(tuple(args)),
                                       {k: self.to_node(v) for k, v in kwargs.items()})
@@ -227,6 +226,50 @@ class Tracer:
         result = Size(result) if all(isinstance(d, int) for d in result) else result
         self._shapes[proxy.node] = result
         return result
+
+    def size_value(self, expr):
+        """A graph value computing the sympy expression ``expr`` over traced sizes (a ``SymProxy``).
+
+        Each symbol is read from a node the graph already has for it (a size read, or an extent of a
+        traced tensor); sums, products, quotients, floors and remainders become Python operators.
+        ``GraphCaptureError`` when a symbol has no such node or the expression has another form.
+        """
+        expr = sympy.sympify(expr)
+        if not expr.free_symbols:
+            return self.to_example(expr)
+        known = self._known_value(expr)
+        if known is not None:
+            return known
+        if isinstance(expr, sympy.Add | sympy.Mul):
+            fn = operator.add if isinstance(expr, sympy.Add) else operator.mul
+            numer, denom = sympy.fraction(expr) if isinstance(expr, sympy.Mul) else (expr, sympy.Integer(1))
+            if denom != 1:
+                return self.call_sym(operator.truediv, (self.size_value(numer), self.size_value(denom)))
+            result = None
+            for term in expr.args:
+                value = self.size_value(term)
+                result = value if result is None else self.call_sym(fn, (result, value))
+            return result
+        if isinstance(expr, sympy.floor) and isinstance(expr.args[0], sympy.Mul):
+            numer, denom = sympy.fraction(expr.args[0])
+            return self.call_sym(operator.floordiv, (self.size_value(numer), self.size_value(denom)))
+        if isinstance(expr, sympy.Mod):
+            return self.call_sym(operator.mod, tuple(self.size_value(a) for a in expr.args))
+        if isinstance(expr, sympy.Pow) and expr.exp.is_Integer and expr.exp > 0:
+            return self.call_sym(operator.pow, (self.size_value(expr.base), int(expr.exp)))
+        raise GraphCaptureError(f"the size {expr} was passed as a bare sympy expression the graph cannot recompute "
+                                f"from the traced sizes (use the traced sizes, x.shape[i])")
+
+    def _known_value(self, expr):
+        """A size node or a traced tensor's extent equal to ``expr`` (a SymProxy), or None."""
+        for node in self.graph.nodes:  # a size read already in the graph
+            if node.op == "call_function" and node.target is operator.getitem and node.meta.get("val") == expr:
+                return SymProxy(node, expr, self)
+        for node in self.graph.nodes:  # else an extent of a traced tensor
+            val = node.meta.get("val")
+            if isinstance(val, TensorMeta) and expr in val.shape:
+                return self.shape_of(Proxy(node, self))[val.shape.index(expr)]
+        return None
 
     def call_sym(self, fn, args: tuple):
         """Arithmetic or comparison on sizes: a graph node plus its sympy expression."""

@@ -316,10 +316,20 @@ def test_plain_tracer_handles_sizes_the_way_decompositions_need():
     gm = trace(lambda x: x.new_zeros(sympy.Integer(3)), (x,))
     call = next(n for n in gm.graph.nodes if n.op == "call_method")
     assert type(call.args[1]) is int and gm(x).shape == (3,)
-    # a bare expression over symbols cannot be recomputed by the graph
+    # a bare expression over traced sizes is recomputed by the graph from those sizes
     batch = sympy.Symbol("batch", integer=True, nonnegative=True)
-    with pytest.raises(GraphCaptureError, match="bare sympy expression"):
-        trace(lambda x: x.new_zeros(2 * batch), (x,), dynamic={"x": {0: "batch"}})
+    gm = trace(lambda x: x.new_zeros(2 * batch + sympy.floor(batch / 3), batch % 3), (x,),
+               dynamic={"x": {0: "batch"}})
+    for n in (4, 7):
+        assert tuple(gm(tp.ones(n, 2)).shape) == (2 * n + n // 3, n % 3)
+    # ... but not over a symbol no traced tensor has
+    other = sympy.Symbol("other", integer=True, nonnegative=True)
+    with pytest.raises(GraphCaptureError, match="other"):
+        trace(lambda x: x.new_zeros(2 * other), (x,), dynamic={"x": {0: "batch"}})
+    # sympy arithmetic on traced sizes (numel of a shape) stays symbolic: no guard, follows the batch
+    gm = trace(lambda x: x.reshape(numel(x.shape)), (x,), dynamic={"x": {0: "batch"}})
+    assert not gm.meta["shape_env"].guards
+    assert tuple(gm(tp.ones(5, 2)).shape) == (10,)
     env = ShapeEnv()
     n = env.create_symbol("n", hint=6)
     assert type(example_number(env, 2.0 * n)) is int and example_number(env, 2.0 * n) == 12
