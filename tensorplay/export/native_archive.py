@@ -227,7 +227,6 @@ class ModelRunners(Mapping):
 
     def _choose(self) -> tuple[Any, Any]:
         """(NativeCode, library) for this host: stored code if it can run here, else recompiled."""
-        import lowering.gemm_library  # noqa: F401 - registers the resolver of the shared GEMM kernels
         from runtime.artifact import IncompatibleArtifact
 
         reasons = []
@@ -235,7 +234,10 @@ class ModelRunners(Mapping):
             reason = code.incompatibility
             if reason is None:
                 from runtime.standalone import load_objects
-                return code, load_objects(getattr(code, "kernels", None) or [], code.artifact)
+                kernels = getattr(code, "kernels", None)
+                if not kernels:  # older archives: the GEMMs come from the shared libraries (cache or compile)
+                    import lowering.gemm_library  # noqa: F401 - registers their symbol resolver
+                return code, load_objects(kernels or [], code.artifact)
             reasons.append(reason)
         for code in self.runners.values():
             if code.dialect is not None:
@@ -255,10 +257,13 @@ class ModelRunners(Mapping):
                     pool = RunnerPool(library, code.artifact.prefix, sig, num_runners=self.num_runners,
                                       num_threads=self.num_threads, shape_error=ConstraintsExceededError)
                     if self.program is not None:
-                        from lowering.to_tp_program import program_to_tp
                         n_user, held = _binding_meta(sig)
                         stored = sig.meta.get(_META_KEY, {}).get("binding")
-                        binding = decode_binding(stored) if stored is not None else program_to_tp(self.program)[1]
+                        if stored is not None:
+                            binding = decode_binding(stored)
+                        else:
+                            from lowering.to_tp_program import program_to_tp
+                            binding = program_to_tp(self.program)[1]
                         if len(binding.arguments) != n_user:
                             raise ValueError(f"stored native code takes {n_user} user arguments, the program "
                                              f"{len(binding.arguments)}: they do not belong together")
