@@ -148,3 +148,14 @@ def test_object_file_rejects_truncated_and_foreign_data(tmp_path):
         (tmp_path / "b.tpo").write_bytes(broken)
         with pytest.raises(ValueError):
             read_objects(tmp_path / "b.tpo")
+
+
+@pytest.mark.parametrize("name", ["runtime.standalone", "lowering.aot", "tensorplay.export.native_archive",
+                                  "tensorplay.cli"])
+def test_docstring_examples(name, tmp_path, monkeypatch):
+    import doctest
+    import importlib
+
+    monkeypatch.chdir(tmp_path)
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0
