@@ -65,6 +65,17 @@ def user_input_count(signature: Signature) -> int:
     return n
 
 
+def _user_names(signature: Signature) -> Any:
+    """A function renaming the program's size symbols (``s0``) to the user's Dim names (``batch``)."""
+    record = signature.meta.get(_BINDING_KEY)
+    binding = record.get("binding") if isinstance(record, dict) else None
+    names = binding.get("symbols") if isinstance(binding, dict) else None
+    if not isinstance(names, dict) or not names:
+        return lambda text: text
+    pattern = re.compile(r"\b(" + "|".join(re.escape(str(k)) for k in names) + r")\b")
+    return lambda text: pattern.sub(lambda m: str(names[m.group(1)]), text)
+
+
 def _c_str(text: str) -> str:
     out = []
     for ch in text:
@@ -93,6 +104,7 @@ def _fnv1a(data: bytes) -> int:
 def _tables(signature: Signature, n_user: int, weights_path: Path, weight_offsets: list[int],
             weight_shapes: list[tuple[int, ...]]) -> str:
     ins, outs = signature.inputs[:n_user], signature.outputs
+    rename = _user_names(signature)
     raw = weights_path.read_bytes()
     index_off, index_len = int.from_bytes(raw[8:16], "little"), int.from_bytes(raw[16:24], "little")
     shape_of = [list(t.shape or ("?",) * t.rank) for t in ins]
@@ -119,8 +131,8 @@ def _tables(signature: Signature, n_user: int, weights_path: Path, weight_offset
         _array("char *const", "in_dtype", [_c_str(t.dtype) for t in ins]),
         _array("char *const", "out_dtype", [_c_str(t.dtype) for t in outs]),
         _array("int32_t", "in_dim_start", starts), _array("int32_t", "out_dim_start", out_starts),
-        _array("char *const", "in_shape", [_c_str(d) for s in shape_of for d in s]),
-        _array("char *const", "out_shape", [_c_str(d) for s in out_shape_of for d in s]),
+        _array("char *const", "in_shape", [_c_str(rename(d)) for s in shape_of for d in s]),
+        _array("char *const", "out_shape", [_c_str(rename(d)) for s in out_shape_of for d in s]),
         _array("char *const", "assert_message", [_c_str(a.message) for a in signature.assertions]),
         _array("int32_t", "assert_num_values", [str(a.num_values) for a in signature.assertions]),
         _array("uint64_t", "weight_offset", [f"{o}ULL" for o in weight_offsets]),
@@ -140,10 +152,11 @@ def api_header(signature: Signature, name: str, n_user: int | None = None) -> st
     name = _check_name(name)
     n_user = user_input_count(signature) if n_user is None else n_user
     up, m = name.upper(), f"{name}_model"
+    rename = _user_names(signature)
     doc = []
     for kind, specs in (("input", signature.inputs[:n_user]), ("output", signature.outputs)):
         for i, t in enumerate(specs):
-            shape = ", ".join(t.shape) if t.shape is not None else "?"
+            shape = rename(", ".join(t.shape)) if t.shape is not None else "?"
             doc.append(f" *   {kind} {i} {t.name.replace('*/', '')}: {_C_TYPES[t.dtype]} ({t.dtype}) [{shape}]")
     return "\n".join([
         f"/* {name}.h: C API of the tensorplay model {name!r} (generated; do not edit).",
@@ -173,7 +186,7 @@ def api_header(signature: Signature, name: str, n_user: int | None = None) -> st
         f"int32_t {name}_input_rank(int32_t i);", f"int32_t {name}_output_rank(int32_t i);",
         f"const char *{name}_input_name(int32_t i);", f"const char *{name}_output_name(int32_t i);",
         f"const char *{name}_input_dtype(int32_t i);", f"const char *{name}_output_dtype(int32_t i);",
-        "/* size rule of one axis, e.g. \"8\" or \"s0\" or \"2*s0 + 1\" */",
+        "/* size rule of one axis, e.g. \"8\" or \"batch\" or \"2*batch + 1\" */",
         f"const char *{name}_input_size_rule(int32_t i, int32_t axis);",
         f"const char *{name}_output_size_rule(int32_t i, int32_t axis);",
         f"int32_t {name}_output_dims(const {m} *model, const int64_t *in_dims, int64_t *out_dims);",
