@@ -75,6 +75,7 @@ _LAZY: dict[str, tuple[str, ...]] = {
     "PT2ArchiveContents": ("pt2_archive",), "WeightType": ("pt2_archive",),
     "save": ("save_load",), "load": ("save_load",),
     "package_pt2": ("save_load",), "load_pt2": ("save_load",),
+    "lower": ("native",),
 }
 
 

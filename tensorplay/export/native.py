@@ -26,7 +26,7 @@ from .._tensor import Tensor
 from .dynamic_shapes import ConstraintsExceededError
 from .graph_signature import OutputKind
 
-__all__ = ["compile", "NativeRunner", "UnsupportedProgramWarning", "native_runner"]
+__all__ = ["compile", "lower", "NativeRunner", "UnsupportedProgramWarning", "native_runner"]
 
 _FALLBACK = "interpreter"
 
@@ -76,6 +76,21 @@ def compile(program: Any, *, strict: bool = True, **options: Any) -> Any:  # noq
     """
     runner = _build(program, strict=strict, options=options)
     return None if runner is None else runner.compiled
+
+
+def lower(program: Any) -> Any:
+    """The program as a ``tp`` dialect module (after its default decompositions); ``str()`` prints it.
+
+    >>> import tensorplay as tp
+    >>> from tensorplay.export import export, lower
+    >>> print(str(lower(export(lambda x: x.exp(), tp.zeros(2)))).strip())  # doctest: +ELLIPSIS
+    func @main(%x: tensor<[2], f32>) -> (tensor<[2], f32>) {
+      %0 = tp.exp %x {origin = "exp"} : tensor<[2], f32> loc(...)
+      tp.return %0
+    }
+    """
+    from lowering.to_tp_program import program_to_tp
+    return program_to_tp(program)[0]
 
 
 def native_runner(program: Any) -> NativeRunner | None:
