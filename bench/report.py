@@ -33,10 +33,15 @@ def _table(records: list[Record], backends: list[str], cell: Callable[[Record], 
     return "\n".join(lines)
 
 
-def latency_table(records: list[Record], backends: list[str]) -> str:
-    """Median / p90 latency in milliseconds, or the reason a cell has no number."""
-    return _table(records, backends,
-                  lambda r: r["error"] if "error" in r else f"{r['median_ms']:.3f} / {r['p90_ms']:.3f}")
+def latency_table(records: list[Record], backends: list[str], width: int = 90) -> str:
+    """Median / p90 latency in milliseconds, or the reason a cell has no number (cut to ``width``
+    characters; the JSON keeps it whole)."""
+    def cell(r: Record) -> str:
+        if "error" in r:
+            return r["error"] if len(r["error"]) <= width else r["error"][: width - 3] + "..."
+        return f"{r['median_ms']:.3f} / {r['p90_ms']:.3f}"
+
+    return _table(records, backends, cell)
 
 
 def diff_table(records: list[Record], backends: list[str], reference: str) -> str:
@@ -58,7 +63,7 @@ def rate_table(records: list[Record], backends: list[str]) -> str:
     """Achieved GFLOP/s, or GB/s for memory-bound rows (from the median), of the rows that know
     their FLOP or byte count: to be read against the machine limits."""
     def cell(r: Record) -> str:
-        return f"{r['gflops']:.1f} GFLOP/s" if "gflops" in r else f"{r['gbs']:.1f} GB/s"
+        return f"{r['gflops']:.3g} GFLOP/s" if "gflops" in r else f"{r['gbs']:.3g} GB/s"
 
     return _table([r for r in records if "gflops" in r or "gbs" in r], backends, cell)
 

@@ -87,7 +87,7 @@ def test_report_tables_and_chart(tmp_path):
         "| m | b1 | 1 | 2.000 / 3.000 | 1.000 / 1.500 | n/a (not built) |"]
     assert report.diff_table(recs, cols, "ref").splitlines()[2] == "| m | b1 | 1 | ref | 1.0e-07 | - |"
     assert report.setup_table(recs, cols).splitlines()[2] == "| m | b1 | 1 | - | 0.25 | - |"
-    assert report.rate_table(recs, cols).splitlines()[-2:] == ["| m | b1 | 1 |  | 4.0 GFLOP/s |  |",
+    assert report.rate_table(recs, cols).splitlines()[-2:] == ["| m | b1 | 1 |  | 4 GFLOP/s |  |",
                                                                "| c | 1M | 1 |  | 8.4 GB/s |  |"]
     png = report.chart(recs, cols, "ref", tmp_path / "c.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
