@@ -17,6 +17,8 @@ def execute(args: argparse.Namespace) -> None:
     import tensorplay as tp
     from lowering.aot import build_library
     from runtime.aot import find_c_compiler
+    from runtime.standalone import write_bundle
+    from tensorplay.export.native_archive import bundle_parts
 
     find_c_compiler()  # fail first, with what to install, before any work
     contents = load_archive(args.file)
@@ -25,9 +27,16 @@ def execute(args: argparse.Namespace) -> None:
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name):
         raise CLIError(f"--name must be a C identifier, got {name!r}")
     program = contents.exported_programs[model]
-    with progress(f"compiling {model!r}"):
-        compiled = tp.compile(compilable(program))
-    with progress(f"linking lib{name}.so"):
-        paths = build_library(compiled, args.output, name, program=program)
+    stored = bundle_parts(contents.tp_runners[model]) if model in contents.tp_runners else None
+    if stored is not None and stored[2]:
+        artifact, weights, kernels = stored
+        with progress(f"linking lib{name}.so"):
+            paths = write_bundle(artifact, weights, args.output, name, objects=kernels)
+        print(f"used the archive's native code for {artifact.cpu_name} (no compilation)")
+    else:
+        with progress(f"compiling {model!r}"):
+            compiled = tp.compile(compilable(program))
+        with progress(f"linking lib{name}.so"):
+            paths = build_library(compiled, args.output, name, program=program)
     for kind in ("library", "header", "weights", "artifact", "objects"):
         print(f"{kind:9} {paths[kind]}")

@@ -34,7 +34,7 @@ from lowering.aot import BINDING_KEY as _META_KEY
 from lowering.aot import artifact_of, decode_binding
 
 __all__ = ["ModelRunners", "NativeRecompileWarning", "RunnerPool", "artifact_of", "attach_runners",
-           "kernels_from_bytes", "kernels_to_bytes", "native_files_of"]
+           "bundle_parts", "kernels_from_bytes", "kernels_to_bytes", "native_files_of"]
 
 
 def kernels_to_bytes(objects: list[bytes]) -> bytes:
@@ -283,6 +283,26 @@ class ModelRunners(Mapping):
                 raise TypeError("runners without a program take positional numpy arrays only")
             return self.pool(*args)
         return self.program(*args, **kwargs)
+
+
+def bundle_parts(runners: ModelRunners) -> tuple[Any, dict[str, np.ndarray], list[bytes]] | None:
+    """``(artifact, weights by signature name, kernel objects)`` for ``runtime.standalone.write_bundle``
+    from stored code that runs on this host, or None when there is none (or no program for the weights)."""
+    program = runners.program
+    for code in runners.values():
+        if code.incompatibility is not None or program is None:
+            continue
+        sig = code.artifact.signature
+        n_user, held = _binding_meta(sig)
+        if _META_KEY not in sig.meta:
+            return None
+        live = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs if spec.target}
+        values = {**program.state_dict, **program.constants}
+        weights = {}
+        for spec, (kind, value) in zip(sig.inputs[n_user:], held, strict=True):
+            weights[spec.name] = value if kind == "literal" else _array(values[live[value]])
+        return code.artifact, weights, list(getattr(code, "kernels", None) or [])
+    return None
 
 
 class _ArchiveRunner:

@@ -103,10 +103,17 @@ def test_bench_prints_percentiles_and_throughput(archives, capsys):
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
 def test_build_writes_library_header_and_weights(archives, tmp_path, capsys):
-    _, native, _ = archives
+    plain, native, w = archives
+    before = stats()["compiles"]
     code, out, _ = run_cli(capsys, "build", native, "-o", tmp_path / "b", "--name", "mlp")
-    assert code == 0
-    assert {p.name for p in (tmp_path / "b").iterdir()} >= {"libmlp.so", "mlp.h", "mlp.tpw"}
+    assert code == 0 and "no compilation" in out and stats()["compiles"] == before
+    assert {p.name for p in (tmp_path / "b").iterdir()} >= {"libmlp.so", "mlp.h", "mlp.tpw", "mlp.tpo"}
+    code, out, _ = run_cli(capsys, "build", plain, "-o", tmp_path / "c")
+    assert code == 0 and (tmp_path / "c" / "libmodel.so").is_file()
+    from runtime.standalone import StandaloneModel
+    x = np.full((4, 6), -0.5, np.float32)
+    for d, name in ((tmp_path / "b", "mlp"), (tmp_path / "c", "model")):
+        np.testing.assert_allclose(StandaloneModel.load(d, name)(x)[0], reference(w, x), rtol=1e-5, atol=1e-5)
 
 
 def test_build_without_a_c_compiler_says_what_to_install(archives, tmp_path, capsys, monkeypatch):
