@@ -153,10 +153,9 @@ def _lower_guard(cx: Cx, values: tuple, sources: tuple, condition: Any, text: st
     with ``scale = 0, offset = HOLDS``: ``%checked`` is HOLDS where the condition holds, else the first
     source's size, and ``%shown`` the second's, which the message reports as the interpreter does."""
     if not sources:
-        from tensorplay.export.assertions import evaluate
-        if evaluate(condition, []):
+        if indicator(tuple(condition), []) == 1:
             return
-        raise UnsupportedOp(f"assertion {text!r} can never hold")
+        raise UnsupportedOp(f"assertion {text!r} over no input size can never hold")
     if len(sources) > 2:
         raise UnsupportedOp(f"assert_guard over {len(sources)} sizes: a native assertion reports at most 2 "
                             f"(guard {text!r})")
@@ -175,9 +174,12 @@ def _lower_guard(cx: Cx, values: tuple, sources: tuple, condition: Any, text: st
         return
     checked = cx.emit("tp.symexpr", *operands, expr=shown[0] + (HOLDS - shown[0]) * holds)
     other = shown[-1]
-    used = sorted((s for s in other.free_symbols), key=lambda s: s.name)
-    local = other.xreplace({s: sym(f"_{k}") for k, s in enumerate(used)})
-    second = cx.emit("tp.symexpr", *[operands[int(s.name[1:])] for s in used], expr=local)
+    used = sorted(other.free_symbols, key=lambda s: s.name)
+    if other.is_Symbol:  # a plain size: the tp.dim itself
+        second = operands[int(other.name[1:])]
+    else:
+        local = other.xreplace({s: sym(f"_{k}") for k, s in enumerate(used)})
+        second = cx.emit("tp.symexpr", *[operands[int(s.name[1:])] for s in used], expr=local)
     got = ", ".join(f"{_escape(src[4])} = {{{slot}}}" for src, slot in zip(sources, ("size", "root"), strict=False))
     message = (f"{_PREFIX}: the program was captured under {_escape(text)}, which these inputs do not "
                f"satisfy (got {got}, expected {_escape(text)})")
