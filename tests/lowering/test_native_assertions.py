@@ -12,6 +12,10 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
+from dialect import parse, print_module
+from dialect.interpret import DialectAssertionError, run
+from dialect.verify import verify
+from lowering.to_tp_program import program_to_tp
 from tensorplay.export import ConstraintsExceededError, Dim, export
 from tensorplay.export.native import native_runner
 
@@ -150,6 +154,17 @@ def test_guards_never_fold_into_the_specialized_header():
     tp_ir = tp.compile(prog).ir("tp")
     assert "tensor<[4, 2], f32>" in tp_ir  # the header stays specialized (fast kernels)
     assert "tp.assert_relation" in tp_ir and "tp.assert_guard" not in tp_ir
+
+
+def test_guard_ir_verifies_and_round_trips():
+    prog = export(_longer, *_inputs([(5,), (3,)]), dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}})
+    module, _ = program_to_tp(prog)
+    verify(module)
+    text = print_module(module)
+    assert print_module(parse(text)) == text
+    with pytest.raises(DialectAssertionError) as info:  # the dialect's own interpreter agrees too
+        run(module, [np.ones(2, np.float32), np.ones(3, np.float32)])
+    assert "got x.size()[0] = 2, y.size()[0] = 3, expected x.size()[0] > y.size()[0])" in str(info.value)
 
 
 def _with_condition(prog, condition, text):
