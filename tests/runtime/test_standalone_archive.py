@@ -175,3 +175,21 @@ def test_code_for_an_incompatible_cpu_without_dialect_is_refused(compiled):
     runners = load_pt2(buf).tp_runners["model"]
     with pytest.raises(IncompatibleArtifact, match="tp-no-such-feature"):
         runners.pool  # noqa: B018 - mapping the code is what is refused
+
+
+def test_malformed_kernel_entry_is_a_clear_value_error(compiled):
+    import zipfile
+
+    prog, _, _ = compiled
+    buf = io.BytesIO()
+    save(prog, buf)
+    with zipfile.ZipFile(buf) as zf:
+        items = {n: zf.read(n) for n in zf.namelist()}
+    (entry,) = [n for n in items if n.endswith("/kernels.tpo")]
+    for broken in (items[entry][:-3], b"TPOBJS01" + b"\xff" * 8, b"garbage"):
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w") as zf:
+            for name, data in {**items, entry: broken}.items():
+                zf.writestr(name, data)
+        with pytest.raises(ValueError, match="kernels.tpo"):
+            load_pt2(io.BytesIO(out.getvalue()))
