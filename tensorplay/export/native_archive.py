@@ -34,7 +34,7 @@ from lowering.aot import BINDING_KEY as _META_KEY
 from lowering.aot import artifact_of, decode_binding
 
 __all__ = ["ModelRunners", "NativeRecompileWarning", "RunnerPool", "artifact_of", "attach_runners",
-           "bundle_parts", "kernels_from_bytes", "kernels_to_bytes", "native_files_of"]
+           "bundle_parts", "kernels_from_bytes", "kernels_to_bytes", "native_entry", "native_files_of"]
 
 
 def kernels_to_bytes(objects: list[bytes]) -> bytes:
@@ -49,8 +49,19 @@ def kernels_from_bytes(data: bytes, what: str) -> list[bytes]:
     return objects_from_bytes(data, what)
 
 
-def _with_kernels(artifact: Any, dialect: str | None) -> tuple[Any, str | None, list[bytes]]:
+def native_entry(compiled: Any) -> tuple[Any, str, list[bytes]]:
+    """The ``tp_files`` entry of a ``CompiledProgram``: ``(artifact, kernel dialect text, GEMM objects)``,
+    everything a loader needs to run it without compiling.
+
+    >>> import tensorplay as tp
+    >>> from tensorplay.export import export
+    >>> artifact, dialect, kernels = native_entry(tp.compile(export(tp.nn.Linear(3, 2), tp.ones(4, 3))))
+    >>> artifact.signature.inputs[0].name, "kernel." in dialect, len(kernels)
+    ('input', True, 1)
+    """
     from lowering.gemm_library import configs_of_object, gemm_objects
+
+    artifact, dialect = artifact_of(compiled)
     return artifact, dialect, gemm_objects(configs_of_object(artifact.object))
 
 
@@ -71,7 +82,7 @@ def native_files_of(programs: Mapping[str, Any]) -> dict[str, list]:
             continue
         runner = cached[1]
         if isinstance(runner, NativeRunner) and hasattr(runner.compiled, "_held"):
-            files[name] = [_with_kernels(*artifact_of(runner.compiled))]
+            files[name] = [native_entry(runner.compiled)]
         elif isinstance(runner, _ArchiveRunner):
             files[name] = [(code.artifact, code.dialect, getattr(code, "kernels", None))
                            for code in runner.runners.values()]

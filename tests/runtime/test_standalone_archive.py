@@ -22,7 +22,7 @@ import tensorplay as tp
 from runtime.artifact import IncompatibleArtifact
 from runtime.jit import stats
 from tensorplay.export import Dim, export, load, load_pt2, package_pt2, save
-from tensorplay.export.native_archive import ModelRunners, NativeRecompileWarning, artifact_of
+from tensorplay.export.native_archive import ModelRunners, NativeRecompileWarning, native_entry
 
 
 def mlp_program():
@@ -41,7 +41,7 @@ def reference(w, x):
 @pytest.fixture(scope="module")
 def compiled():
     prog, w = mlp_program()
-    item = artifact_of(tp.compile(prog))
+    item = native_entry(tp.compile(prog))
     return prog, w, item
 
 
