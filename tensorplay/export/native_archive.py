@@ -248,7 +248,12 @@ class ModelRunners(Mapping):
                 kernels = getattr(code, "kernels", None)
                 if not kernels:  # older archives: the GEMMs come from the shared libraries (cache or compile)
                     import lowering.gemm_library  # noqa: F401 - registers their symbol resolver
-                return code, load_objects(kernels or [], code.artifact)
+                try:
+                    return code, load_objects(kernels or [], code.artifact)
+                except ValueError as exc:  # damaged or unresolvable object code (CompileError included)
+                    if code.dialect is None:
+                        raise
+                    reason = f"the stored object code does not load ({exc})"
             reasons.append(reason)
         for code in self.runners.values():
             if code.dialect is not None:

@@ -193,3 +193,14 @@ def test_malformed_kernel_entry_is_a_clear_value_error(compiled):
                 zf.writestr(name, data)
         with pytest.raises(ValueError, match="kernels.tpo"):
             load_pt2(io.BytesIO(out.getvalue()))
+
+
+def test_damaged_object_code_is_recompiled_from_dialect(compiled):
+    prog, w, (artifact, dialect, kernels) = compiled
+    damaged = dataclasses.replace(artifact, object=b"\x7fELF" + b"\0" * 60)
+    buf = package_pt2(io.BytesIO(), exported_programs={"model": prog}, tp_files={"model": (damaged, dialect, kernels)})
+    runners = load_pt2(buf).tp_runners["model"]
+    x = np.ones((2, 6), np.float32)
+    with pytest.warns(NativeRecompileWarning, match="does not load"):
+        y = runners(tp.tensor(x))
+    np.testing.assert_allclose(np.asarray(y._data), reference(w, x), rtol=1e-5, atol=1e-5)
