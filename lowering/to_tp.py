@@ -131,9 +131,14 @@ class _Converter:
                           if x in self.env.symbols else 1 << 30)
             d = sympy.expand(fact.lhs - fact.rhs)
             if len(free) == 1:
-                sol = sympy.solve(d, free[0])
-                if len(sol) == 1 and sol[0].is_Integer:
-                    self.symmap[free[0]] = sol[0]
+                # Only linear equalities pin a symbol (a*s + b == 0); others, e.g. Eq(Mod(s, 2), 0),
+                # stay runtime assertions.
+                poly = d.as_poly(free[0]) if d.is_polynomial(free[0]) else None
+                if poly is not None and poly.degree() == 1:
+                    a, b = poly.all_coeffs()
+                    value = -b / a
+                    if value.is_Integer:
+                        self.symmap[free[0]] = value
             elif len(free) == 2 and d in (free[0] - free[1], free[1] - free[0]):
                 keep = self.symmap[free[0]] if free[0] in self.symmap else self.new_symbol(free[0])
                 self.symmap[free[1]] = keep

@@ -130,10 +130,7 @@ def _check(prog, good, bad):
         assert _error(_native, prog, args) == want, shapes
 
 
-KNOWN_BUGS = {  # found by this test, outside this module's files: reported, not hidden
-    "guard-mod": pytest.mark.xfail(raises=NotImplementedError, strict=True,
-                                   reason="lowering.to_tp specialize() calls sympy.solve on Eq(Mod(s, 2), 0)"),
-}
+KNOWN_BUGS: dict = {}  # case id -> xfail mark, for bugs found by this test outside this module
 
 
 def _case(c):

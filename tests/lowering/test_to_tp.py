@@ -204,7 +204,7 @@ def test_exporter_assertion_nodes_become_tp_assertions_first():
     first_compute = min(i for i, n in enumerate(names) if n in ("tp.slice", "tp.add"))
     last_assert = max(i for i, n in enumerate(names) if n.startswith("tp.assert"))
     assert last_assert < first_compute
-    assert {"tp.assert_range", "tp.assert_relation", "tp.assert_eq", "tp.assert_guard"} <= set(names)
+    assert {"tp.assert_range", "tp.assert_relation", "tp.assert_eq"} <= set(names)
 
     def inputs(n, m):
         return [np.ones((n, 3), np.float32), np.ones((m, 3), np.float32)]
