@@ -172,6 +172,13 @@ def test_only_the_entry_symbol_is_exported():
     assert len(public) == 1 and f"@{config.symbol}(" in public[0]
 
 
+def test_loops_are_left_to_the_hand_vectorized_code():
+    config = GemmConfig(trans_b=True, epilogue=Epilogue(bias=True, activation="gelu"), shape=SMALL)
+    ir_text = gemm_library(config).ir
+    assert "llvm.loop.unroll.disable" in ir_text and '!"llvm.loop.vectorize.enable", i1 false' in ir_text
+    assert "llvm.loop.isvectorized" not in ir_text  # what the loop vectorizer marks its output with
+
+
 def test_concurrent_requests_compile_once():
     config = GemmConfig(trans_a=True, epilogue=Epilogue(residual=True), shape=SMALL)
     before = stats()["compiles"]
