@@ -23,7 +23,6 @@ export fails with ``ConstraintsExceededError`` and ``Suggested fixes:`` that
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any
 
 from .draft_export import draft_export
@@ -81,21 +80,12 @@ _LAZY: dict[str, tuple[str, ...]] = {
 
 def _load_unflatten() -> None:
     """Bind ``unflatten`` to the function (the submodule of the same name would shadow it)."""
-    try:
-        module = importlib.import_module(f"{__name__}.unflatten")
-    except ImportError:
-        return
-    fn = getattr(module, "unflatten", None)
-    if fn is not None:
-        globals()["unflatten"] = fn
+    globals()["unflatten"] = importlib.import_module(f"{__name__}.unflatten").unflatten
 
 
 def __getattr__(name: str) -> Any:
     for module_name in _LAZY.get(name, ()):
-        try:
-            module = importlib.import_module(f"{__name__}.{module_name}")
-        except ImportError:
-            continue
+        module = importlib.import_module(f"{__name__}.{module_name}")
         if hasattr(module, name):
             value = getattr(module, name)
             globals()[name] = value
@@ -107,5 +97,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__) | {"package_pt2", "load_pt2"})
 
 
-if importlib.util.find_spec(f"{__name__}.unflatten") is not None:
-    _load_unflatten()
+_load_unflatten()
