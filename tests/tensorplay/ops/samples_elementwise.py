@@ -23,7 +23,8 @@ NUMPY_UNARY = {
     "rsqrt": lambda x: 1 / np.sqrt(x),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "erf": lambda x: np.asarray(_erf64(x), dtype=np.float64), "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
-    "sign": lambda x: np.where(np.isnan(x), 0, np.sign(x)), "reciprocal": lambda x: 1 / x, "logical_not": np.logical_not, "bitwise_not": np.invert,
+    "sign": lambda x: np.where(np.isnan(x), 0, np.sign(x)), "reciprocal": lambda x: 1 / x,
+    "logical_not": np.logical_not, "bitwise_not": np.invert,
     "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite, "round": np.round,
 }
 
