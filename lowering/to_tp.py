@@ -42,7 +42,7 @@ from . import to_tp_elementwise as _elementwise  # noqa: F401  (registers rules)
 from . import to_tp_indexing as _indexing  # noqa: F401
 from . import to_tp_movement as _movement  # noqa: F401
 from . import to_tp_nn as _nn  # noqa: F401
-from .to_tp_binding import ArgSource, Binding, Result, as_array, rebuild
+from .to_tp_binding import ArgSource, Binding, Field, Result, as_array, rebuild
 from .to_tp_core import RULES, SYM_OPS, Cx, LoweringError, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
 from .to_tp_symbols import floor_form, refine_range, used_symbols
 
@@ -287,20 +287,31 @@ class _Converter:
             self.values[node] = _Arg(len(args) - 1)
             return
         example = node.meta.get("example_value")
-        items = {}
-        if isinstance(example, (list, tuple, dict)):
-            for user in node.users:
-                if user.op == "call_function" and user.target is operator.getitem and hasattr(
-                        user.meta.get("val"), "shape"):
-                    key = user.args[1]
-                    args.append((_weight_name(f"{name}_{key}"), self.ttype(user.meta["val"])))
-                    sources.append(ArgSource("input", name, (key,)))
-                    items[key] = _Arg(len(args) - 1)
-            self.values[node] = _Container(items, example)
+        if val is None and example is not None:  # a container input: its reads become arguments
+            self.values[node] = self.container_input(node, name, (), args, sources)
             return
         value = example if example is not None else val
         self.values[node] = value
         self.binding.fixed[name] = value
+
+    def container_input(self, node: Any, name: str, path: tuple, args: list, sources: list) -> _Container:
+        """Arguments for the tensors read from container input ``node`` (getitem, or getattr of a dataclass
+        field, nested): one per tensor read, its ``ArgSource.key`` the path of reads."""
+        items = {}
+        for user in node.users:
+            if user.op != "call_function" or user.target not in (operator.getitem, getattr):
+                continue
+            key = user.args[1]
+            step = (*path, Field(key) if user.target is getattr else key)
+            if hasattr(user.meta.get("val"), "shape"):
+                label = "_".join(str(getattr(k, "name", k)) for k in step)
+                args.append((_weight_name(f"{name}_{label}"), self.ttype(user.meta["val"])))
+                sources.append(ArgSource("input", name, step))
+                items[key] = _Arg(len(args) - 1)
+            elif user.meta.get("val") is None and user.meta.get("example_value") is not None:
+                items[key] = self.container_input(user, name, step, args, sources)
+                self.values[user] = items[key]
+        return _Container(items, node.meta.get("example_value"))
 
     def weight_slot(self, source: str) -> str:
         """A module-weight name for ``source`` (sanitized; distinct sources never share one)."""
@@ -391,7 +402,8 @@ class _Converter:
         kwargs = self.arg(node.kwargs)
         if t is getattr and args[1] == "shape":
             return _Shape(args[0])
-        if t is operator.getitem and isinstance(args[0], (_Shape, tuple, list, _Container)):
+        if t is operator.getitem and isinstance(args[0], (_Shape, tuple, list, _Container)) or (
+                t is getattr and isinstance(args[0], _Container)):
             return self.getitem_special(node, args)
         if node.op == "call_function" and t in SYM_OPS and any(isinstance(a, SymVal) for a in args) and all(
                 isinstance(a, SymVal) or (isinstance(a, (int, np.integer)) and not isinstance(a, bool)) for a in args):
@@ -509,7 +521,9 @@ class _Converter:
             return SymVal(d, self.cx.emit("tp.dim", base.tensor, axis=key))
         if isinstance(base, _Container):
             got = base.items.get(key)
-            return self.f.args[got.index] if isinstance(got, _Arg) else base.example[key]
+            if isinstance(got, _Arg | _Container):
+                return self.f.args[got.index] if isinstance(got, _Arg) else got
+            return getattr(base.example, key) if node.target is getattr else base.example[key]
         return base[key]
 
     def sym_arith(self, node: Any, fn: Any, args: tuple) -> Any:

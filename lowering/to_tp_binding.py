@@ -7,14 +7,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Binding", "ArgSource", "Result", "rebuild", "as_array"]
+__all__ = ["Binding", "ArgSource", "Field", "Result", "rebuild", "as_array"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """A ``key`` step of :class:`ArgSource` that reads an attribute (a dataclass field), not an item."""
+
+    name: str
 
 
 @dataclasses.dataclass(frozen=True)
 class ArgSource:
-    """Where one function argument comes from: a graph placeholder (``key`` indexes into a container
-    placeholder, ``()`` for a plain tensor), module state (``kind="state"``, ``name`` its path) or the
-    i64 seed of the program's random ops (``kind="seed"``; drawn from tensorplay's generator if not given)."""
+    """Where one function argument comes from: a graph placeholder (``key`` walks into a container
+    placeholder, one step per level: an index/key, or a :class:`Field` for a dataclass field; ``()`` for a
+    plain tensor), module state (``kind="state"``, ``name`` its path) or the i64 seed of the program's
+    random ops (``kind="seed"``; drawn from tensorplay's generator if not given)."""
 
     kind: str  # "input" | "state" | "seed"
     name: str
@@ -62,7 +70,7 @@ class Binding:
                 raise KeyError(f"missing input {a.name!r}; the function takes {[x.name for x in self.arguments]}")
             v = inputs[a.name]
             for k in a.key:
-                v = v[k]
+                v = getattr(v, k.name) if isinstance(k, Field) else v[k]
             out.append(as_array(v))
         return out
 

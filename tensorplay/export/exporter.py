@@ -17,6 +17,7 @@ mutation outputs, and inserts runtime assertions for the declared shape contract
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import operator
 from collections.abc import Iterable
@@ -27,10 +28,10 @@ import sympy
 from .. import Tensor
 from ..autograd.grad_mode import no_grad
 from ..graph import GraphCaptureError, GraphModule
-from ..graph._pytree import tree_flatten
+from ..graph._pytree import _NODE_DEFS, tree_flatten
 from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
-from ..graph.tracer import Tracer, _copy, bind_arguments
+from ..graph.tracer import Tracer, _copy, _has_tensor, bind_arguments, input_children
 from ..nn import Module, Parameter
 from ..ops._registry import Op
 from ..random import fork_rng
@@ -142,27 +143,6 @@ class ExportTracer(Tracer):
             return SymIntArgument(value.node.name)
         return ConstantArgument("", value if not isinstance(value, Tensor) else None)
 
-    def input_proxy(self, name: str, value: Any, dynamic: dict | None):
-        """Like :meth:`Tracer.input_proxy`, with symbolic extents for container elements too."""
-        if isinstance(value, Tensor) or not isinstance(value, list | tuple | dict) or not dynamic:
-            return super().input_proxy(name, value, dynamic)
-        node = self.graph.placeholder(name)
-        node.meta["val"] = None
-        node.meta["example_value"] = value
-        keys = list(value.keys() if isinstance(value, dict) else range(len(value)))
-        items = {}
-        for k in keys:
-            v = value[k]
-            if isinstance(v, Tensor):
-                item = self.graph.call_function(operator.getitem, (node, k))
-                shape = list(v.shape)
-                for axis, sym in (dynamic.get(k) or {}).items():
-                    shape[axis] = sym
-                items[k] = self.tensor_proxy(item, _copy(v), tuple(shape))
-            else:
-                items[k] = v
-        return items if isinstance(value, dict) else type(value)(items[k] for k in keys)
-
     @contextlib.contextmanager
     def patched_assert(self):
         """Route ``tp._assert`` on traced tensors into the graph (a check that runs with the program)."""
@@ -210,15 +190,18 @@ class _Declarations:
         self.symbols: dict[sympy.Symbol, DeclaredSymbol] = {}
         self.sites: list[dict] = []  # {arg, key, axis, spec, size, label}
 
-    def dims_for(self, arg: str, key: Any, value: Tensor, spec: Any) -> dict:
+    def dims_for(self, arg: str, steps: tuple, value: Tensor, spec: Any, path: str | None = None) -> dict:
+        """``{axis: symbol}`` for tensor input ``arg`` (read through container keys ``steps``)."""
         dims = {}
-        path = arg if key is None else f"{arg}[{key!r}]"
+        path = path or arg + "".join(f"[{k!r}]" for k in steps)
+        key = None if not steps else steps[0] if len(steps) == 1 else steps
         for axis, leaf in _axis_items(spec, value):
             if leaf is None:
                 continue
             size = int(value.shape[axis])
             label = f"{path}.size()[{axis}]"
-            site = {"arg": arg, "key": key, "axis": axis, "spec": leaf, "size": size, "label": label}
+            site = {"arg": arg, "key": key, "steps": steps, "axis": axis, "spec": leaf, "size": size,
+                    "label": label}
             self.sites.append(site)
             if isinstance(leaf, DimHint):
                 if leaf.type is DimHintType.STATIC:
@@ -261,8 +244,8 @@ def export(model: Any, *args: Any, dynamic_shapes: Any = None, strict: bool = Fa
     bound = bind_arguments(fn, args, kwargs)
     names = list(bound.signature.parameters)
     preserved = _check_preserved(model, preserve_module_call_signature)
-    spec = normalize_dynamic_shapes(names, _spec_for(model, args, kwargs, dynamic_shapes))
-    check_dynamic_shapes(spec, dict(bound.arguments))
+    spec = normalize_dynamic_shapes(names, _spec_view(_spec_for(model, args, kwargs, dynamic_shapes)))
+    check_dynamic_shapes(spec, {n: _spec_view(v) for n, v in bound.arguments.items()})
 
     return _capture(model, args, kwargs, bound, spec, preserved, joint=False)
 
@@ -281,16 +264,7 @@ def _capture(model, args, kwargs, bound, spec, preserved, *, joint: bool) -> Exp
         proxies = {}
         for name, value in bound.arguments.items():
             arg_spec = spec.get(name)
-            if isinstance(value, Tensor):
-                dims = decl.dims_for(name, None, value, arg_spec)
-            elif isinstance(value, list | tuple | dict) and arg_spec is not None and not isinstance(arg_spec,
-                                                                                                   DimHint):
-                keys = value.keys() if isinstance(value, dict) else range(len(value))
-                sub = arg_spec if isinstance(arg_spec, dict) else dict(enumerate(arg_spec))
-                dims = {k: decl.dims_for(name, k, value[k], sub.get(k)) for k in keys
-                        if isinstance(value[k], Tensor) and sub.get(k) is not None}
-            else:
-                dims = None
+            dims = _input_dims(decl, name, (), value, arg_spec)
             proxies[name] = tracer.input_proxy(name, value, dims)
         call = inspect.BoundArguments(bound.signature, proxies)  # type: ignore[arg-type]
         if is_module:
@@ -300,6 +274,53 @@ def _capture(model, args, kwargs, bound, spec, preserved, *, joint: bool) -> Exp
             result = model(*call.args, **call.kwargs)
         gradients = _joint_backward(tracer, result, proxies) if joint else None
     return _finish(model, tracer, decl, bound, spec, result, args, kwargs, preserved, gradients)
+
+
+def _input_dims(decl: _Declarations, arg: str, steps: tuple, value: Any, spec: Any,
+                path: str | None = None) -> dict | None:
+    """Symbols for the declared axes of input ``arg`` at container path ``steps``: ``{axis: sym}`` for a
+    tensor, ``{child key: child dims}`` for a container (the shape :meth:`Tracer.input_proxy` reads)."""
+    if isinstance(value, Tensor):
+        return decl.dims_for(arg, steps, value, spec, path)
+    if spec is None or isinstance(spec, DimHint) or not _has_tensor(value):
+        return None
+    spec = _spec_view(spec)
+    if isinstance(spec, list | tuple):
+        keys = _init_fields(value) if _is_registered_dataclass(value) else range(len(spec))
+        sub = dict(zip(keys, spec, strict=False))
+    else:
+        sub = spec if isinstance(spec, dict) else {}
+    dims = {}
+    for key, accessor, child in input_children(value):
+        if sub.get(key) is not None:
+            where = f"{path or arg}.{key}" if accessor is getattr else f"{path or arg}[{key!r}]"
+            found = _input_dims(decl, arg, (*steps, key), child, sub[key], where)
+            if found:
+                dims[key] = found
+    return dims
+
+
+def _is_registered_dataclass(value: Any) -> bool:
+    return not isinstance(value, type) and dataclasses.is_dataclass(value) and type(value) in _NODE_DEFS
+
+
+def _init_fields(value: Any) -> list[str]:
+    return [f.name for f in dataclasses.fields(value) if f.init]
+
+
+def _spec_view(value: Any) -> Any:
+    """``value`` with registered dataclasses shown as tuples of their fields (nested): how a dataclass input
+    and its ``dynamic_shapes`` entry (a same-class instance or a tuple of per-field specs) are checked."""
+    if isinstance(value, Tensor) or isinstance(value, type):
+        return value
+    if _is_registered_dataclass(value):
+        return tuple(_spec_view(getattr(value, f)) for f in _init_fields(value))
+    if isinstance(value, dict):
+        return {k: _spec_view(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_spec_view(v) for v in value) if not hasattr(value, "_fields") else \
+            type(value)(*(_spec_view(v) for v in value))
+    return value
 
 
 def export_for_training(model: Any, *args: Any, dynamic_shapes: Any = None, **kwargs: Any) -> ExportedProgram:
@@ -329,9 +350,9 @@ def export_joint(model: Any, *args: Any, dynamic_shapes: Any = None, **kwargs: A
         raise TypeError(f"model must be callable, got {type(model).__name__}")
     fn = model.forward if isinstance(model, Module) else model
     bound = bind_arguments(fn, args, kwargs)
-    spec = normalize_dynamic_shapes(list(bound.signature.parameters), _spec_for(model, args, kwargs,
-                                                                                dynamic_shapes))
-    check_dynamic_shapes(spec, dict(bound.arguments))
+    spec = normalize_dynamic_shapes(list(bound.signature.parameters),
+                                    _spec_view(_spec_for(model, args, kwargs, dynamic_shapes)))
+    check_dynamic_shapes(spec, {n: _spec_view(v) for n, v in bound.arguments.items()})
     return _capture(model, args, kwargs, bound, spec, [], joint=True)
 
 
@@ -511,19 +532,37 @@ def _set_defaults(graph, user_names: list[str], bound) -> None:
 
 
 # ----------------------------------------------------------------------------- mutations
+def _is_input_read(node) -> bool:
+    """A container read of an input: ``getitem`` / ``getattr`` (dataclass field) of a container placeholder
+    or of another such read (nested containers)."""
+    if node.op != "call_function" or node.target not in (operator.getitem, getattr) or not node.args:
+        return False
+    base = node.args[0]
+    return hasattr(base, "op") and base.meta.get("val") is None and (base.op == "placeholder" or _is_input_read(base))
+
+
 def _base_of(node):
     """Follow in-place chains and container reads back to a placeholder: ``(placeholder, via_getitem)``."""
     via_item = False
     while True:
         if _is_inplace(node) and node.args and hasattr(node.args[0], "op"):
             node = node.args[0]
-        elif node.op == "call_function" and node.target is operator.getitem and hasattr(node.args[0], "op") \
-                and node.args[0].op == "placeholder":
+        elif _is_input_read(node):
             via_item = True
             node = node.args[0]
         else:
             break
     return (node, via_item) if node.op == "placeholder" else (None, False)
+
+
+def _read_path(item) -> str:
+    """``x['a'][0]`` / ``x.field`` text of the input read ``item`` (for mutation keys)."""
+    steps = []
+    while item.op != "placeholder":
+        key = item.args[1]
+        steps.append(f".{key}" if item.target is getattr else f"[{key!r}]")
+        item = item.args[0]
+    return item.name + "".join(reversed(steps))
 
 
 def _written_arguments(node) -> tuple[int, ...]:
@@ -561,10 +600,10 @@ def _mutations(graph, tracer: ExportTracer) -> list[tuple[Any, OutputKind, str]]
             found[base.name] = (value, out_kind, target)
         elif via_item:
             item = node.args[0]
-            while item.op != "call_function" or item.target is not operator.getitem:
+            while not _is_input_read(item):
                 item = item.args[0]
-            found.pop(f"{base.name}[{item.args[1]!r}]", None)
-            found[f"{base.name}[{item.args[1]!r}]"] = (value, OutputKind.USER_INPUT_MUTATION, base.name)
+            found.pop(_read_path(item), None)
+            found[_read_path(item)] = (value, OutputKind.USER_INPUT_MUTATION, base.name)
             for user in list(item.users) if value is not item else ():  # later reads see the mutated value
                 if user is not node and order.get(user, -1) > order[node]:
                     user.replace_input_with(item, value)
@@ -577,9 +616,9 @@ def _site_nodes(graph, placeholders: dict, decl: _Declarations) -> dict:
     result = {}
     for site in decl.sites:
         node = placeholders[site["arg"]]
-        if site["key"] is not None:
-            node = next(u for u in node.users if u.op == "call_function" and u.target is operator.getitem
-                        and u.args[1] == site["key"])
+        for step in site["steps"]:  # container reads: getitem, or getattr for a dataclass field
+            node = next(u for u in node.users if u.op == "call_function" and u.target in (operator.getitem, getattr)
+                        and u.args[1] == step)
         result[site["label"]] = node
     return result
 
@@ -590,10 +629,7 @@ def _first_computation(graph):
     Shape assertions go there so that wrong sizes are reported before any op runs on them.
     """
     for node in graph.nodes:
-        is_input = node.op == "placeholder" or (
-            node.op == "call_function" and node.target is operator.getitem and hasattr(node.args[0], "op")
-            and node.args[0].op == "placeholder")
-        if not is_input:
+        if node.op != "placeholder" and not _is_input_read(node):
             return node
     return None
 

@@ -14,6 +14,7 @@ extents are symbols of a :class:`ShapeEnv`; decisions on them become guards.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import operator
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from ..autograd.grad_mode import no_grad
 from ..ops import REGISTRY, TensorMeta, deciding_with
 from ..ops._registry import Op
 from ..random import fork_rng
+from ._pytree import _NODE_DEFS, tree_leaves
 from .errors import GraphCaptureError
 from .graph import Graph
 from .proxy import TENSOR_OPERATORS, Proxy, SymProxy, example_number, sym_expr
@@ -355,31 +357,81 @@ class Tracer:
 
     # ------------------------------------------------------------------ inputs
     def input_proxy(self, name: str, value, dynamic: dict | None):
-        """A placeholder for one argument; containers of tensors are indexed with getitem nodes."""
+        """A placeholder for one argument.
+
+        A tensor becomes a tensor placeholder (``dynamic`` maps axes to symbols). A pytree container
+        holding tensors (list, tuple, dict, namedtuple, registered dataclass, nested) becomes one
+        placeholder and is rebuilt with every tensor leaf read from it by ``operator.getitem`` nodes
+        (``getattr`` for dataclass fields), so the graph reads runtime values; ``dynamic`` then maps a
+        child key to that child's own spec (axes for a tensor, keys for a container). Anything else is
+        a constant of the graph.
+        """
         node = self.graph.placeholder(name)
         if isinstance(value, Tensor):
             shape = list(value.shape)
             for axis, sym in (dynamic or {}).items():
                 shape[axis] = sym
             return self.tensor_proxy(node, _copy(value), tuple(shape))
-        if isinstance(value, list | tuple | dict) and _has_tensor(value):
-            node.meta["val"] = None
-            node.meta["example_value"] = value
-            keys = value.keys() if isinstance(value, dict) else range(len(value))
-            items = {}
-            for k in keys:
-                v = value[k]
-                if isinstance(v, Tensor):
-                    item = self.graph.call_function(operator.getitem, (node, k))
-                    items[k] = self.tensor_proxy(item, _copy(v))
-                else:
-                    items[k] = v
-            if isinstance(value, dict):
-                return items
-            return type(value)(items[k] for k in keys)
+        if _has_tensor(value):
+            return self._container_proxy(node, value, dynamic or {})
         node.meta["val"] = value
         node.meta["example_value"] = value
         return value
+
+    def _container_proxy(self, node, value, dynamic: dict):
+        node.meta["val"] = None
+        node.meta["example_value"] = value
+        children = []
+        for key, accessor, child in input_children(value):
+            if isinstance(child, Tensor):
+                item = self.graph.call_function(accessor, (node, key))
+                shape = list(child.shape)
+                for axis, sym in (dynamic.get(key) or {}).items():
+                    shape[axis] = sym
+                children.append(self.tensor_proxy(item, _copy(child), tuple(shape)))
+            elif _has_tensor(child):
+                item = self.graph.call_function(accessor, (node, key))
+                children.append(self._container_proxy(item, child, dynamic.get(key) or {}))
+            else:
+                children.append(child)
+        return rebuild_input(value, children)
+
+
+def input_children(value) -> list[tuple[Any, Callable, Any]]:
+    """``(key, accessor, child)`` per child of a pytree container input; ``accessor(value, key)`` reads it.
+
+    >>> input_children({"a": 1})
+    [('a', <built-in function getitem>, 1)]
+
+    ``GraphCaptureError`` for a registered pytree type export cannot read children of (only lists,
+    tuples, dicts, namedtuples and registered dataclasses are).
+    """
+    if isinstance(value, dict):
+        return [(k, operator.getitem, v) for k, v in value.items()]
+    if isinstance(value, list | tuple):
+        return [(i, operator.getitem, v) for i, v in enumerate(value)]
+    if value is None:
+        return []
+    cls = type(value)
+    if cls in _NODE_DEFS and dataclasses.is_dataclass(cls):
+        _, names = _NODE_DEFS[cls].flatten(value)
+        return [(f, getattr, getattr(value, f)) for f in names]
+    raise GraphCaptureError(f"cannot read the tensors of an input of registered pytree type {cls.__qualname__}: "
+                            f"expected a list, tuple, dict, namedtuple or a dataclass registered with "
+                            f"register_dataclass")
+
+
+def rebuild_input(value, children: list):
+    """A container like ``value`` (same type and keys) holding ``children`` in :func:`input_children` order."""
+    if isinstance(value, dict):
+        return type(value)(zip(value.keys(), children, strict=True)) if type(value) is not dict \
+            else dict(zip(value.keys(), children, strict=True))
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*children)
+    if isinstance(value, list | tuple):
+        return type(value)(children)
+    _, names = _NODE_DEFS[type(value)].flatten(value)
+    return dataclasses.replace(value, **dict(zip(names, children, strict=True)))
 
 
 def _copy(t: Tensor) -> Tensor:
@@ -392,8 +444,10 @@ def _is_param(value) -> bool:
 
 
 def _has_tensor(value) -> bool:
-    items = value.values() if isinstance(value, dict) else value
-    return any(isinstance(v, Tensor) for v in items)
+    """Whether a pytree input (registered containers, nested) holds a tensor leaf."""
+    if not isinstance(value, list | tuple | dict) and not (type(value) in _NODE_DEFS and value is not None):
+        return False
+    return any(isinstance(leaf, Tensor) for leaf in tree_leaves(value))
 
 
 def bind_arguments(fn, args: tuple, kwargs: dict) -> inspect.BoundArguments:

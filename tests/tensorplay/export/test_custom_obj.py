@@ -124,8 +124,6 @@ def test_dataclass_with_none_field_through_export():
     np.testing.assert_allclose(out.t.numpy(), [3.0, -6.0])
 
 
-@pytest.mark.xfail(strict=True, reason="the exporter does not flatten dataclass inputs: the whole object is one "
-                   "placeholder and its tensors are baked in as constants (reported)")
 def test_dataclass_input_through_export():
     from tensorplay.export import export
     prog = export(lambda o: o.t * 3, Opt(tp.ones(2), None))
