@@ -28,6 +28,32 @@ def _scalar_long(value: int) -> Tensor:
     return tensor(value, dtype=_dtype.int64)
 
 
+def _register_affine(module: Module, enabled: bool, shape: tuple[int, ...], dtype, bias: bool | None) -> None:
+    """Register ``weight`` (and ``bias``) Parameters of ``shape``, or ``None`` entries when not ``enabled``.
+
+    ``bias=None`` registers no ``bias`` entry at all (``RMSNorm``).
+    """
+    module.register_parameter("weight", Parameter(_empty(*shape, dtype=dtype)) if enabled else None)
+    if bias is not None:
+        module.register_parameter("bias", Parameter(_empty(*shape, dtype=dtype)) if enabled and bias else None)
+
+
+def _reset_affine(module: Module, enabled: bool) -> None:
+    """Set the affine ``weight`` to 1 and ``bias`` (where present) to 0 when ``enabled``."""
+    if enabled:
+        init.ones_(module.weight)
+        if getattr(module, "bias", None) is not None:
+            init.zeros_(module.bias)
+
+
+def _check_trailing_shape(owner: str, input, normalized_shape: tuple) -> None:
+    """Raise RuntimeError unless ``input``'s trailing dims equal ``normalized_shape``."""
+    n = len(normalized_shape)
+    if isinstance(input, Tensor) and tuple(input.shape[input.dim() - n:]) != normalized_shape:
+        raise RuntimeError(f"{owner}: expected input with shape [*, {', '.join(map(str, normalized_shape))}]"
+                           f", but got input of size {list(input.shape)}")
+
+
 class _BatchNorm(Module):
     _ranks: tuple[int, ...] = ()
 
@@ -41,15 +67,7 @@ class _BatchNorm(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(_empty(num_features, dtype=dtype))
-            if bias:
-                self.bias = Parameter(_empty(num_features, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _register_affine(self, affine, (num_features,), dtype, bias)
         if track_running_stats:
             self.register_buffer("running_mean", _empty(num_features, dtype=dtype))
             self.register_buffer("running_var", _empty(num_features, dtype=dtype))
@@ -68,10 +86,7 @@ class _BatchNorm(Module):
 
     def reset_parameters(self) -> None:
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self, self.affine)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                               error_msgs) -> None:
@@ -136,28 +151,14 @@ class LayerNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(_empty(*self.normalized_shape, dtype=dtype))
-            if bias:
-                self.bias = Parameter(_empty(*self.normalized_shape, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _register_affine(self, elementwise_affine, self.normalized_shape, dtype, bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self, self.elementwise_affine)
 
     def forward(self, input: Tensor) -> Tensor:
-        n = len(self.normalized_shape)
-        if isinstance(input, Tensor) and tuple(input.shape[input.dim() - n:]) != self.normalized_shape:
-            raise RuntimeError(f"LayerNorm: expected input with shape [*, {', '.join(map(str, self.normalized_shape))}]"
-                               f", but got input of size {list(input.shape)}")
+        _check_trailing_shape("LayerNorm", input, self.normalized_shape)
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -178,22 +179,11 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(_empty(num_channels, dtype=dtype))
-            if bias:
-                self.bias = Parameter(_empty(num_channels, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _register_affine(self, affine, (num_channels,), dtype, bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self, self.affine)
 
     def forward(self, input: Tensor) -> Tensor:
         if isinstance(input, Tensor) and (input.dim() < 2 or input.shape[1] != self.num_channels):
@@ -215,21 +205,14 @@ class RMSNorm(Module):
         self.normalized_shape = _shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(_empty(*self.normalized_shape, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
+        _register_affine(self, elementwise_affine, self.normalized_shape, dtype, None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.elementwise_affine:
-            init.ones_(self.weight)
+        _reset_affine(self, self.elementwise_affine)
 
     def forward(self, input: Tensor) -> Tensor:
-        n = len(self.normalized_shape)
-        if isinstance(input, Tensor) and tuple(input.shape[input.dim() - n:]) != self.normalized_shape:
-            raise RuntimeError(f"RMSNorm: expected input with shape [*, {', '.join(map(str, self.normalized_shape))}]"
-                               f", but got input of size {list(input.shape)}")
+        _check_trailing_shape("RMSNorm", input, self.normalized_shape)
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
