@@ -99,7 +99,51 @@ def _clones(module: Module, n: int) -> ModuleList:
     return ModuleList([copy.deepcopy(module) for _ in range(n)])
 
 
-class TransformerEncoderLayer(Module):
+class _TransformerLayer(Module):
+    """The parts shared by the encoder and decoder layers, registered in PyTorch's order: the attention
+    modules named by ``attn_names``, ``linear1``, ``dropout``, ``linear2``, then one ``normK`` and one
+    ``dropoutK`` per residual branch (one per attention plus the feed-forward)."""
+
+    def __init__(self, attn_names: tuple[str, ...], d_model: int, nhead: int, dim_feedforward: int, dropout: float,
+                 activation: str | Callable, layer_norm_eps: float, batch_first: bool, norm_first: bool, bias: bool,
+                 dtype) -> None:
+        super().__init__()
+        name = type(self).__name__
+        dropout = _check_dropout(name, dropout)
+        for attr in attn_names:
+            setattr(self, attr, MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                   batch_first=batch_first, dtype=dtype))
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.norm_first = norm_first
+        branches = range(1, len(attn_names) + 2)
+        for k in branches:
+            setattr(self, f"norm{k}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype))
+        for k in branches:
+            setattr(self, f"dropout{k}", Dropout(dropout))
+        self.activation = _activation(name, activation)
+
+    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
+        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,
+                           need_weights=False)[0]
+        return self.dropout1(x)
+
+
+def _stack(owner: str, arg: str, layer: Module, num_layers: int) -> ModuleList:
+    """``num_layers`` deep copies of ``layer`` after checking both arguments of ``owner``."""
+    if not isinstance(layer, Module):
+        raise TypeError(f"{owner}: {arg} must be a Module, got {type(layer).__name__}")
+    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
+        raise ValueError(f"{owner}: num_layers must be a non-negative int, got {num_layers!r}")
+    return _clones(layer, num_layers)
+
+
+def _batch_first(layers: ModuleList) -> bool:
+    return layers[0].self_attn.batch_first if len(layers) else False
+
+
+class TransformerEncoderLayer(_TransformerLayer):
     """Self-attention then feed-forward, each wrapped in residual + LayerNorm (post-norm, or pre-norm with
     ``norm_first``). ``forward(src, src_mask=None, src_key_padding_mask=None, is_causal=False)``.
 
@@ -112,22 +156,9 @@ class TransformerEncoderLayer(Module):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: str | Callable = F.relu, layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None):
-        super().__init__()
-        name = type(self).__name__
-        dropout = _check_dropout(name, dropout)
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
-                                            dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        activation = _activation(name, activation)
-        self.activation_relu_or_gelu = _relu_or_gelu(activation)
-        self.activation = activation
+        super().__init__(("self_attn",), d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                         batch_first, norm_first, bias, dtype)
+        self.activation_relu_or_gelu = _relu_or_gelu(self.activation)
 
     def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
                 is_causal: bool = False) -> Tensor:
@@ -140,16 +171,11 @@ class TransformerEncoderLayer(Module):
         x = self.norm1(x + self._sa_block(x, src_mask, src_key_padding_mask, is_causal))
         return self.norm2(x + self._ff_block(x))
 
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, need_weights=False,
-                           is_causal=is_causal)[0]
-        return self.dropout1(x)
-
     def _ff_block(self, x):
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
 
-class TransformerDecoderLayer(Module):
+class TransformerDecoderLayer(_TransformerLayer):
     """Self-attention, attention over ``memory``, feed-forward; each with residual + LayerNorm.
 
     ``forward(tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
@@ -164,24 +190,8 @@ class TransformerDecoderLayer(Module):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
                  activation: str | Callable = F.relu, layer_norm_eps: float = 1e-5, batch_first: bool = False,
                  norm_first: bool = False, bias: bool = True, device=None, dtype=None):
-        super().__init__()
-        name = type(self).__name__
-        dropout = _check_dropout(name, dropout)
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first, bias=bias,
-                                            dtype=dtype)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, batch_first=batch_first,
-                                                 bias=bias, dtype=dtype)
-        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
-        self.dropout = Dropout(dropout)
-        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, dtype=dtype)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
-        self.dropout3 = Dropout(dropout)
-        self.activation = _activation(name, activation)
+        super().__init__(("self_attn", "multihead_attn"), d_model, nhead, dim_feedforward, dropout, activation,
+                         layer_norm_eps, batch_first, norm_first, bias, dtype)
 
     def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,
@@ -195,11 +205,6 @@ class TransformerDecoderLayer(Module):
         x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
         x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
         return self.norm3(x + self._ff_block(x))
-
-    def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
-        x = self.self_attn(x, x, x, attn_mask=attn_mask, key_padding_mask=key_padding_mask, is_causal=is_causal,
-                           need_weights=False)[0]
-        return self.dropout1(x)
 
     def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal):
         x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
@@ -225,11 +230,7 @@ class TransformerEncoder(Module):
     def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
                  enable_nested_tensor: bool = True, mask_check: bool = True):
         super().__init__()
-        if not isinstance(encoder_layer, Module):
-            raise TypeError(f"TransformerEncoder: encoder_layer must be a Module, got {type(encoder_layer).__name__}")
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-            raise ValueError(f"TransformerEncoder: num_layers must be a non-negative int, got {num_layers!r}")
-        self.layers = _clones(encoder_layer, num_layers)
+        self.layers = _stack("TransformerEncoder", "encoder_layer", encoder_layer, num_layers)
         self.num_layers = num_layers
         self.norm = norm
         self.enable_nested_tensor = enable_nested_tensor
@@ -240,7 +241,7 @@ class TransformerEncoder(Module):
                 is_causal: bool | None = None) -> Tensor:
         src_key_padding_mask = canonical_mask(src_key_padding_mask, "src_key_padding_mask", src.dtype)
         mask = canonical_mask(mask, "mask", src.dtype)
-        batch_first = self.layers[0].self_attn.batch_first if len(self.layers) else False
+        batch_first = _batch_first(self.layers)
         is_causal = _detect_is_causal(mask, is_causal, _seq_len(src, batch_first))
         output = src
         for layer in self.layers:
@@ -259,11 +260,7 @@ class TransformerDecoder(Module):
 
     def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Module | None = None):
         super().__init__()
-        if not isinstance(decoder_layer, Module):
-            raise TypeError(f"TransformerDecoder: decoder_layer must be a Module, got {type(decoder_layer).__name__}")
-        if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 0:
-            raise ValueError(f"TransformerDecoder: num_layers must be a non-negative int, got {num_layers!r}")
-        self.layers = _clones(decoder_layer, num_layers)
+        self.layers = _stack("TransformerDecoder", "decoder_layer", decoder_layer, num_layers)
         self.num_layers = num_layers
         self.norm = norm
 
@@ -271,7 +268,7 @@ class TransformerDecoder(Module):
                 memory_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,
                 memory_key_padding_mask: Tensor | None = None, tgt_is_causal: bool | None = None,
                 memory_is_causal: bool = False) -> Tensor:
-        batch_first = self.layers[0].self_attn.batch_first if len(self.layers) else False
+        batch_first = _batch_first(self.layers)
         tgt_is_causal = _detect_is_causal(tgt_mask, tgt_is_causal, _seq_len(tgt, batch_first))
         output = tgt
         for layer in self.layers:
