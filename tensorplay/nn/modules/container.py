@@ -12,7 +12,7 @@ from __future__ import annotations
 import operator
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Self
 
 from ..._tensor import Tensor
 from ..parameter import Parameter
@@ -28,8 +28,39 @@ def _index(idx, n: int, owner: str) -> int:
     return idx % n
 
 
-class Sequential(Module):
+class _ModuleSequence(Module):
+    """What ``Sequential`` and ``ModuleList`` share: children named ``"0"``, ``"1"``, ... kept contiguous."""
+
+    _owner = ""  # the class name used in index errors
+
+    def __delitem__(self, idx) -> None:
+        keys = list(self._modules)
+        for key in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(self), self._owner)]]):
+            del self._modules[key]
+        self._modules = OrderedDict((str(i), m) for i, m in enumerate(self._modules.values()))
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(self._modules.values())
+
+    def append(self, module: Module) -> Self:
+        """Add ``module`` as the next child; returns ``self``."""
+        self.add_module(str(len(self)), module)
+        return self
+
+
+def _parameter_line(key, p) -> str:
+    """One ``ParameterList``/``ParameterDict`` repr line: ``  (key): Parameter containing: [...]``."""
+    size = "x".join(str(s) for s in p.shape)
+    return f"  ({key}): Parameter containing: [tensorplay.{p.dtype.name} of size {size}]"
+
+
+class Sequential(_ModuleSequence):
     """Modules called in order, each on the previous output; also built from an ``OrderedDict``."""
+
+    _owner = "Sequential"
 
     def __init__(self, *args: Module):
         super().__init__()
@@ -49,26 +80,10 @@ class Sequential(Module):
         key = list(self._modules)[_index(idx, len(self), "Sequential")]
         setattr(self, key, module)
 
-    def __delitem__(self, idx) -> None:
-        keys = list(self._modules)
-        for key in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(self), "Sequential")]]):
-            del self._modules[key]
-        self._modules = OrderedDict((str(i), m) for i, m in enumerate(self._modules.values()))
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
     def __add__(self, other: Sequential) -> Sequential:
         if not isinstance(other, Sequential):
             raise ValueError(f"add operator supports only objects of Sequential class, but {type(other)} is given.")
         return Sequential(*self, *other)
-
-    def append(self, module: Module) -> Sequential:
-        self.add_module(str(len(self)), module)
-        return self
 
     def insert(self, index: int, module: Module) -> Sequential:
         if not isinstance(module, Module):
@@ -92,8 +107,10 @@ class Sequential(Module):
         return input
 
 
-class ModuleList(Module):
+class ModuleList(_ModuleSequence):
     """A list of modules, registered as children ``"0"``, ``"1"``, ..."""
+
+    _owner = "ModuleList"
 
     def __init__(self, modules: Iterable[Module] | None = None):
         super().__init__()
@@ -108,27 +125,11 @@ class ModuleList(Module):
     def __setitem__(self, idx: int, module: Module) -> None:
         setattr(self, str(_index(idx, len(self), "ModuleList")), module)
 
-    def __delitem__(self, idx) -> None:
-        keys = list(self._modules)
-        for key in (keys[idx] if isinstance(idx, slice) else [keys[_index(idx, len(self), "ModuleList")]]):
-            del self._modules[key]
-        self._modules = OrderedDict((str(i), m) for i, m in enumerate(self._modules.values()))
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[Module]:
-        return iter(self._modules.values())
-
     def __iadd__(self, modules: Iterable[Module]) -> ModuleList:
         return self.extend(modules)
 
     def __add__(self, other: Iterable[Module]) -> ModuleList:
         return ModuleList([*self, *other])
-
-    def append(self, module: Module) -> ModuleList:
-        self.add_module(str(len(self)), module)
-        return self
 
     def extend(self, modules: Iterable[Module]) -> ModuleList:
         if isinstance(modules, Module) or not isinstance(modules, Iterable):
@@ -252,8 +253,7 @@ class ParameterList(Module):
         lines = []
         for i, p in enumerate(self):
             if isinstance(p, Tensor):
-                size = "x".join(str(s) for s in p.shape)
-                lines.append(f"  ({i}): Parameter containing: [tensorplay.{p.dtype.name} of size {size}]")
+                lines.append(_parameter_line(i, p))
             else:
                 lines.append(f"  ({i}): Object of type: {type(p).__name__}")
         return "\n".join(lines)
@@ -319,11 +319,7 @@ class ParameterDict(Module):
             self[key] = value
 
     def extra_repr(self) -> str:
-        lines = []
-        for k, p in self.items():
-            size = "x".join(str(s) for s in p.shape)
-            lines.append(f"  ({k}): Parameter containing: [tensorplay.{p.dtype.name} of size {size}]")
-        return "\n".join(lines)
+        return "\n".join(_parameter_line(k, p) for k, p in self.items())
 
     def __repr__(self) -> str:
         body = self.extra_repr()
