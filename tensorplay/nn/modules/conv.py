@@ -17,8 +17,7 @@ import math
 from ..._tensor import Tensor, is_tensor_like
 from .. import functional as F
 from .. import init
-from ..parameter import Parameter
-from .linear import _empty
+from .linear import _weight_and_bias
 from .module import Module
 
 __all__ = ["Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d"]
@@ -78,11 +77,7 @@ class _ConvNd(Module):
             shape = (in_channels, out_channels // groups, *self.kernel_size)
         else:
             shape = (out_channels, in_channels // groups, *self.kernel_size)
-        self.weight = Parameter(_empty(*shape, dtype=dtype))
-        if bias:
-            self.bias = Parameter(_empty(out_channels, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, shape, out_channels, bias, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -123,38 +118,41 @@ class _ConvNd(Module):
         return s
 
 
-class Conv1d(_ConvNd):
+class _Conv(_ConvNd):
+    """A forward convolution; ``_function`` names its ``tensorplay.nn.functional`` entry."""
+
+    _function = ""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device, dtype)
+
+    def forward(self, input: Tensor) -> Tensor:
+        self._check_input(input)
+        conv = getattr(F, self._function)
+        return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Conv1d(_Conv):
     """1-D convolution over ``(N, C, L)`` (or unbatched ``(C, L)``) input."""
 
     _dims = 1
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, device, dtype)
-
-    def forward(self, input: Tensor) -> Tensor:
-        self._check_input(input)
-        return F.conv1d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+    _function = "conv1d"
 
 
-class Conv2d(_ConvNd):
+class Conv2d(_Conv):
     """2-D convolution over ``(N, C, H, W)`` (or unbatched ``(C, H, W)``) input."""
 
     _dims = 2
-
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, device, dtype)
-
-    def forward(self, input: Tensor) -> Tensor:
-        self._check_input(input)
-        return F.conv2d(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+    _function = "conv2d"
 
 
 class _ConvTransposeNd(_ConvNd):
+    """A transposed convolution; ``_function`` names its ``tensorplay.nn.functional`` entry."""
+
     _transposed = True
+    _function = ""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
                  groups: int = 1, bias: bool = True, dilation=1, padding_mode: str = "zeros", device=None,
@@ -167,24 +165,22 @@ class _ConvTransposeNd(_ConvNd):
                                  f"dilation, got output_padding={self.output_padding}, stride={self.stride}, "
                                  f"dilation={self.dilation}")
 
+    def forward(self, input: Tensor, output_size=None) -> Tensor:
+        self._check_input(input)
+        conv = getattr(F, self._function)
+        return conv(input, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
+                    self.dilation)
+
 
 class ConvTranspose1d(_ConvTransposeNd):
     """Transposed 1-D convolution (the gradient of ``Conv1d`` w.r.t. its input)."""
 
     _dims = 1
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        self._check_input(input)
-        return F.conv_transpose1d(input, self.weight, self.bias, self.stride, self.padding, self.output_padding,
-                                  self.groups, self.dilation)
+    _function = "conv_transpose1d"
 
 
 class ConvTranspose2d(_ConvTransposeNd):
     """Transposed 2-D convolution (the gradient of ``Conv2d`` w.r.t. its input)."""
 
     _dims = 2
-
-    def forward(self, input: Tensor, output_size=None) -> Tensor:
-        self._check_input(input)
-        return F.conv_transpose2d(input, self.weight, self.bias, self.stride, self.padding, self.output_padding,
-                                  self.groups, self.dilation)
+    _function = "conv_transpose2d"

@@ -25,6 +25,12 @@ def _empty(*shape: int, dtype=None) -> Tensor:
     return REGISTRY["empty"](*shape, dtype=dtype if dtype is not None else _dtype.get_default_dtype())
 
 
+def _weight_and_bias(module: Module, weight_shape: tuple[int, ...], bias_size: int, bias: bool, dtype) -> None:
+    """Register an uninitialised ``weight`` of ``weight_shape`` and a ``bias`` of ``bias_size`` (or ``None``)."""
+    module.weight = Parameter(_empty(*weight_shape, dtype=dtype))
+    module.register_parameter("bias", Parameter(_empty(bias_size, dtype=dtype)) if bias else None)
+
+
 def _positive(owner: str, **values) -> None:
     for name, v in values.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -59,11 +65,7 @@ class Linear(Module):
         _positive("Linear", in_features=in_features, out_features=out_features)
         self.in_features = in_features
         self.out_features = out_features
-        self.weight = Parameter(_empty(out_features, in_features, dtype=dtype))
-        if bias:
-            self.bias = Parameter(_empty(out_features, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, (out_features, in_features), out_features, bias, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -91,11 +93,7 @@ class Bilinear(Module):
         self.in1_features = in1_features
         self.in2_features = in2_features
         self.out_features = out_features
-        self.weight = Parameter(_empty(out_features, in1_features, in2_features, dtype=dtype))
-        if bias:
-            self.bias = Parameter(_empty(out_features, dtype=dtype))
-        else:
-            self.register_parameter("bias", None)
+        _weight_and_bias(self, (out_features, in1_features, in2_features), out_features, bias, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
