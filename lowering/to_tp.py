@@ -287,7 +287,7 @@ class _Converter:
             self.values[node] = _Arg(len(args) - 1)
             return
         example = node.meta.get("example_value")
-        if val is None and example is not None:  # a container input: its reads become arguments
+        if val is None and _container_reads(node):  # a container input: its reads become arguments
             self.values[node] = self.container_input(node, name, (), args, sources)
             return
         value = example if example is not None else val
@@ -308,7 +308,7 @@ class _Converter:
                 args.append((_weight_name(f"{name}_{label}"), self.ttype(user.meta["val"])))
                 sources.append(ArgSource("input", name, step))
                 items[key] = _Arg(len(args) - 1)
-            elif user.meta.get("val") is None and user.meta.get("example_value") is not None:
+            elif user.meta.get("val") is None and _container_reads(user):
                 items[key] = self.container_input(user, name, step, args, sources)
                 self.values[user] = items[key]
         return _Container(items, node.meta.get("example_value"))
@@ -589,6 +589,11 @@ class _Shape:
 
     def __init__(self, tensor: Value):
         self.tensor = tensor
+
+
+def _container_reads(node: Any) -> bool:
+    """Whether ``node`` (an input container) is read by ``getitem`` / ``getattr`` nodes."""
+    return any(u.op == "call_function" and u.target in (operator.getitem, getattr) for u in node.users)
 
 
 class _Container:
