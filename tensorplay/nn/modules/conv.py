@@ -34,6 +34,7 @@ def _tuple(value, n: int, name: str, owner: str) -> tuple:
 class _ConvNd(Module):
     _dims = 2
     _transposed = False
+    _function = ""  # the tensorplay.nn.functional entry, e.g. "conv2d"
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
                  groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None,
@@ -101,6 +102,15 @@ class _ConvNd(Module):
             raise RuntimeError(f"{owner}: expected input with in_channels={self.in_channels} at dim "
                                f"{input.dim() - n - 1}, got shape {list(input.shape)}")
 
+    def _convolve(self, input: Tensor) -> Tensor:
+        """Check ``input`` and apply ``F.<_function>`` (argument order of ``conv*d`` / ``conv_transpose*d``)."""
+        self._check_input(input)
+        if self._transposed:
+            tail = (self.output_padding, self.groups, self.dilation)
+        else:
+            tail = (self.dilation, self.groups)
+        return getattr(F, self._function)(input, self.weight, self.bias, self.stride, self.padding, *tail)
+
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
         if self.padding != (0,) * self._dims:
@@ -119,9 +129,7 @@ class _ConvNd(Module):
 
 
 class _Conv(_ConvNd):
-    """A forward convolution; ``_function`` names its ``tensorplay.nn.functional`` entry."""
-
-    _function = ""
+    """A forward convolution (hides the ``output_padding`` argument)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
                  groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None):
@@ -129,9 +137,7 @@ class _Conv(_ConvNd):
                          padding_mode, device, dtype)
 
     def forward(self, input: Tensor) -> Tensor:
-        self._check_input(input)
-        conv = getattr(F, self._function)
-        return conv(input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        return self._convolve(input)
 
 
 class Conv1d(_Conv):
@@ -149,10 +155,7 @@ class Conv2d(_Conv):
 
 
 class _ConvTransposeNd(_ConvNd):
-    """A transposed convolution; ``_function`` names its ``tensorplay.nn.functional`` entry."""
-
     _transposed = True
-    _function = ""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
                  groups: int = 1, bias: bool = True, dilation=1, padding_mode: str = "zeros", device=None,
@@ -166,10 +169,7 @@ class _ConvTransposeNd(_ConvNd):
                                  f"dilation={self.dilation}")
 
     def forward(self, input: Tensor, output_size=None) -> Tensor:
-        self._check_input(input)
-        conv = getattr(F, self._function)
-        return conv(input, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
-                    self.dilation)
+        return self._convolve(input)
 
 
 class ConvTranspose1d(_ConvTransposeNd):
