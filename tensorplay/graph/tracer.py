@@ -374,6 +374,11 @@ class Tracer:
             return self.tensor_proxy(node, _copy(value), tuple(shape))
         if _has_tensor(value):
             return self._container_proxy(node, value, dynamic or {})
+        if dataclasses.is_dataclass(value) and not isinstance(value, type) and any(
+                isinstance(getattr(value, f.name, None), Tensor) for f in dataclasses.fields(value)):
+            raise GraphCaptureError(f"input {name!r} is a {type(value).__qualname__} dataclass holding tensors that "
+                                    f"is not a registered pytree node; expected it registered with "
+                                    f"tensorplay.export.register_dataclass (else its tensors would be constants)")
         node.meta["val"] = value
         node.meta["example_value"] = value
         return value

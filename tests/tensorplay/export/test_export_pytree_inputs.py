@@ -175,3 +175,12 @@ register_pytree_node(_Opaque, lambda o: ([o.t], None), lambda ch, _: _Opaque(ch[
 def test_registered_pytree_without_readable_children_is_refused():
     with pytest.raises(GraphCaptureError, match="registered pytree type _Opaque.*register_dataclass"):
         export(lambda o: o.t * 2, _Opaque(tp.ones(2)))
+
+
+def test_unregistered_dataclass_holding_tensors_is_refused():
+    @dataclasses.dataclass
+    class Loose:
+        t: object
+
+    with pytest.raises(GraphCaptureError, match="'o'.*Loose.*register_dataclass"):
+        export(lambda o: o.t * 2, Loose(tp.ones(2)))
