@@ -429,8 +429,7 @@ def input_children(value) -> list[tuple[Any, Callable, Any]]:
 def rebuild_input(value, children: list):
     """A container like ``value`` (same type and keys) holding ``children`` in :func:`input_children` order."""
     if isinstance(value, dict):
-        return type(value)(zip(value.keys(), children, strict=True)) if type(value) is not dict \
-            else dict(zip(value.keys(), children, strict=True))
+        return type(value)(zip(value.keys(), children, strict=True))
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return type(value)(*children)
     if isinstance(value, list | tuple):
