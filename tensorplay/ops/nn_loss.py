@@ -44,6 +44,16 @@ def _reduce(loss, reduction):
     return loss
 
 
+def _weighted(loss, weight):
+    """``loss * weight``, or ``loss`` where there is no ``weight`` (numpy arrays or Tensors)."""
+    return loss if weight is None else loss * weight
+
+
+def _same_shape(a, b) -> bool:
+    """Whether shapes ``a`` and ``b`` are equal, sizes compared with ``sym_eq`` (they may be symbolic)."""
+    return len(a) == len(b) and all(sym_eq(x, y) for x, y in zip(a, b))
+
+
 def _wide(x):
     return x.astype(np.float64) if x.dtype.kind == "f" and x.dtype != np.float64 else x
 
@@ -117,8 +127,7 @@ smooth_l1_loss = _pointwise("smooth_l1_loss", _smooth_l1_np, _smooth_l1_tp, para
 def _bce_meta(input, target, weight=None, reduction="mean"):
     require_float("binary_cross_entropy", input)
     _check_reduction("binary_cross_entropy", reduction)
-    if not isinstance(target, TensorMeta) or len(target.shape) != len(input.shape) or not all(
-            sym_eq(a, b) for a, b in zip(target.shape, input.shape)):
+    if not isinstance(target, TensorMeta) or not _same_shape(target.shape, input.shape):
         got = list(target.shape) if isinstance(target, TensorMeta) else type(target).__name__
         raise ValueError(f"Using a target size ({got}) that is different to the input size "
                          f"({list(input.shape)}) is deprecated. Please ensure they have the same size.")
@@ -133,9 +142,7 @@ def _bce_impl(input, target, weight=None, reduction="mean"):
         raise RuntimeError("all elements of input should be between 0 and 1")
     with np.errstate(divide="ignore"):
         loss = -(y * np.maximum(np.log(x), -100) + (1 - y) * np.maximum(np.log1p(-x), -100))
-    if weight is not None:
-        loss = loss * weight
-    return _reduce_np(loss, reduction).astype(input.dtype)
+    return _reduce_np(_weighted(loss, weight), reduction).astype(input.dtype)
 
 
 binary_cross_entropy = register(
@@ -149,9 +156,7 @@ binary_cross_entropy = register(
 def _bce_decomposition(input, target, weight=None, reduction="mean"):
     t = tp()
     loss = -(target * t.clamp_min(t.log(input), -100) + (1 - target) * t.clamp_min(t.log1p(-input), -100))
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
+    return _reduce(_weighted(loss, weight), reduction)
 
 
 @binary_cross_entropy.def_backward
@@ -173,8 +178,7 @@ def _bce_backward(ctx, grad):
 def _bce_logits_meta(input, target, weight=None, reduction="mean", pos_weight=None):
     require_float("binary_cross_entropy_with_logits", input)
     _check_reduction("binary_cross_entropy_with_logits", reduction)
-    if not isinstance(target, TensorMeta) or len(target.shape) != len(input.shape) or not all(
-            sym_eq(a, b) for a, b in zip(target.shape, input.shape)):
+    if not isinstance(target, TensorMeta) or not _same_shape(target.shape, input.shape):
         got = list(target.shape) if isinstance(target, TensorMeta) else type(target).__name__
         raise ValueError(f"Target size ({got}) must be the same as input size ({list(input.shape)})")
     for w in (weight, pos_weight):
@@ -190,9 +194,7 @@ def _bce_logits_impl(input, target, weight=None, reduction="mean", pos_weight=No
         loss = (1 - y) * x + (1 + (pos_weight - 1) * y) * log_sig_neg
     else:
         loss = (1 - y) * x + log_sig_neg
-    if weight is not None:
-        loss = loss * weight
-    return _reduce_np(loss, reduction).astype(input.dtype)
+    return _reduce_np(_weighted(loss, weight), reduction).astype(input.dtype)
 
 
 binary_cross_entropy_with_logits = register(
@@ -210,9 +212,7 @@ def _bce_logits_decomposition(input, target, weight=None, reduction="mean", pos_
     log_sig_neg = t.clamp_min(-input, 0) + t.log1p(t.exp(-t.abs(input)))
     coef = (pos_weight - 1) * target + 1 if pos_weight is not None else 1
     loss = (1 - target) * input + log_sig_neg * coef
-    if weight is not None:
-        loss = loss * weight
-    return _reduce(loss, reduction)
+    return _reduce(_weighted(loss, weight), reduction)
 
 
 binary_cross_entropy_with_logits.def_backward(backward_from_decomposition(binary_cross_entropy_with_logits))
@@ -280,8 +280,7 @@ def _class_meta(fn, input, target, weight, reduction, probabilities_ok=False):
                            f"classes but got weight tensor of shape: {list(weight.shape)}")
     probs = probabilities_ok and target.dtype.is_floating_point
     if probs:
-        if len(target.shape) != len(input.shape) or not all(sym_eq(a, b) for a, b in zip(target.shape,
-                                                                                         input.shape)):
+        if not _same_shape(target.shape, input.shape):
             raise RuntimeError(f"{fn}(): Expected target of class probabilities to have the input's shape "
                                f"{list(input.shape)}, got {list(target.shape)}")
         batch = input.shape[:1] + input.shape[2:] if input.ndim > 1 else ()
@@ -291,7 +290,7 @@ def _class_meta(fn, input, target, weight, reduction, probabilities_ok=False):
                                f"{target.dtype.name}" + (" (class probabilities need the input's shape)"
                                                          if probabilities_ok else ""))
         batch = input.shape[:1] + input.shape[2:] if input.ndim > 1 else ()
-        if len(target.shape) != len(batch) or not all(sym_eq(a, b) for a, b in zip(target.shape, batch)):
+        if not _same_shape(target.shape, batch):
             raise ValueError(f"Expected target size {list(batch)}, got {list(target.shape)} (input of size "
                              f"{list(input.shape)})")
     return TensorMeta(batch if reduction == "none" else (), input.dtype)
