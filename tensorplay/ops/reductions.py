@@ -167,10 +167,15 @@ def _sum_meta(input, dim=None, keepdim=False, *, dtype=None):
     return TensorMeta(reduced_shape(input.shape, dims, keepdim), out)
 
 
+def _accumulate(np_reduce, input, dim, keepdim: bool, dtype):
+    """``np_reduce`` (``np.sum`` or ``np.prod``) of ``input`` in ``dtype`` over ``dim``, in the accumulator type."""
+    x = _convert(input, dtype)
+    return np_reduce(x, axis=_axes(dim, x.ndim), dtype=_accumulator(x), keepdims=keepdim)
+
+
 def _sum(input, dim=None, keepdim=False, *, dtype=None):
     """Sum of ``input`` over ``dim`` (all dims by default)."""
-    x = _convert(input, dtype)
-    return np.sum(x, axis=_axes(dim, x.ndim), dtype=_accumulator(x), keepdims=keepdim)
+    return _accumulate(np.sum, input, dim, keepdim, dtype)
 
 
 sum_op = register("sum", _quiet(_sum), _sum_meta, method=True, primitive=True,
@@ -204,8 +209,7 @@ def _prod_meta(input, dim=None, keepdim=False, *, dtype=None):
 
 def _prod(input, dim=None, keepdim=False, *, dtype=None):
     """Product of ``input`` over ``dim`` (all elements by default)."""
-    x = _convert(input, dtype)
-    return np.prod(x, axis=_axes(dim, x.ndim), dtype=_accumulator(x), keepdims=keepdim)
+    return _accumulate(np.prod, input, dim, keepdim, dtype)
 
 
 prod = register("prod", _quiet(_prod), _prod_meta, method=True, primitive=True,
