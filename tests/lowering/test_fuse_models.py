@@ -13,26 +13,9 @@ from dialect.passes import PassManager
 from lowering.fuse import fusion_stats
 from lowering.kernel_globals import globals_to_args
 from tensorplay import nn
+from tests.lowering.test_to_tp_models import _cnn  # shared CNN; its forward stays there (locations are checked)
 
 F = nn.functional
-
-
-class TinyCNN(nn.Module):
-    """conv -> batch norm (eval) -> relu -> max pool -> strided conv -> relu -> global avg pool -> linear."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
-        self.bn = nn.BatchNorm2d(8)
-        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, bias=False)
-        self.fc = nn.Linear(16, 10)
-
-    def forward(self, x):
-        x = F.conv2d(x, self.conv1.weight, self.conv1.bias, padding=1)
-        x = F.batch_norm(x, self.bn.running_mean, self.bn.running_var, self.bn.weight, self.bn.bias, False)
-        x = F.max_pool2d(x.relu(), 2)
-        x = F.conv2d(x, self.conv2.weight, None, stride=2).relu()
-        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
 class Block(nn.Module):
@@ -45,14 +28,6 @@ class Block(nn.Module):
     def forward(self, x):
         h = self.ln(F.relu(self.fc1(x)))
         return F.softmax(self.fc2(F.gelu(h) + h), dim=-1)
-
-
-def _cnn():
-    m = TinyCNN()
-    with tp.no_grad():
-        m.bn.running_mean.copy_(tp.randn(8) * 0.1)
-        m.bn.running_var.copy_(tp.rand(8) + 0.5)
-    return m.eval()
 
 
 MODELS = {"block": (Block, (12,), "x"), "cnn": (_cnn, (3, 12, 12), "x")}
