@@ -4,7 +4,9 @@ import threading
 
 import numpy as np
 import pytest
-from rt_programs import AFFINE_IR, AFFINE_SIGNATURE, affine_reference
+import test_abi
+from rt_programs import AFFINE_SIGNATURE, affine_reference
+from test_abi import MyShapeError, _inputs
 
 from runtime import abi, jit
 from runtime.abi import Executable, Signature, TensorSpec
@@ -41,8 +43,7 @@ define i32 @counted_run(ptr noalias %in_ptrs, ptr noalias %out_ptrs, ptr noalias
 COUNTED_SIG = Signature(inputs=(TensorSpec("x", "float32", 1),), outputs=(TensorSpec("y", "float32", 1),))
 
 
-class MyShapeError(Exception):
-    pass
+affine_lib, affine = test_abi.affine_lib, test_abi.affine  # the fixtures test_abi defines
 
 
 @pytest.fixture
@@ -52,21 +53,6 @@ def counted():
     lib = jit.compile_ir(COUNTED_IR, name="counted", cache=False)
     exe = Executable(lib, "counted", COUNTED_SIG)
     return exe, lib.function("counted_prepares", ctypes.c_int64)
-
-
-@pytest.fixture(scope="module")
-def affine_lib():
-    return jit.compile_ir(AFFINE_IR, name="affine", cache=False)
-
-
-@pytest.fixture
-def affine(affine_lib):
-    return Executable(affine_lib, "affine", AFFINE_SIGNATURE, shape_error=MyShapeError)
-
-
-def _inputs(n, m, seed=0):
-    rng = np.random.default_rng(seed)
-    return rng.random((n, m), dtype=np.float32), rng.standard_normal(m).astype(np.float32)
 
 
 def test_fast_path_is_active_here():
