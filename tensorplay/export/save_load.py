@@ -266,7 +266,18 @@ def document_to_program(doc: Any, tensors: dict[str, Callable[[int], Tensor]],
         program.validate()
     except Exception as exc:  # GraphLintError / GraphCaptureError: the document contradicts itself
         raise ValueError(f"malformed program document: {exc}") from None
+    _restore_placeholder_examples(program)
     return program
+
+
+def _restore_placeholder_examples(program: Any) -> None:
+    """Give placeholders their example values again (state values, example inputs), so the program
+    can be re-traced after loading (decompositions, compilation) as it could after export."""
+    state = {**program.state_dict, **program.constants}
+    for spec, node in zip(program.graph_signature.input_specs, program.graph.placeholders, strict=True):
+        value = state.get(spec.target) if spec.target is not None else program.example_inputs.get(node.name)
+        if value is not None and "example_value" not in node.meta:
+            node.meta["example_value"] = value
 
 
 def _decode_signature(doc: dict, decode: Callable[[Any], Any]) -> Any:
