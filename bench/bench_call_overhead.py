@@ -37,26 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime import jit  # noqa: E402
 from runtime.abi import Assertion, Executable, Signature, TensorSpec  # noqa: E402
+from tests.runtime.rt_programs import copy_ir  # noqa: E402
 
-COPY_IR = r"""
-declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
-
-define i32 @copy_prepare(ptr noalias %in_dims, ptr noalias %out_dims, ptr noalias %ws, ptr noalias %err) {
-  %n = load i64, ptr %in_dims
-  store i64 %n, ptr %out_dims
-  store i64 0, ptr %ws
-  ret i32 0
-}
-
-define i32 @copy_run(ptr noalias %in_ptrs, ptr noalias %out_ptrs, ptr noalias %in_dims, ptr %ws, i32 %t) {
-  %x = load ptr, ptr %in_ptrs
-  %y = load ptr, ptr %out_ptrs
-  %n = load i64, ptr %in_dims
-  %bytes = mul i64 %n, 4
-  call void @llvm.memcpy.p0.p0.i64(ptr %y, ptr %x, i64 %bytes, i1 false)
-  ret i32 0
-}
-"""
+COPY_IR = copy_ir("copy", 4)  # the same hand-written copy program the runtime tests use
 COPY_SIG = Signature(inputs=(TensorSpec("x", "float32", 1),), outputs=(TensorSpec("y", "float32", 1),))
 
 AFFINE_IR = r"""
