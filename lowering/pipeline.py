@@ -167,7 +167,8 @@ def compile_program(program: Any, options: CompileOptions | None = None, *,
     executable = compile_kernel_module(
         Module([function]), num_outputs=outputs, num_threads=options.num_threads or _default_threads(),
         shape_error=shape_error, cache=options.cache, prefer_vector_width=options.prefer_vector_width)
-    _dump("llvm", executable.library.ir, options)
+    if "llvm" in options.dump_ir:  # the optimized IR text is computed on demand (cache hits skip O3)
+        _dump("llvm", executable.library.ir, options)
     seconds = time.perf_counter() - start
     summary = {
         "kernels": len(stats.kernels),
