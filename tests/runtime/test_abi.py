@@ -37,6 +37,24 @@ def _inputs(n, m, seed=0):
     return rng.random((n, m), dtype=np.float32), rng.standard_normal(m).astype(np.float32)
 
 
+def run_threads(worker, n: int) -> list[BaseException]:
+    """Call ``worker(k)`` for ``k`` in ``range(n)``, each on its own thread; what they raised."""
+    errors: list[BaseException] = []
+
+    def guarded(k):
+        try:
+            worker(k)
+        except BaseException as exc:  # pragma: no cover - returned to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 @settings(max_examples=40, deadline=None)
 @given(n=st.integers(2, 64), m=st.integers(0, 40), seed=st.integers(0, 2**16))
 def test_affine_matches_numpy(affine_lib, n, m, seed):
@@ -115,21 +133,13 @@ def test_threads_match_sequential(affine):
     cases = [_inputs(2 + (i % 60), 1 + (i * 7) % 50, seed=i) for i in range(64)]
     sequential = [affine(x, b)[0] for x, b in cases]
     results: list = [None] * len(cases)
-    errors = []
 
     def worker(k):
-        try:
-            for _ in range(20):
-                for i in range(k, len(cases), 4):
-                    results[i] = affine(*cases[i])[0]
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for _ in range(20):
+            for i in range(k, len(cases), 4):
+                results[i] = affine(*cases[i])[0]
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(worker, 4)
     assert not errors
     for got, want, (x, b) in zip(results, sequential, cases, strict=True):
         np.testing.assert_array_equal(got, want)

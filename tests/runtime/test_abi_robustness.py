@@ -1,12 +1,11 @@
 """Executable's fast call path: prepare results cached per shapes, native input checks, ``out=``."""
 
-import threading
 
 import numpy as np
 import pytest
 import test_abi
 from rt_programs import AFFINE_SIGNATURE, affine_reference
-from test_abi import MyShapeError, _inputs
+from test_abi import MyShapeError, _inputs, run_threads
 
 from runtime import abi, jit
 from runtime.abi import Executable, Signature, TensorSpec
@@ -193,28 +192,20 @@ def test_out_must_be_writable_and_not_alias(affine):
 
 def test_threads_with_mixed_shapes_and_out(affine):
     cases = [_inputs(2 + i % 5, 1 + i % 3, seed=i) for i in range(24)]
-    errors: list[BaseException] = []
 
     def worker(k):
-        try:
-            for rep in range(30):
-                for i in range(k, len(cases), 3):
-                    x, b = cases[i]
-                    if rep % 2:
-                        y, c = np.empty(x.shape, np.float32), np.empty((), np.int64)
-                        affine(x, b, out=[y, c])
-                    else:
-                        y, c = affine(x, b)
-                    np.testing.assert_array_equal(y, affine_reference(x, b))
-                    assert int(c) == x.shape[0]
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for rep in range(30):
+            for i in range(k, len(cases), 3):
+                x, b = cases[i]
+                if rep % 2:
+                    y, c = np.empty(x.shape, np.float32), np.empty((), np.int64)
+                    affine(x, b, out=[y, c])
+                else:
+                    y, c = affine(x, b)
+                np.testing.assert_array_equal(y, affine_reference(x, b))
+                assert int(c) == x.shape[0]
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = run_threads(worker, 3)
     assert not errors, errors[:1]
 
 
