@@ -166,6 +166,12 @@ def _patch_params(fn, kernel_size, dilation, padding, stride):
     return kernel, dilation, padding, stride
 
 
+def _fold_params(output_size, kernel_size, dilation, padding, stride):
+    """``fold``'s checked arguments as pairs: ``out_size, kernel, dilation, padding, stride``."""
+    return (ntuple(output_size, 2, "output_size", "fold"),
+            *_patch_params("fold", kernel_size, dilation, padding, stride))
+
+
 def _blocks(fn, spatial, kernel, dilation, padding, stride):
     counts = []
     for length, k, d, p, s in zip(spatial, kernel, dilation, padding, stride, strict=True):
@@ -232,8 +238,7 @@ def _col2im_meta(input, output_size, kernel_size, dilation=1, padding=0, stride=
         got = list(input.shape) if isinstance(input, TensorMeta) else type(input).__name__
         raise RuntimeError(f"fold(): Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size "
                            f"and non-zero dimensions for input, but got: {got}")
-    out_size = ntuple(output_size, 2, "output_size", "fold")
-    kernel, dilation, padding, stride = _patch_params("fold", kernel_size, dilation, padding, stride)
+    out_size, kernel, dilation, padding, stride = _fold_params(output_size, kernel_size, dilation, padding, stride)
     k = kernel[0] * kernel[1]
     ck = input.shape[-2]
     if is_int(ck) and ck % k:
@@ -250,8 +255,7 @@ def _col2im_meta(input, output_size, kernel_size, dilation=1, padding=0, stride=
 
 
 def _col2im_impl(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
-    out_size = ntuple(output_size, 2, "output_size", "fold")
-    kernel, dilation, padding, stride = _patch_params("fold", kernel_size, dilation, padding, stride)
+    out_size, kernel, dilation, padding, stride = _fold_params(output_size, kernel_size, dilation, padding, stride)
     x = input if input.ndim == 3 else input[None]
     counts = _blocks("fold", out_size, kernel, dilation, padding, stride)
     n = x.shape[0]
@@ -278,8 +282,7 @@ col2im = register(
 @col2im.def_decomposition
 def _col2im_decomposition(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
     t = tp()
-    out_size = ntuple(output_size, 2, "output_size", "fold")
-    kernel, dilation, padding, stride = _patch_params("fold", kernel_size, dilation, padding, stride)
+    out_size, kernel, dilation, padding, stride = _fold_params(output_size, kernel_size, dilation, padding, stride)
     counts = _blocks("fold", out_size, kernel, dilation, padding, stride)
     k = kernel[0] * kernel[1]
     grid = input.reshape(-1, k, counts[0], counts[1])
