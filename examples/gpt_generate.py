@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> dict:
     compile_s = time.perf_counter() - start
     native = compiled is not None
     print(f"exported in {export_s:.2f} s; compiled in {compile_s:.2f} s: "
-          + (f"{compiled.stats}" if native else "NOT native, runs on the graph interpreter (see the warning)"))
+          + (f"{compiled.stats['kernels']} kernels" if native
+             else "NOT native, runs on the graph interpreter (see the warning)"))
     if not native and args.embedding == "lookup":
         print("hint: --embedding onehot writes the token lookup as a matmul, which compiles natively")
 
