@@ -129,7 +129,12 @@ class CompiledProgram:
         """Run on values by placeholder name (state included); returns the flat native results."""
         args = self.binding.flat_inputs(inputs)
         for ref, literal in zip(self._held, self._literals, strict=True):
-            args.append(literal if literal is not None else _array(inputs[ref.name]))
+            if literal is not None:
+                args.append(literal)
+            elif ref.name in inputs:  # lifted state: read live on every call
+                args.append(_array(inputs[ref.name]))
+            else:  # a tensor constant of the graph itself
+                args.append(_array(self.binding.weights[ref.name]))
         return self.executable(*(np.ascontiguousarray(a) for a in args))
 
 

@@ -70,3 +70,16 @@ def test_loaded_program_compiles_natively(tmp_path):
     assert compiled.stats["kernels"] >= 1
     x = tp.randn(5, 16)
     np.testing.assert_allclose(np.asarray(loaded(x)), _eager(model, x), rtol=1e-5, atol=1e-5)
+
+
+def test_large_graph_constants_are_passed_to_native_code():
+    table = tp.randn(64, 8)
+
+    def f(ids):
+        return (ids.unsqueeze(-1) == tp.arange(64)).to(tp.float32) @ table
+
+    ids = tp.tensor([[1, 5, 63]])
+    prog = export(f, ids, dynamic_shapes={"ids": {1: Dim("seq", min=1)}})
+    tp.compile(prog)
+    other = tp.tensor([[0, 7, 9, 2]])
+    np.testing.assert_allclose(np.asarray(prog(other)), np.asarray(table)[[0, 7, 9, 2]][None], atol=1e-6)
