@@ -81,7 +81,8 @@ class ScalarOps:
             return ir.Constant(ty, lo)
         if math.isinf(value):
             return ir.Constant(ty, hi if value > 0 else lo)
-        return ir.Constant(ty, int(value))
+        # saturate: a float attribute such as float(iinfo(int64).max) rounds up to 2**63, past the type
+        return ir.Constant(ty, min(max(int(value), lo), hi))
 
     def _intrinsic(self, name: str, args: Sequence[ir.Value], ret: ir.Type | None = None,
                    suffix: str | None = None) -> ir.Value:

@@ -91,8 +91,6 @@ KNOWN_BUGS: list = [
      "over as float32 (their __array__) while the native ABI takes bf16 as uint16 storage"),
     (_has_rank0, ValueError, "must have rank 0", "lowering/pipeline.py CompiledProgram.run passes inputs through "
      "np.ascontiguousarray, which turns 0-d arrays into 1-d ones"),
-    (lambda name, tensors: name == "argmin" and tensors[0].dtype is tp.int64, AssertionError, "Arrays are not equal",
-     "native argmin over int64 returns 2**62 instead of the index (wrong init/identity in the arg reduction)"),
     (_op_in("roll"), GraphCaptureError, "bare sympy expression", "the roll decomposition (export's "
      "run_decompositions) passes a symbolic first dim as a bare sympy expression"),
 ]
