@@ -127,7 +127,7 @@ class CompiledProgram:
 
     def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """Run on values by placeholder name (state included); returns the flat native results."""
-        args = self.binding.flat_inputs(inputs)
+        args = self.binding.flat_inputs(inputs, convert=_array)
         for ref, literal in zip(self._held, self._literals, strict=True):
             if literal is not None:
                 args.append(literal)
@@ -135,12 +135,13 @@ class CompiledProgram:
                 args.append(_array(inputs[ref.name]))
             else:  # a tensor constant of the graph itself
                 args.append(_array(self.binding.weights[ref.name]))
-        return self.executable(*(np.ascontiguousarray(a) for a in args))
+        return self.executable(*(a if a.flags.c_contiguous else np.asarray(a, order="C") for a in args))
 
 
 def _array(value: Any) -> np.ndarray:
+    """The storage a tensor already has (bfloat16 as uint16 bits), without copying."""
     data = getattr(value, "_data", None)
-    return data if data is not None else np.asarray(value)
+    return data if isinstance(data, np.ndarray) else np.asarray(value)
 
 
 def _storage(dtype_name: str) -> np.dtype:

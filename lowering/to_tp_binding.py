@@ -48,8 +48,11 @@ class Binding:
     state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # non-tensor inputs baked in at capture
 
-    def flat_inputs(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+    def flat_inputs(self, inputs: Mapping[str, Any], convert: Any = None) -> list[np.ndarray]:
         """Function arguments, in order, from user inputs by placeholder name (state filled in).
+
+        ``convert`` turns each tensor leaf into the array passed (default: a copy of its values;
+        native code passes the raw storage instead).
 
         >>> Binding([ArgSource("input", "x")], 0, {}).flat_inputs({"x": np.zeros(2)})[0].shape
         (2,)
@@ -71,7 +74,7 @@ class Binding:
             v = inputs[a.name]
             for k in a.key:
                 v = getattr(v, k.name) if isinstance(k, Field) else v[k]
-            out.append(as_array(v))
+            out.append((convert or as_array)(v))
         return out
 
     def unflatten(self, results: list[Any]) -> Any:

@@ -89,11 +89,6 @@ def _op_in(*names: str):
 #: A sample they apply to may fail only that way, and each bug must still show on some sample of every op
 #: it applies to (strict: once fixed, its entry must go). The first entry that applies is the one expected.
 KNOWN_BUGS: list = [
-    (_has_bf16, TypeError, "must have dtype uint16", "lowering/pipeline.py CompiledProgram.run takes user inputs "
-     "from Binding.flat_inputs, which gives bfloat16 tensors as float32 (right for the dialect interpreter), "
-     "while the native ABI takes bf16 as uint16 storage"),
-    (_has_rank0, ValueError, "must have rank 0", "lowering/pipeline.py CompiledProgram.run passes inputs through "
-     "np.ascontiguousarray, which turns 0-d arrays into 1-d ones"),
     (_op_in("roll"), GraphCaptureError, "bare sympy expression", "the roll decomposition (export's "
      "run_decompositions) passes a symbolic first dim as a bare sympy expression"),
 ]
