@@ -134,9 +134,20 @@ def _flat_outputs(graph: Graph) -> list:
 
 
 def _resolve(root: Any, target: str) -> Any:
+    """The object at dotted ``target`` under ``root``, read live (a module's own registries first:
+    they are plain dict lookups, which keeps calling a program cheap)."""
     obj = root
     for part in target.split("."):
-        obj = obj[part] if isinstance(obj, dict) else getattr(obj, part)
+        if isinstance(obj, dict):
+            obj = obj[part]
+            continue
+        found = None
+        for store in ("_modules", "_parameters", "_buffers"):
+            registry = getattr(obj, "__dict__", {}).get(store)
+            if registry is not None and part in registry:
+                found = registry[part]
+                break
+        obj = found if found is not None else getattr(obj, part)
     return obj
 
 
