@@ -193,40 +193,6 @@ class Proxy:
     def __setitem__(self, index, value):
         self.tracer.call_operator(operator.setitem, (self, index, value))
 
-    __add__ = _binary(operator.add)
-    __radd__ = _binary(operator.add, True)
-    __sub__ = _binary(operator.sub)
-    __rsub__ = _binary(operator.sub, True)
-    __mul__ = _binary(operator.mul)
-    __rmul__ = _binary(operator.mul, True)
-    __truediv__ = _binary(operator.truediv)
-    __rtruediv__ = _binary(operator.truediv, True)
-    __floordiv__ = _binary(operator.floordiv)
-    __rfloordiv__ = _binary(operator.floordiv, True)
-    __mod__ = _binary(operator.mod)
-    __rmod__ = _binary(operator.mod, True)
-    __pow__ = _binary(operator.pow)
-    __rpow__ = _binary(operator.pow, True)
-    __matmul__ = _binary(operator.matmul)
-    __rmatmul__ = _binary(operator.matmul, True)
-    __and__ = _binary(operator.and_)
-    __rand__ = _binary(operator.and_, True)
-    __or__ = _binary(operator.or_)
-    __ror__ = _binary(operator.or_, True)
-    __xor__ = _binary(operator.xor)
-    __rxor__ = _binary(operator.xor, True)
-    __eq__ = _binary(operator.eq)
-    __ne__ = _binary(operator.ne)
-    __lt__ = _binary(operator.lt)
-    __le__ = _binary(operator.le)
-    __gt__ = _binary(operator.gt)
-    __ge__ = _binary(operator.ge)
-    __getitem__ = _binary(operator.getitem)
-    __iadd__ = _binary(operator.iadd)
-    __isub__ = _binary(operator.isub)
-    __imul__ = _binary(operator.imul)
-    __itruediv__ = _binary(operator.itruediv)
-
     def __neg__(self):
         return self.tracer.call_operator(operator.neg, (self,))
 
@@ -293,29 +259,34 @@ class SymProxy:
     def __hash__(self) -> int:
         return id(self)
 
-    __add__ = _sym_binary(operator.add)
-    __radd__ = _sym_binary(operator.add, True)
-    __sub__ = _sym_binary(operator.sub)
-    __rsub__ = _sym_binary(operator.sub, True)
-    __mul__ = _sym_binary(operator.mul)
-    __rmul__ = _sym_binary(operator.mul, True)
-    __floordiv__ = _sym_binary(operator.floordiv)
-    __rfloordiv__ = _sym_binary(operator.floordiv, True)
-    __truediv__ = _sym_binary(operator.truediv)
-    __rtruediv__ = _sym_binary(operator.truediv, True)
-    __mod__ = _sym_binary(operator.mod)
-    __rmod__ = _sym_binary(operator.mod, True)
-    __pow__ = _sym_binary(operator.pow)
-    __eq__ = _sym_binary(operator.eq)
-    __ne__ = _sym_binary(operator.ne)
-    __lt__ = _sym_binary(operator.lt)
-    __le__ = _sym_binary(operator.le)
-    __gt__ = _sym_binary(operator.gt)
-    __ge__ = _sym_binary(operator.ge)
-
     def __neg__(self):
         return self.tracer.call_sym(operator.neg, (self,))
 
+
+# Python operators: (dunder, operator, reflected). Sizes support the arithmetic and comparison ones.
+_ARITHMETIC = [
+    ("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("truediv", operator.truediv),
+    ("floordiv", operator.floordiv), ("mod", operator.mod), ("pow", operator.pow),
+]
+_COMPARISONS = [("eq", operator.eq), ("ne", operator.ne), ("lt", operator.lt), ("le", operator.le),
+                ("gt", operator.gt), ("ge", operator.ge)]
+_TENSOR_ONLY = [("matmul", operator.matmul), ("and", operator.and_), ("or", operator.or_),
+                ("xor", operator.xor)]
+_IN_PLACE = [("iadd", operator.iadd), ("isub", operator.isub), ("imul", operator.imul),
+             ("itruediv", operator.itruediv)]
+
+
+def _install_operators(cls, make, reflectable, plain) -> None:
+    for name, fn in reflectable:
+        setattr(cls, f"__{name}__", make(fn))
+        setattr(cls, f"__r{name}__", make(fn, True))
+    for name, fn in plain:
+        setattr(cls, f"__{name}__", make(fn))
+
+
+_install_operators(Proxy, _binary, _ARITHMETIC + _TENSOR_ONLY,
+                   _COMPARISONS + _IN_PLACE + [("getitem", operator.getitem)])
+_install_operators(SymProxy, _sym_binary, _ARITHMETIC[:-1], _COMPARISONS + _ARITHMETIC[-1:])  # no __rpow__
 
 def example_number(shape_env, expr):
     """The example value of a size expression: ``shape_env.evaluate`` with whole floats of expressions
