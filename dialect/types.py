@@ -153,16 +153,11 @@ def _check_dtype(dtype: Any, what: str) -> DType:
     return dtype
 
 
-@dataclass(frozen=True, slots=True, init=False)
-class TensorType(Type):
-    """A tensor value type: ``tensor<[s0, 64], f32>``; dims are sympy integer expressions."""
+class _Shaped:
+    """Rank, symbols and element count of a type with a sympy ``shape`` (tensors and buffers)."""
 
+    __slots__ = ()
     shape: tuple[sympy.Expr, ...]
-    dtype: DType
-
-    def __init__(self, shape: Any, dtype: DType | str):
-        object.__setattr__(self, "shape", _shape(shape, "tensor"))
-        object.__setattr__(self, "dtype", _check_dtype(dtype, "tensor"))
 
     @property
     def rank(self) -> int:
@@ -174,6 +169,18 @@ class TensorType(Type):
 
     def numel(self) -> sympy.Expr:
         return sympy.Mul(*self.shape) if self.shape else sympy.Integer(1)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class TensorType(_Shaped, Type):
+    """A tensor value type: ``tensor<[s0, 64], f32>``; dims are sympy integer expressions."""
+
+    shape: tuple[sympy.Expr, ...]
+    dtype: DType
+
+    def __init__(self, shape: Any, dtype: DType | str):
+        object.__setattr__(self, "shape", _shape(shape, "tensor"))
+        object.__setattr__(self, "dtype", _check_dtype(dtype, "tensor"))
 
     def with_shape(self, shape: Any) -> TensorType:
         return TensorType(shape, self.dtype)
@@ -186,7 +193,7 @@ class TensorType(Type):
 
 
 @dataclass(frozen=True, slots=True, init=False)
-class BufferType(Type):
+class BufferType(_Shaped, Type):
     """A row-major memory buffer of the kernel level: ``buffer<[s0, 64], f32>``."""
 
     shape: tuple[sympy.Expr, ...]
@@ -195,17 +202,6 @@ class BufferType(Type):
     def __init__(self, shape: Any, dtype: DType | str):
         object.__setattr__(self, "shape", _shape(shape, "buffer"))
         object.__setattr__(self, "dtype", _check_dtype(dtype, "buffer"))
-
-    @property
-    def rank(self) -> int:
-        return len(self.shape)
-
-    @property
-    def symbols(self) -> set[sympy.Symbol]:
-        return set().union(*(d.free_symbols for d in self.shape)) if self.shape else set()
-
-    def numel(self) -> sympy.Expr:
-        return sympy.Mul(*self.shape) if self.shape else sympy.Integer(1)
 
     def nbytes(self) -> sympy.Expr:
         return self.numel() * self.dtype.itemsize
