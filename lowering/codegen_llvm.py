@@ -61,6 +61,7 @@ from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_pre
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE
 from .gemm_library import GemmConfig, declare_gemm, gemm_configs, gemm_libraries
+from .kernel_sort import emit_sort_call
 
 __all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
 
@@ -208,6 +209,8 @@ class _Codegen:
                 sc.vals[op.result] = self._reduce(sc, op)
             elif name == "kernel.gemm":
                 self._gemm(sc, op)
+            elif name == "kernel.sort":
+                emit_sort_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op)
             else:
                 self._simple(sc, op)
         return None

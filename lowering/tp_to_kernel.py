@@ -49,14 +49,16 @@ from dialect.types import BufferType, TensorType
 
 from .kernel_contract import GemmChain, conv_col_type, emit_conv, emit_gemm, gemm_operand, match_epilogue
 from .kernel_emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, Materialise, NestEmitter, uniform_constant
+from .kernel_sort import scratch_type
 from .memory_plan import sequential_plan
+from .tp_expand import EXPANDED, expand_function
 
 __all__ = ["lower_function", "lower_module", "UnsupportedOpError", "SUPPORTED_OPS", "LoweringError"]
 
 PROLOGUE = {"tp.dim", "tp.symexpr"} | {n for n, d in _OPS.items() if n.startswith("tp.") and d.has(ASSERTION)}
 SUPPORTED_OPS = frozenset(ELEMENTWISE_TP | set(REDUCTIONS) | MOVEMENT | PROLOGUE | {
     "tp.constant", "tp.iota", "tp.arange", "tp.cumsum", "tp.argmax", "tp.argmin", "tp.matmul", "tp.conv",
-    "tp.return"})
+    "tp.return", "tp.sort"} | EXPANDED)
 _NESTED = set(REDUCTIONS) | {"tp.cumsum", "tp.argmax", "tp.argmin"}
 
 
@@ -73,7 +75,7 @@ class UnsupportedOpError(LoweringError):
                            for n, locs in sorted(ops.items()))
         super().__init__(f"@{function}: cannot lower {len(ops)} tp op kind(s) to the kernel level: {listed}. "
                          f"Supported: elementwise, where, cast, reductions, arg reductions, cumsum, movement, "
-                         f"matmul, conv, constants, iota/arange and shape assertions")
+                         f"matmul, conv, conv_transpose, sort, topk, constants, iota/arange and shape assertions")
 
 
 def _check_supported(f: Function, module: Module | None) -> None:
@@ -206,6 +208,9 @@ class _Lowering:
                 continue  # weights and literals are kernel.global buffers; splat literals are inlined
             if v in plan.absorbed or op.name == "tp.matmul" and v not in plan.chains:
                 continue
+            if op.name == "tp.sort":
+                self.emit_sort(op, out_of)
+                continue
             target = out_of.get(v)
             if v in plan.chains:
                 self.emit_chain(plan.chains[v], target)
@@ -300,8 +305,20 @@ class _Lowering:
             self.nest("fused").store_nest(op.result, out)
             self.buf[op.result] = out
 
+    def emit_sort(self, op: Operation, out_of: dict[Value, Value]) -> None:
+        x = self.buffer_of(op.operands[0])
+        if x is None:
+            raise Materialise(op.operands[0], "sort input needs a buffer")
+        outs = [out_of.get(r) or self.alloc(r.type) for r in op.results]
+        scratch = self.alloc(scratch_type(x.type, op.attributes["axis"]))
+        attrs = {"axis": op.attributes["axis"], "descending": op.attributes["descending"]}
+        self.nest("sort").create(0, "kernel.sort", [x, *outs, scratch], attrs, [])
+        self.buf.update(zip(op.results, outs))
+
     def run(self) -> Function:
         _check_supported(self.f, self.module)
+        self.f = expand_function(self.f)
+        self.ret = self.f.body.ops[-1]
         for _ in range(4 * len(self.f.body.ops) + 4):
             try:
                 return self.build()

@@ -231,17 +231,17 @@ def test_assertions_stay_first():
 def test_unsupported_ops_are_all_named():
     from lowering.tp_to_kernel import UnsupportedOpError
     text = """func @main(%x: tensor<[s0, 4], f32>, %i: tensor<[s0, 4], i64>)
-    -> (tensor<[s0, 4], f32>, tensor<[s0, 4], f32>)
-    where {s0 in [1, 16]} {
+    -> (tensor<[s0, 4], f32>, tensor<[u0, 2], i64>)
+    where {s0 in [1, 16]; u0 in [0, 64]} {
   %0 = tp.gather %x, %i {axis = 1} : tensor<[s0, 4], f32> loc("m.py:3")
-  %1, %2 = tp.sort %x {axis = 1} : tensor<[s0, 4], f32>, tensor<[s0, 4], i64> loc("m.py:4")
+  %1 = tp.nonzero %x {rows = u0} : tensor<[u0, 2], i64> loc("m.py:4")
   tp.return %0, %1
 }"""
     with pytest.raises(UnsupportedOpError) as e:
         lower_text(text)
     msg = str(e.value)
-    assert "tp.gather (m.py:3)" in msg and "tp.sort (m.py:4)" in msg
-    assert set(e.value.ops) == {"tp.gather", "tp.sort"}
+    assert "tp.gather (m.py:3)" in msg and "tp.nonzero (m.py:4)" in msg
+    assert set(e.value.ops) == {"tp.gather", "tp.nonzero"}
 
 
 def test_origin_attributes_follow_to_kernel_ops():

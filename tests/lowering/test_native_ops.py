@@ -34,15 +34,13 @@ GEMM_F32 = "kernel.gemm is compiled for f32 buffers only"
 NOT_NATIVE: dict[str, str] = {
     "adaptive_max_pool": "tp.gather",
     "addmm": GEMM_F32,
-    "argsort": "tp.sort",
     "assign": "tp.scatter_add",
-    "avg_pool_backward": "tp.conv_transpose|leading dims differ by a symbolic extent",
+    "avg_pool_backward": "leading dims differ by a symbolic extent",
     "batch_norm": "in-place op the converter cannot functionalize",
     "bmm": GEMM_F32,
     "chunk": "pieces of a symbolic extent",
-    "col2im": "tp.conv_transpose|cannot prove they are equal",
     "conv": GEMM_F32,
-    "conv_transpose": "tp.conv_transpose",
+    "conv_transpose": GEMM_F32,
     "cross_entropy": "tp.gather",
     "cumprod": "no upper bound",
     "diagonal": "symbolic extent",
@@ -68,9 +66,7 @@ NOT_NATIVE: dict[str, str] = {
     "scatter": "tp.scatter_add|reduce='multiply'",
     "scatter_add": "tp.scatter_add",
     "silu": "not a primitive",
-    "sort": "tp.sort",
     "take": "tp.index_select",
-    "topk": "tp.topk",
 }
 
 def _has_rank0(name: str, tensors: list) -> bool:
