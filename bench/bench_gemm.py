@@ -29,6 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from lowering.gemm import Epilogue, compile_gemm, scratch_bytes  # noqa: E402
 
 SQUARE = (64, 256, 512, 1024, 2048)
+#: (M, K, N) with B in the nn.Linear layout (N x K): the transformer block's GEMMs (seq 128, d_model 256,
+#: FFN 1024) and the MLP at batch 64
+LINEAR = ((128, 256, 768), (128, 256, 1024), (128, 1024, 256), (64, 784, 512), (64, 512, 512), (64, 512, 10),
+          (32, 512, 784))
 GEMV = ((784, 512), (512, 512), (512, 10), (4096, 4096))  # (K, N) at M = 1, weights as nn.Linear (N x K)
 
 
@@ -83,7 +87,7 @@ def main() -> None:
         print("warning: OPENBLAS_NUM_THREADS is not 1; numpy may use several threads", file=sys.stderr)
     torch = torch_module()
     rng = np.random.default_rng(0)
-    results: dict = {"machine": platform.processor() or platform.machine(), "square": [], "gemv": []}
+    results: dict = {"machine": platform.processor() or platform.machine(), "square": [], "linear": [], "gemv": []}
     nn_kernel = compile_gemm()
     nt_kernel = compile_gemm(trans_b=True)
     fused = compile_gemm(trans_b=True, epilogue=Epilogue(bias=True, activation="relu"))
@@ -104,6 +108,22 @@ def main() -> None:
         row["ours_wrapper"] = flops / best_seconds(partial(nn_kernel, a, b, c)) / 1e9
         results["square"].append(row)
         print(f"{f'{n}x{n}x{n}':>22} {row['numpy']:9.1f} {row.get('torch', float('nan')):9.1f} "
+              f"{row['ours']:9.1f} {row['ours'] / row['numpy']:8.2f}")
+
+    print(f"\n{'M x K x N, B as N x K':>22} {'numpy':>9} {'torch':>9} {'ours':>9} {'ours/np':>8}   (GFLOP/s)")
+    for m, k, n in LINEAR:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        w = rng.standard_normal((n, k), dtype=np.float32)
+        c = np.empty((m, n), np.float32)
+        scratch = np.empty(scratch_bytes(m, n, k), np.uint8)
+        flops = 2.0 * m * n * k
+        row = {"M": m, "K": k, "N": n, "numpy": flops / best_seconds(partial(np.matmul, a, w.T, out=c)) / 1e9}
+        if torch is not None:
+            ta, tw = torch.from_numpy(a), torch.from_numpy(w)
+            row["torch"] = flops / best_seconds(partial(torch.nn.functional.linear, ta, tw)) / 1e9
+        row["ours"] = flops / best_seconds(raw_call(nt_kernel, a, w, c, scratch)) / 1e9
+        results["linear"].append(row)
+        print(f"{f'{m}x{k}x{n}':>22} {row['numpy']:9.1f} {row.get('torch', float('nan')):9.1f} "
               f"{row['ours']:9.1f} {row['ours'] / row['numpy']:8.2f}")
 
     print(f"\n{'M=1 GEMV (K->N)':>22} {'numpy':>9} {'torch':>9} {'ours':>9} {'ours/np':>8}   "

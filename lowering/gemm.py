@@ -21,7 +21,8 @@ still applies the epilogue). ``C`` must not overlap ``A``, ``B`` or ``R``.
 Algorithm: Goto/BLIS blocking. ``B`` is packed ``KC x NC`` at a time and ``A`` ``MC x KC``
 into the scratch buffer, and a register tile of ``MR x 16*NV`` accumulators (``<16 x float>``
 FMAs) runs over each pair of micro-panels; after the last ``KC`` block the epilogue runs once
-per finished tile, row by row while the tile is hot in L1. ``M == 1`` takes a matrix-vector path with no packing.
+per finished tile, row by row while the tile is hot in L1. ``M == 1`` (and, with ``trans_b``, ``N <= 16``)
+takes a matrix-vector path with no packing, one row of ``A`` at a time.
 
 Example::
 
@@ -63,6 +64,8 @@ __all__ = ["DEFAULT_SHAPE", "Epilogue", "GemmKernel", "GemmShape", "compile_gemm
 #: Register tile 6 x 64 (24 zmm accumulators) and cache blocks measured on Zen 4 (see bench/bench_gemm.py).
 DEFAULT_SHAPE = GemmShape(mr=6, nv=4, mc=192, kc=384, nc=1536)
 _ALIGN = 64
+#: With ``trans_b`` (B is N x K), products with at most this many columns run as row-by-row dot products.
+GEMV_MAX_N = 16
 NO_EPILOGUE = Epilogue()
 
 
@@ -136,9 +139,13 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
         b_ptr = gep(b, args["B"], b.mul(bi, args["stride_b"]))
         c_ptr = gep(b, args["C"], b.mul(bi, args["stride_c"]))
         r_ptr = gep(b, args["R"], b.mul(bi, args["stride_r"])) if epilogue.residual else args["R"]
-        with b.if_else(b.icmp_signed("==", m, i64(1))) as (vector, matrix):
+        rowwise = b.icmp_signed("==", m, i64(1))
+        if trans_b:  # a few output columns: row-by-row dot products beat mostly-empty register tiles
+            rowwise = b.or_(rowwise, b.icmp_signed("<=", args["N"], i64(GEMV_MAX_N)))
+        with b.if_else(rowwise) as (vector, matrix):
             with vector:
-                _emit_gemv_call(b, lp, gemv, row_epi, trans_a, args, a_ptr, b_ptr, c_ptr, r_ptr, accumulate, base)
+                _emit_gemv_call(b, lp, gemv, row_epi, trans_a, args, a_ptr, b_ptr, c_ptr, r_ptr, accumulate, base,
+                                epilogue.residual)
             with matrix:
                 _emit_blocked(b, lp, shape, epilogue, (pack_a, pack_b, micro), trans_a, trans_b, args,
                               (a_ptr, b_ptr, c_ptr, r_ptr), accumulate, a_pack, b_pack)
@@ -148,17 +155,22 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
 
 def _emit_gemv_call(b: ir.IRBuilder, lp: Loops, gemv: ir.Function, row_epi: ir.Function | None, trans_a: bool,
                     args: dict, a_ptr: ir.Value, b_ptr: ir.Value, c_ptr: ir.Value, r_ptr: ir.Value,
-                    accumulate: ir.Value, base: ir.Value) -> None:
-    n, k = args["N"], args["K"]
-    vec = a_ptr
-    if trans_a:  # the row of A is a strided column of the K x 1 matrix: gather it once
-        with lp.range(i64(0), k, 1, "gather") as kk:
-            val = b.load(gep(b, a_ptr, b.mul(kk, args["lda"])), typ=F32)
-            b.store(val, gep(b, base, kk))
-        vec = base
-    b.call(gemv, [n, k, vec, b_ptr, args["ldb"], c_ptr, accumulate])
-    if row_epi is not None:
-        b.call(row_epi, [n, c_ptr, args["bias"], r_ptr])
+                    accumulate: ir.Value, base: ir.Value, residual: bool) -> None:
+    """One matrix-vector product per row of ``A`` (``M == 1``, or few columns with ``trans_b``)."""
+    n, k, lda = args["N"], args["K"], args["lda"]
+    with lp.range(i64(0), args["M"], 1, "row") as i:
+        if trans_a:  # the row of A is a strided column of the K x M matrix: gather it once
+            with lp.range(i64(0), k, 1, "gather") as kk:
+                val = b.load(gep(b, a_ptr, b.add(b.mul(kk, lda), i)), typ=F32)
+                b.store(val, gep(b, base, kk))
+            vec = base
+        else:
+            vec = gep(b, a_ptr, b.mul(i, lda))
+        c_row = gep(b, c_ptr, b.mul(i, args["ldc"]))
+        b.call(gemv, [n, k, vec, b_ptr, args["ldb"], c_row, accumulate])
+        if row_epi is not None:
+            r_row = gep(b, r_ptr, b.mul(i, args["ldr"])) if residual else r_ptr
+            b.call(row_epi, [n, c_row, args["bias"], r_row])
 
 
 def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilogue,

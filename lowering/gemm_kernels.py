@@ -221,6 +221,10 @@ def emit_pack(module: ir.Module, name: str, *, panel: int, contiguous: bool) -> 
                             b.store(load_v(b, gep(b, row, i64(v * LANES))), gep(b, out, i64(v * LANES)), align=4)
                         for r in range(panel - panel % LANES, panel):
                             b.store(b.load(gep(b, row, i64(r)), typ=F32), gep(b, out, i64(r)))
+                elif panel % LANES == 0:
+                    for r0 in range(0, panel, LANES):
+                        _pack_transposed(b, lp, kc, gep(b, src, b.mul(b.add(e0, i64(r0)), ld)), ld,
+                                         gep(b, panel_dst, i64(r0)), panel)
                 else:
                     # transposing copy: walk each source line once, write it strided
                     for r in range(panel):
@@ -243,6 +247,39 @@ def emit_pack(module: ir.Module, name: str, *, panel: int, contiguous: bool) -> 
                                 b.store(f32(0.0), slot)
     b.ret_void()
     return fn
+
+
+def transpose16(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The 16 columns of the 16 x 16 matrix whose rows are ``rows`` (four butterfly stages of shuffles:
+    stage ``d`` swaps the off-diagonal ``d x d`` blocks of every ``2d x 2d`` block)."""
+    rows = list(rows)
+    idx = ir.VectorType(I32, LANES)
+    for d in (8, 4, 2, 1):
+        low = ir.Constant(idx, [c if c & d == 0 else LANES + c - d for c in range(LANES)])
+        high = ir.Constant(idx, [c + d if c & d == 0 else LANES + c for c in range(LANES)])
+        for i in range(LANES):
+            if i & d == 0:
+                x, y = rows[i], rows[i + d]
+                rows[i], rows[i + d] = b.shuffle_vector(x, y, low), b.shuffle_vector(x, y, high)
+    return rows
+
+
+def _pack_transposed(b: ir.IRBuilder, lp: Loops, kc: ir.Value, src: ir.Value, ld: ir.Value, dst: ir.Value,
+                     panel: int) -> None:
+    """``dst[k*panel + r] = src[r*ld + k]`` for ``r < 16, k < kc``: 16 x 16 blocks transposed in registers."""
+    lines = [gep(b, src, b.mul(i64(r), ld)) for r in range(LANES)]
+    body_end = b.sub(kc, b.srem(kc, i64(LANES)))
+    with lp.range(i64(0), body_end, LANES, "tk") as k0:
+        cols = transpose16(b, [load_v(b, gep(b, line, k0)) for line in lines])
+        for c, vec in enumerate(cols):
+            b.store(vec, gep(b, dst, b.mul(b.add(k0, i64(c)), i64(panel))), align=4)
+    rest = b.sub(kc, body_end)
+    with Loops(b).when(b.icmp_signed(">", rest, i64(0)), "tail"):
+        mask = lane_mask(b, rest)
+        cols = transpose16(b, [masked_load(b, gep(b, line, body_end), mask) for line in lines])
+        for c, vec in enumerate(cols):
+            with lp.when(b.icmp_signed("<", i64(c), rest), f"tail{c}"):
+                b.store(vec, gep(b, dst, b.mul(b.add(body_end, i64(c)), i64(panel))), align=4)
 
 
 # --------------------------------------------------------------------------------------
@@ -493,36 +530,51 @@ def emit_gemv_rows(module: ir.Module, name: str, width: int = 8) -> ir.Function:
     return fn
 
 
-def emit_gemv_dots(module: ir.Module, name: str, rows: int = 4) -> ir.Function:
+def emit_gemv_dots(module: ir.Module, name: str, rows: int = 8, halves: int = 1, prefetch: int = 0) -> ir.Function:
     """``void gemv_t(i64 N, i64 K, ptr a, ptr B, i64 ldb, ptr c, i1 load_c)``: ``c[j] (+)= dot(a, B[j, :])``
-    with ``B`` row-major ``N x K`` (the ``nn.Linear`` weight layout); ``rows`` dot products at once,
-    two accumulators each, then a masked tail step and a horizontal sum."""
+    with ``B`` row-major ``N x K`` (the ``nn.Linear`` weight layout).
+
+    ``rows`` dot products run at once (``rows`` concurrent streams through ``B``), each with ``halves``
+    accumulators of 16 lanes; then ``halves`` masked tail steps and a horizontal sum per row. With
+    ``prefetch > 0`` each step also prefetches every stream ``prefetch`` floats ahead.
+    """
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR, I64, PTR, I1]), name)
     fn.linkage = "internal"
     n, kdim, a, bm, ldb, c, load_c = fn.args
+    for arg in (a, bm, c):
+        arg.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     lp = Loops(b)
     reduce = declare(module, "llvm.vector.reduce.fadd.v16f32", F32, [F32, V16])
+    pf = declare(module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+    step_len = halves * LANES
 
     def dots(j0: ir.Value, count: int) -> None:
         lines = [gep(b, bm, b.mul(b.add(j0, i64(r)), ldb)) for r in range(count)]
 
         def step(k: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-            avs = [load_v(b, gep(b, a, b.add(k, i64(h * LANES)))) for h in range(2)]
-            return [fma16(b, avs[h], load_v(b, gep(b, lines[r], b.add(k, i64(h * LANES)))), accs[2 * r + h])
-                    for r in range(count) for h in range(2)]
+            if prefetch:
+                for line in lines:
+                    b.call(pf, [gep(b, line, b.add(k, i64(prefetch))), ir.Constant(I32, 0), ir.Constant(I32, 3),
+                                ir.Constant(I32, 1)])
+            avs = [load_v(b, gep(b, a, b.add(k, i64(h * LANES)))) for h in range(halves)]
+            return [fma16(b, avs[h], load_v(b, gep(b, lines[r], b.add(k, i64(h * LANES)))), accs[halves * r + h])
+                    for r in range(count) for h in range(halves)]
 
-        accs = _acc_loop(b, i64(0), kdim, 2 * LANES, [_zero()] * (2 * count), step, "dk")
-        # the k tail: at most 31 elements, as two masked steps
-        tail = b.sub(kdim, b.srem(kdim, i64(2 * LANES)))
-        for h in range(2):
+        accs = _acc_loop(b, i64(0), kdim, step_len, [_zero()] * (halves * count), step, "dk")
+        # the k tail: fewer than halves*16 elements, as masked steps
+        tail = b.sub(kdim, b.srem(kdim, i64(step_len)))
+        for h in range(halves):
             start = b.add(tail, i64(h * LANES))
             mask = lane_mask(b, b.sub(kdim, start))
             av = masked_load(b, gep(b, a, start), mask)
-            accs = [fma16(b, av, masked_load(b, gep(b, lines[r], start), mask), accs[2 * r + hh])
-                    if hh == h else accs[2 * r + hh] for r in range(count) for hh in range(2)]
+            accs = [fma16(b, av, masked_load(b, gep(b, lines[r], start), mask), accs[halves * r + hh])
+                    if hh == h else accs[halves * r + hh] for r in range(count) for hh in range(halves)]
         for r in range(count):
-            total = b.call(reduce, [f32(-0.0), b.fadd(accs[2 * r], accs[2 * r + 1])], fastmath=("reassoc",))
+            total = accs[halves * r]
+            for h in range(1, halves):
+                total = b.fadd(total, accs[halves * r + h])
+            total = b.call(reduce, [f32(-0.0), total], fastmath=("reassoc",))
             ptr = gep(b, c, b.add(j0, i64(r)))
             old = b.load(ptr, typ=F32)
             b.store(b.select(load_c, b.fadd(total, old), total), ptr)
