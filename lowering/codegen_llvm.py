@@ -61,6 +61,8 @@ from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_pre
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE
 from .gemm_library import GemmConfig, declare_gemm, gemm_configs, gemm_libraries
+from .kernel_gather import CODEGEN as _GATHER_CODEGEN
+from .kernel_random import CODEGEN as _RANDOM_CODEGEN
 from .kernel_sort import emit_sort_call
 
 __all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
@@ -227,6 +229,10 @@ class _Codegen:
         if name in SHAPE_VALUE_OPS:
             sc.vals[op.result] = shape_value(op, sc.em, sc.vals, self._dim_of_input(sc), self.plan.positions,
                                              lambda i, j: sc.em.emit(self.out_shapes[i - self.nin][j]))
+            return
+        rule = _GATHER_CODEGEN.get(name) or _RANDOM_CODEGEN.get(name)  # kernel.load_at/store_at/random
+        if rule is not None:
+            rule(sc, op)
             return
         if name == "kernel.load":
             buf = op.operands[0]

@@ -40,6 +40,9 @@ __all__ = ["NestEmitter", "Materialise", "origin", "ELEMENTWISE_TP", "REDUCTIONS
 REDUCTIONS = {"tp.sum": "add", "tp.prod": "mul", "tp.amax": "max", "tp.amin": "min"}
 MOVEMENT = {"tp.reshape", "tp.permute", "tp.expand", "tp.slice", "tp.pad", "tp.concat"}
 ELEMENTWISE_TP: set[str] = set()  # filled from the registry below
+#: tp op name -> ``rule(emitter, op, index)`` giving one element of its result (ops lowered in other modules,
+#: e.g. lowering.kernel_gather registers tp.gather and tp.index_select)
+SCALAR_RULES: dict[str, Callable[[NestEmitter, Operation, Index], Value]] = {}
 
 
 def _fill_elementwise() -> None:
@@ -283,6 +286,8 @@ class NestEmitter:
             return self.op("kernel.cast", self.index_value(e), dtype=t.dtype)
         if name in ("tp.argmax", "tp.argmin"):
             return self._argext(op, index)
+        if name in SCALAR_RULES:
+            return SCALAR_RULES[name](self, op, index)
         return self._movement(op, index)
 
     def _reduce(self, op: Operation, index: Index, depth: int) -> Value:

@@ -49,6 +49,8 @@ from dialect.types import BufferType, TensorType
 
 from .kernel_contract import GemmChain, conv_col_type, emit_conv, emit_gemm, gemm_operand, match_epilogue
 from .kernel_emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, Materialise, NestEmitter, uniform_constant
+from .kernel_gather import GATHERS, emit_scatter_add
+from .kernel_random import emit_random
 from .kernel_sort import scratch_type
 from .memory_plan import sequential_plan
 from .tp_expand import EXPANDED, expand_function
@@ -60,6 +62,9 @@ SUPPORTED_OPS = frozenset(ELEMENTWISE_TP | set(REDUCTIONS) | MOVEMENT | PROLOGUE
     "tp.constant", "tp.iota", "tp.arange", "tp.cumsum", "tp.argmax", "tp.argmin", "tp.matmul", "tp.conv",
     "tp.return", "tp.sort"} | EXPANDED)
 _NESTED = set(REDUCTIONS) | {"tp.cumsum", "tp.argmax", "tp.argmin"}
+#: ops lowered into a buffer of their own by ``emit(nest, op, out)`` (lowering.kernel_gather / kernel_random)
+_OWN_NEST = {"tp.scatter_add": emit_scatter_add, "tp.random": emit_random}
+SUPPORTED_OPS = SUPPORTED_OPS | set(GATHERS) | set(_OWN_NEST)
 
 
 class LoweringError(ValueError):
@@ -116,7 +121,7 @@ class _Lowering:
 
     def plan(self) -> _Plan:
         results = {v for v in self.ret.operands if v.owner is not None and not v.is_block_arg}
-        mat = results | set(self.forced)
+        mat = results | set(self.forced) | {op.results[0] for op in self.f.body.ops if op.name in _OWN_NEST}
         pinned = set(mat)
         chains: dict[Value, GemmChain] = {}
         absorbed: set[Value] = set()
@@ -216,6 +221,10 @@ class _Lowering:
                 self.emit_chain(plan.chains[v], target)
             elif op.name == "tp.conv":
                 self.emit_conv(op, target, v in plan.materialised)
+            elif op.name in _OWN_NEST:
+                out = target if target is not None else self.alloc(v.type)
+                _OWN_NEST[op.name](self.nest, op, out)
+                self.buf[v] = out
             elif v in plan.materialised:
                 out = target if target is not None else self.alloc(v.type)
                 self.nest("fused").store_nest(v, out)

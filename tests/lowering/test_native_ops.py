@@ -32,41 +32,29 @@ load_all()
 #: sample that fails (some ops compile for some samples only: f32 gemm, static extents).
 GEMM_F32 = "kernel.gemm is compiled for f32 buffers only"
 NOT_NATIVE: dict[str, str] = {
-    "adaptive_max_pool": "tp.gather",
     "addmm": GEMM_F32,
-    "assign": "tp.scatter_add",
+    "assign": "tp.nonzero",  # boolean-mask keys
     "avg_pool_backward": "leading dims differ by a symbolic extent",
     "batch_norm": "in-place op the converter cannot functionalize",
     "bmm": GEMM_F32,
     "chunk": "pieces of a symbolic extent",
     "conv": GEMM_F32,
     "conv_transpose": GEMM_F32,
-    "cross_entropy": "tp.gather",
     "cumprod": "no upper bound",
     "diagonal": "symbolic extent",
     "dot": GEMM_F32,
-    "embedding": "tp.index_select",
     "flip": "tp.index_select|arange with a symbolic start",
-    "gather": "tp.gather",
-    "getitem": "tp.index_select",
-    "index_add": "tp.index_select",
-    "index_select": "tp.index_select",
-    "interpolate": "tp.index_select",
+    "getitem": "tp.nonzero",  # boolean-mask keys
     "linear": GEMM_F32,
     "masked_select": "lowered type .* differs from the graph's",
     "matmul": GEMM_F32,
     "mm": GEMM_F32,
     "mv": GEMM_F32,
-    "native_dropout": "tp.random",
-    "nll_loss": "tp.gather",
     "nonzero": "tp.nonzero",
-    "normal": "tp.random",
     "one_hot": "not a primitive",
     "roll": "not a primitive",
     "scatter": "tp.scatter_add|reduce='multiply'",
-    "scatter_add": "tp.scatter_add",
     "silu": "not a primitive",
-    "take": "tp.index_select",
 }
 
 def _has_rank0(name: str, tensors: list) -> bool:

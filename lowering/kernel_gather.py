@@ -1,0 +1,252 @@
+"""Data-dependent indexing at the kernel level: ``tp.gather``, ``tp.index_select`` and ``tp.scatter_add``.
+
+Two kernel ops address one buffer dim with a runtime value (``position``) instead of a sympy
+expression: ``kernel.load_at`` and ``kernel.store_at``. Entry ``axis`` of their ``index`` is an offset
+added to the position; the other entries are the usual expressions over loop variables. A gather is
+inlined into its consumer like a movement op: it loads its index tensor's element, then loads the source
+buffer at that position (``tp.index_select %w, %ids {axis = 0}`` feeding a store)::
+
+    kernel.for {iv = i0, parallel = true, upper = s0} {
+      %0 = kernel.load %ids {index = [i0]} : i64
+      kernel.for {iv = i1, upper = 64} {
+        %1 = kernel.load_at %w, %0 {axis = 0, index = [0, i1]} : f32
+        kernel.store %1, %out0 {index = [i0, i1]}
+      }
+    }
+
+An index whose value is an affine function of loop variables (``tp.iota``/``tp.arange`` arithmetic, as
+``flip`` produces) needs no load: it becomes an ordinary index expression, so the gather is a plain
+movement op. A gathered value that is not a buffer gets one (:class:`lowering.kernel_emit.Materialise`).
+
+``tp.scatter_add`` is materialised: one parallel nest copies ``input`` to the result, then one
+sequential nest over the index's shape adds each ``src`` element at its position (in row-major order,
+so float results are deterministic and equal to numpy's ``np.add.at``).
+
+Out-of-range positions are *clamped* into ``[0, dim)`` natively (no crash, no error: eager and the
+interpreter raise ``IndexError``). Negative indices are wrapped by the tp conversion where eager allows
+them (``take``, ``x[idx]``); at the tp level every index is in range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import llvmlite.ir as ir
+import numpy as np
+import sympy
+
+from dialect.attrs import EXPRS, INT
+from dialect.ir import Operation, Value
+from dialect.opdef import PURE, SIDE_EFFECT, A, OpError, op
+from dialect.shapes import elem_dtype
+from dialect.types import BufferType, IndexType, ScalarType, TensorType
+
+from .kernel_emit import SCALAR_RULES, Materialise, NestEmitter, uniform_constant
+from .kernel_index import Index, broadcast_index, permute_index, reshape_index, slice_index
+
+__all__ = ["CODEGEN", "GATHERS", "OWN_NEST", "gather_scalar", "emit_scatter_add", "emit_load_at", "emit_store_at"]
+
+GATHERS = ("tp.gather", "tp.index_select")
+#: tp ops lowered by a nest of their own (always materialised).
+OWN_NEST = ("tp.scatter_add",)
+
+
+# ============================================================================ kernel ops
+
+
+def _at_types(types: list, attrs: dict, name: str, first: int) -> BufferType:
+    b = types[first]
+    if not isinstance(b, BufferType):
+        raise OpError(f"{name}: buffer must be a buffer, got {b}")
+    pos = types[first + 1]
+    if not (isinstance(pos, IndexType) or (isinstance(pos, ScalarType) and pos.dtype.is_int)):
+        raise OpError(f"{name}: position must be an integer scalar or index, got {pos}")
+    if len(attrs["index"]) != b.rank:
+        raise OpError(f"{name}: index needs {b.rank} entries for {b}, got {len(attrs['index'])}")
+    if not -b.rank <= attrs["axis"] < b.rank:
+        raise OpError(f"{name}: axis {attrs['axis']} out of range for {b}")
+    return b
+
+
+def _where(ctx: Any, buf: np.ndarray, pos: Any, attrs: dict) -> tuple[int, ...]:
+    ax = attrs["axis"] % buf.ndim
+    idx = [ctx.eval(e) for e in attrs["index"]]
+    idx[ax] = min(max(idx[ax] + int(pos), 0), buf.shape[ax] - 1)
+    return tuple(idx)
+
+
+@op("kernel.load_at", operands=["buffer", "position"], attrs=[A("axis", INT), A("index", EXPRS)], traits=[PURE])
+class LoadAt:
+    """Read one element whose ``axis`` coordinate is ``index[axis] + position`` (clamped into the dim).
+
+        %1 = kernel.load_at %w, %0 {axis = 0, index = [0, i1]} : f32
+    """
+
+    def infer(types, attrs, facts):
+        return [ScalarType(_at_types(types, attrs, "kernel.load_at", 0).dtype)]
+
+    def reference(ctx, args, attrs):
+        return [args[0][_where(ctx, args[0], args[1], attrs)]]
+
+
+@op("kernel.store_at", operands=["value", "buffer", "position"], attrs=[A("axis", INT), A("index", EXPRS)],
+    traits=[SIDE_EFFECT])
+class StoreAt:
+    """Write one element whose ``axis`` coordinate is ``index[axis] + position`` (clamped into the dim).
+
+        kernel.store_at %3, %out0, %0 {axis = 0, index = [0, i1]}
+    """
+
+    def infer(types, attrs, facts):
+        b = _at_types(types, attrs, "kernel.store_at", 1)
+        if elem_dtype(types[0]) != b.dtype:
+            raise OpError(f"kernel.store_at: value type {types[0]} does not match {b}")
+        return []
+
+    def reference(ctx, args, attrs):
+        args[1][_where(ctx, args[1], args[2], attrs)] = args[0]
+        return []
+
+
+# ============================================================================ tp -> kernel
+
+
+def _affine(em: NestEmitter, v: Value, index: Index, depth: int = 0) -> sympy.Expr | None:
+    """Element ``index`` of the integer tensor ``v`` as a sympy expression, when it is one (iota/arange
+    arithmetic through movement ops); None otherwise."""
+    o = v.owner
+    if depth > 24 or not isinstance(o, Operation) or not isinstance(v.type, TensorType) or not v.type.dtype.is_int:
+        return None
+    name, a = o.name, o.attributes
+
+    def sub(w: Value, idx: Sequence[sympy.Expr]) -> sympy.Expr | None:
+        return _affine(em, w, tuple(idx), depth + 1)
+
+    if name == "tp.iota":
+        return index[a["axis"] % len(index)]
+    if name == "tp.arange":
+        return a["start"] + a["step"] * index[0]
+    if name == "tp.constant":
+        c = uniform_constant(v)
+        return sympy.Integer(int(c)) if c is not None and float(c).is_integer() else None
+    if name == "tp.cast":
+        return sub(o.operands[0], index) if o.operands[0].type.dtype.is_int else None
+    if name in ("tp.add", "tp.sub", "tp.mul"):
+        x, y = (sub(w, broadcast_index(index, w.type.shape)) for w in o.operands)
+        if x is None or y is None or (name == "tp.mul" and not (x.is_Integer or y.is_Integer)):
+            return None
+        return x + y if name == "tp.add" else (x - y if name == "tp.sub" else x * y)
+    if name == "tp.neg":
+        x = sub(o.operands[0], index)
+        return None if x is None else -x
+    src = o.operands[0].type.shape if o.operands else ()
+    if name == "tp.reshape":
+        return sub(o.operands[0], reshape_index(index, src, v.type.shape))
+    if name == "tp.permute":
+        return sub(o.operands[0], permute_index(index, a["perm"]))
+    if name == "tp.expand":
+        return sub(o.operands[0], broadcast_index(index, src))
+    if name == "tp.slice":
+        return sub(o.operands[0], slice_index(index, a["axis"] % len(index), a["start"], a["step"]))
+    return None
+
+
+def _position(em: NestEmitter, idx: Value, at: Index, dim: sympy.Expr) -> sympy.Expr | Value:
+    """The position an index tensor holds at ``at``: a sympy expression (clamped unless provably in
+    range) when it is affine, else the loaded kernel scalar."""
+    e = _affine(em, idx, at)
+    if e is None:
+        return em.scalar(idx, at)
+    e = em.simplify([e])[0]
+    if not em.index_facts().in_range(e, sympy.Integer(0), dim):
+        e = sympy.Min(sympy.Max(e, 0), dim - 1)
+    return e
+
+
+def gather_scalar(em: NestEmitter, o: Operation, index: Index) -> Value:
+    """Element ``index`` of a ``tp.gather`` / ``tp.index_select`` result."""
+    x, idx = o.operands
+    ax = o.attributes["axis"] % x.type.rank
+    at = tuple(index) if o.name == "tp.gather" else (index[ax],)
+    pos = _position(em, idx, at, x.type.shape[ax])
+    src = tuple(sympy.Integer(0) if k == ax else e for k, e in enumerate(index))
+    if isinstance(pos, sympy.Expr):
+        return em.scalar(x, tuple(pos if k == ax else e for k, e in enumerate(src)))
+    buf = em.buffer_of(x)
+    if buf is None:
+        raise Materialise(x, f"{o.name} reads its input at data-dependent positions")
+    src = em.simplify(src)
+    depth = max(em.depth_of(em.simplify(at)), em.depth_of(src))
+    key = ("load_at", buf, pos, ax, src)
+    for lv in reversed(em.levels):
+        if key in lv.memo:
+            return lv.memo[key]
+    out = em.at_depth(depth, lambda: em.op("kernel.load_at", buf, pos, axis=ax, index=list(src)))
+    em.levels[depth].memo[key] = out
+    return out
+
+
+def emit_scatter_add(nest: Any, o: Operation, out: Value) -> None:
+    """``out = input`` (one parallel nest), then ``out[.., index[p], ..] += src[p]`` for every ``p`` of the
+    index's shape in row-major order (one sequential nest). ``nest(kind)`` makes a NestEmitter."""
+    x, idx, src = o.operands
+    ax = o.attributes["axis"] % x.type.rank
+    nest("copy").store_nest(x, out)
+    em: NestEmitter = nest("scatter")
+    p = em.loops(idx.type.shape, parallel=False)
+    pos = _position(em, idx, p, x.type.shape[ax])
+    val = em.scalar(src, p)
+    inner = len(em.levels) - 1
+    dst = [sympy.Integer(0) if k == ax else e for k, e in enumerate(p)]
+    if isinstance(pos, sympy.Expr):
+        dst[ax] = pos
+        old = em.create(inner, "kernel.load", [out], {"index": dst})
+        em.create(inner, "kernel.store", [em.op("kernel.add", old, val), out], {"index": dst}, [])
+    else:
+        old = em.create(inner, "kernel.load_at", [out, pos], {"axis": ax, "index": dst})
+        em.create(inner, "kernel.store_at", [em.op("kernel.add", old, val), out, pos], {"axis": ax, "index": dst},
+                  [])
+    while len(em.levels) > 1:
+        em.close_loop()
+
+
+# ============================================================================ kernel -> LLVM
+
+
+def _address(sc: Any, op: Operation, buf: Value, pos: ir.Value) -> ir.Value:
+    from .codegen_scalar import storage_type
+    t: BufferType = buf.type
+    ax = op.attributes["axis"] % t.rank
+    index = [sympy.sympify(e) for e in op.attributes["index"]]
+    strides, acc = [], sympy.Integer(1)
+    for d in reversed(t.shape):
+        strides.append(acc)
+        acc = acc * sympy.sympify(d)
+    strides.reverse()
+    b, em = sc.b, sc.em
+    i64 = ir.IntType(64)
+    p = pos if pos.type == i64 else (b.sext(pos, i64) if pos.type.width < 64 else b.trunc(pos, i64))
+    p = b.add(p, em.emit(index[ax]))
+    hi = b.sub(em.emit(t.shape[ax]), ir.Constant(i64, 1))
+    p = b.select(b.icmp_signed(">", p, hi), hi, p)
+    p = b.select(b.icmp_signed("<", p, ir.Constant(i64, 0)), ir.Constant(i64, 0), p)
+    static = sympy.expand(sum((e * s for k, (e, s) in enumerate(zip(index, strides)) if k != ax), sympy.Integer(0)))
+    flat = b.add(em.emit(static), b.mul(p, em.emit(strides[ax])))
+    return b.gep(sc.vals[buf], [flat], inbounds=True, source_etype=storage_type(t.dtype))
+
+
+def emit_load_at(sc: Any, op: Operation) -> None:
+    """Codegen of ``kernel.load_at`` (``sc`` is codegen_llvm's scope: builder, emitter, scalar ops, values)."""
+    buf, pos = op.operands
+    sc.vals[op.result] = sc.ops.load(_address(sc, op, buf, sc.vals[pos]), buf.type.dtype)
+
+
+def emit_store_at(sc: Any, op: Operation) -> None:
+    """Codegen of ``kernel.store_at``."""
+    val, buf, pos = op.operands
+    sc.ops.store(sc.vals[val], _address(sc, op, buf, sc.vals[pos]), buf.type.dtype)
+
+
+CODEGEN = {"kernel.load_at": emit_load_at, "kernel.store_at": emit_store_at}
+SCALAR_RULES[GATHERS[0]] = SCALAR_RULES[GATHERS[1]] = gather_scalar
