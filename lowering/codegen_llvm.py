@@ -9,8 +9,9 @@ How ops are lowered:
 * the loop nest lives in ``<prefix>.body`` whose buffer pointers are ``noalias`` parameters; index
   expressions become ``i64`` arithmetic (:mod:`lowering.codegen_expr`) over ``inbounds`` GEPs;
 * ``kernel.for {parallel = true}`` (outermost only) is outlined into ``<prefix>.par<k>`` and split
-  into ``num_threads`` contiguous chunks run by a fork-join over ``pthread_create``/``pthread_join``
-  (the calling thread runs chunk 0; small loops stay on one thread);
+  into ``num_threads`` contiguous chunks run by the persistent worker pool of
+  :mod:`runtime.threadpool` (``tp_parallel_for``; the calling thread takes chunks too; small loops
+  and ``num_threads = 1`` stay on the calling thread without touching the pool);
 * ``kernel.reduce`` is a loop with a ``phi`` accumulator (``reassoc`` float add/mul so it vectorizes);
 * scalar ops follow numpy per dtype (:mod:`lowering.codegen_scalar`), transcendentals through
   :mod:`lowering.llvm_math`;
@@ -55,12 +56,13 @@ from dialect.reference import round_bf16
 from dialect.shapes import elem_dtype
 from dialect.types import BufferType, DType
 from runtime.abi import Executable, Signature, TensorSpec
+from runtime.threadpool import CHUNK_FN, declare_parallel_for
 
 from .codegen_expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE
-from .gemm_library import GemmConfig, declare_gemm, gemm_configs, gemm_libraries
+from .gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
 from .kernel_gather import CODEGEN as _GATHER_CODEGEN
 from .kernel_random import CODEGEN as _RANDOM_CODEGEN
 from .kernel_sort import emit_sort_call
@@ -187,8 +189,6 @@ class _Codegen:
         em = ExprEmitter(b, {s: fn.args[n + k] for k, s in enumerate(syms)})
         vals: dict[Value, ir.Value] = {a: fn.args[i] for i, a in enumerate(f.args)}
         self.nthreads = nthreads
-        self.tids = _opaque(b.alloca(ir.ArrayType(I64, MAX_THREADS), name="tids"))
-        self.created = _opaque(b.alloca(ir.ArrayType(ir.IntType(8), MAX_THREADS), name="created"))
         sc = _Scope(fn, b, em, self.fastmath, vals, ws, False)
         self._block(sc, f.body.ops)
         b.ret_void()
@@ -406,20 +406,29 @@ class _Codegen:
         psc = _Scope(par, pb, pem, self.fastmath, pvals, par.args[len(env) - 1], True)
         self._loop(psc, op, par.args[-2], par.args[-1], lambda s, acc: self._block(s, op.body.ops))
         pb.ret_void()
-        thunk = self._thunk(par, env_types, k)
-        self._fork_join(sc, op, par, thunk, env)
+        thunk, st = self._thunk(par, env_types, k)
+        self._fork_join(sc, op, par, thunk, st, env)
 
-    def _thunk(self, par: ir.Function, env_types: list[ir.Type], k: int) -> ir.Function:
-        st = ir.LiteralStructType(env_types + [I64, I64])
-        fn = ir.Function(self.module, ir.FunctionType(PTR, [PTR]), f"{self.prefix}.par{k}.thunk")
+    def _thunk(self, par: ir.Function, env_types: list[ir.Type], k: int) -> tuple[ir.Function, ir.Type]:
+        """``<prefix>.par<k>.chunk(env*, t, n)``: run chunk ``t`` of ``n`` (a :mod:`runtime.threadpool` chunk
+        function); ``env*`` holds the outlined loop's environment, then lower, upper, step and trip count."""
+        st = ir.LiteralStructType(env_types + [I64] * 4)
+        fn = ir.Function(self.module, CHUNK_FN, f"{self.prefix}.par{k}.chunk")
         fn.linkage = "internal"
+        fn.attributes.add("nounwind")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        args = [b.load(b.gep(fn.args[0], [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
-                             source_etype=st), typ=t) for i, t in enumerate(st.elements)]
-        b.call(par, args)
-        b.ret(ir.Constant(PTR, None))
-        self._thunk_struct = st
-        return fn
+        fields = [b.load(b.gep(fn.args[0], [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                               source_etype=st), typ=t) for i, t in enumerate(st.elements)]
+        lower, upper, step, trip = fields[-4:]
+        t, n = fn.args[1], fn.args[2]
+
+        def bound(t: ir.Value) -> ir.Value:  # lower + step * (trip * t / n), clamped to upper
+            v = b.add(lower, b.mul(step, b.sdiv(b.mul(trip, t), n)))
+            return b.select(b.icmp_signed("<", upper, v), upper, v)
+
+        b.call(par, fields[:-4] + [bound(t), bound(b.add(t, i64(1)))])
+        b.ret_void()
+        return fn, st
 
     def _work(self, ops: Sequence[Operation]) -> sympy.Expr:
         total = sympy.Integer(0)
@@ -436,10 +445,11 @@ class _Codegen:
                 total += 1
         return total
 
-    def _fork_join(self, sc: _Scope, op: Operation, par: ir.Function, thunk: ir.Function,
+    def _fork_join(self, sc: _Scope, op: Operation, par: ir.Function, thunk: ir.Function, st: ir.Type,
                    env: list[ir.Value]) -> None:
+        """Run ``par`` over the loop's range: on this thread when one chunk suffices, else through the
+        persistent pool (``tp_parallel_for(thunk, &env, n)``, see :mod:`runtime.threadpool`)."""
         b, em, a = sc.b, sc.em, op.attributes
-        st = self._thunk_struct
         lower, upper, step = em.emit(a["lower"]), em.emit(a["upper"]), em.emit(a["step"])
         span = b.sub(upper, lower)
         trip = b.select(b.icmp_signed(">", span, i64(0)), b.sdiv(b.add(span, b.sub(step, i64(1))), step), i64(0))
@@ -448,52 +458,16 @@ class _Codegen:
         n = b.sext(self.nthreads, I64)
         for cap in (i64(MAX_THREADS), trip, by_work):
             n = b.select(b.icmp_signed("<", cap, n), cap, n)
-        serial_bb, fork_bb, done_bb = (sc.fn.append_basic_block(f"par{par.name[-1]}.{x}")
-                                       for x in ("serial", "fork", "done"))
-        b.cbranch(b.icmp_signed("<=", n, i64(1)), serial_bb, fork_bb)
+        serial_bb, pool_bb, done_bb = (sc.fn.append_basic_block(f"{par.name}.{x}") for x in ("serial", "pool", "done"))
+        b.cbranch(b.icmp_signed("<=", n, i64(1)), serial_bb, pool_bb)
         b.position_at_end(serial_bb)
         b.call(par, env + [lower, upper])
         b.branch(done_bb)
-        b.position_at_end(fork_bb)
-        args = self._entry_alloca(sc, ir.ArrayType(st, MAX_THREADS))
-        mod = self.module
-        create = mod.globals.get("pthread_create") or ir.Function(
-            mod, ir.FunctionType(I32, [PTR, PTR, PTR, PTR]), "pthread_create")
-        join = mod.globals.get("pthread_join") or ir.Function(mod, ir.FunctionType(I32, [I64, PTR]), "pthread_join")
-
-        def chunk_bound(t: ir.Value) -> ir.Value:  # lower + step * (trip * t / n), clamped to upper
-            it = b.sdiv(b.mul(trip, t), n)
-            v = b.add(lower, b.mul(step, it))
-            return b.select(b.icmp_signed("<", upper, v), upper, v)
-
-        def fill(t: ir.Value) -> ir.Value:
-            slot = b.gep(args, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(st, MAX_THREADS))
-            for i, x in enumerate(env + [chunk_bound(t), chunk_bound(b.add(t, i64(1)))]):
-                b.store(x, b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True, source_etype=st))
-            return slot
-
-        def spawn(t: ir.Value) -> None:
-            slot = fill(t)
-            tid = b.gep(self.tids, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(I64, MAX_THREADS))
-            rc = b.call(create, [tid, ir.Constant(PTR, None), thunk, slot])
-            ok = b.icmp_signed("==", rc, ir.Constant(I32, 0))
-            flag = b.gep(self.created, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(ir.IntType(8),
-                                                                                              MAX_THREADS))
-            b.store(b.zext(ok, ir.IntType(8)), flag)
-            with b.if_then(b.not_(ok)):
-                b.call(thunk, [slot])  # no thread could be made: run the chunk here
-
-        self._counted(sc, i64(1), n, spawn)
-        b.call(thunk, [fill(i64(0))])
-
-        def reap(t: ir.Value) -> None:
-            flag = b.gep(self.created, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(ir.IntType(8),
-                                                                                              MAX_THREADS))
-            with b.if_then(b.icmp_unsigned("!=", b.load(flag, typ=ir.IntType(8)), ir.Constant(ir.IntType(8), 0))):
-                tid = b.gep(self.tids, [i64(0), t], inbounds=True, source_etype=ir.ArrayType(I64, MAX_THREADS))
-                b.call(join, [b.load(tid, typ=I64), ir.Constant(PTR, None)])
-
-        self._counted(sc, i64(1), n, reap)
+        b.position_at_end(pool_bb)
+        slot = self._entry_alloca(sc, st)
+        for i, x in enumerate(env + [lower, upper, step, trip]):
+            b.store(x, b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True, source_etype=st))
+        b.call(declare_parallel_for(self.module), [thunk, slot, n])
         b.branch(done_bb)
         b.position_at_end(done_bb)
 
@@ -506,32 +480,19 @@ class _Codegen:
         b.position_at_end(here)
         return slot
 
-    def _counted(self, sc: _Scope, start: ir.Value, end: ir.Value, body) -> None:
-        b = sc.b
-        pre = b.block
-        loop_bb, exit_bb = sc.fn.append_basic_block("t.loop"), sc.fn.append_basic_block("t.exit")
-        b.cbranch(b.icmp_signed("<", start, end), loop_bb, exit_bb)
-        b.position_at_end(loop_bb)
-        t = b.phi(I64)
-        t.add_incoming(start, pre)
-        body(t)
-        nxt = b.add(t, i64(1))
-        t.add_incoming(nxt, b.block)
-        b.cbranch(b.icmp_signed("<", nxt, end), loop_bb, exit_bb)
-        b.position_at_end(exit_bb)
-
     # ----------------------------------------------------------------- gemm
     def _gemm(self, sc: _Scope, op: Operation) -> None:
         a, b, em = op.attributes, sc.b, sc.em
         types = [v.type for v in op.operands]
-        if any(t.dtype.name != "f32" for t in types):
-            raise CodegenError(f"kernel.gemm is compiled for f32 buffers only, got {', '.join(map(str, types))}")
+        if len({t.dtype for t in types}) != 1 or types[0].dtype.name not in GEMM_DTYPES:
+            raise CodegenError(f"kernel.gemm is compiled for buffers of one element type among {GEMM_DTYPES}, "
+                               f"got {', '.join(map(str, types))}")
         fn = declare_gemm(self.module, GemmConfig.from_op(op))
         m, n, k = (em.emit(a[x]) for x in ("m", "n", "k"))
-        f32 = ir.FloatType()
+        elem = _storage(types[0].dtype)
 
         def at(v: Value, off: Any) -> ir.Value:
-            return b.gep(sc.vals[v], [em.emit(off)], inbounds=True, source_etype=f32)
+            return b.gep(sc.vals[v], [em.emit(off)], inbounds=True, source_etype=elem)
 
         ops = op.operands
         lda = m if a["trans_a"] else k

@@ -28,6 +28,7 @@ import llvmlite.ir
 
 from .abi import MAX_ERR_VALUES, WORKSPACE_ALIGN, Signature
 from .jit import compile_object
+from .threadpool import needs_pool, pool_object
 from .weights import WeightsFile, read_weights, write_weights
 
 __all__ = ["SharedLibrary", "WeightsFile", "emit_object", "find_c_compiler", "header_text", "link_shared",
@@ -62,11 +63,14 @@ def link_shared(objects: Sequence[bytes | str | os.PathLike[str]], out_path: str
                 extra_args: Sequence[str] = ()) -> Path:
     """Link object code (bytes or paths to .o files) into a shared library with the system ``cc``.
 
-    The library links against libm, since generated code may call ``expf`` and friends.
+    The library links against libm, since generated code may call ``expf`` and friends, and gets
+    the worker pool's object (:func:`runtime.threadpool.pool_object`) when an object calls it
+    (parallel loops) and it is not among ``objects`` already.
     Raises RuntimeError with the compiler's output when linking fails.
     """
     if not objects:
         raise ValueError("link_shared needs at least one object, got none")
+    objects = [*objects, *_pool_if_needed(objects)]
     cc = find_c_compiler()
     out = Path(out_path)
     with tempfile.TemporaryDirectory(prefix="tp-link-") as tmp:
@@ -88,6 +92,21 @@ def link_shared(objects: Sequence[bytes | str | os.PathLike[str]], out_path: str
     if proc.returncode != 0:
         raise RuntimeError(f"linking {out.name} failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")
     return out
+
+
+def _pool_if_needed(objects: Sequence[bytes | str | os.PathLike[str]]) -> list[bytes]:
+    """``[pool object]`` when one of ``objects`` calls the pool and none is the pool; bad entries are
+    left for the linker to report."""
+    blobs = [bytes(o) if isinstance(o, (bytes, bytearray, memoryview)) else Path(o).read_bytes()
+             for o in objects if isinstance(o, (bytes, bytearray, memoryview))
+             or (isinstance(o, (str, os.PathLike)) and Path(o).is_file())]
+    try:
+        if not any(needs_pool(b) for b in blobs if b[:4] == b"\x7fELF"):
+            return []
+    except ValueError:  # a malformed object
+        return []
+    pool = pool_object()
+    return [] if pool in blobs else [pool]
 
 
 class SharedLibrary:

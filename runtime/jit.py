@@ -10,7 +10,8 @@ obtained from it) is referenced.
 Symbols the code does not define resolve, in this order, against the libraries passed as
 ``link=`` (another :class:`Library`, or anything with an ``address(symbol)`` method), against a
 resolver registered for the symbol's prefix (:func:`register_resolver`, e.g. the shared GEMM
-kernels of :mod:`lowering.gemm_library`), and against the running process (``memset``, ``expf``,
+kernels of :mod:`lowering.gemm_library`; ``tp_parallel_`` symbols resolve to the worker pool of
+:mod:`runtime.threadpool`), and against the running process (``memset``, ``expf``,
 or :func:`llvmlite.binding.add_symbol`). Links are per engine (no process-wide symbol is
 added) and the new Library keeps every library it links against alive. A symbol that resolves
 nowhere (a compiler-rt libcall such as ``__truncdfhf2``, a typo in a declaration) raises
@@ -434,3 +435,12 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
         lib._ir_factory = lambda: _optimized_ir(text, name, opt, prefer_vector_width)
     lib._target = (opt, prefer_vector_width)
     return lib
+
+
+def _thread_pool(symbol: str) -> SymbolSource:
+    from .threadpool import pool_library  # imports this module
+
+    return pool_library()
+
+
+register_resolver("tp_parallel_", _thread_pool)  # the persistent worker pool of parallel loops

@@ -11,7 +11,9 @@ A bundle built by :func:`write_bundle` (usually through ``lowering.aot.build_lib
 * ``<name>.tpa`` — the :class:`runtime.artifact.NativeArtifact`, which :class:`StandaloneModel`
   loads with numpy and llvmlite alone (no tensorplay, no C compiler);
 * ``<name>.tpo`` — the object code of the shared kernels the program calls (GEMMs), linked into
-  the library and mapped next to the artifact by :class:`StandaloneModel`.
+  the library and mapped next to the artifact by :class:`StandaloneModel`. The worker pool of
+  parallel loops (:mod:`runtime.threadpool`) is linked into the library too, but not stored: the
+  loader links the process's own pool.
 
 >>> model = StandaloneModel.load("build/", "mlp")        # doctest: +SKIP
 >>> (y,) = model(np.ones((4, 8), np.float32))             # doctest: +SKIP
@@ -34,6 +36,7 @@ from .abi import Executable, Signature, storage_dtype
 from .aot import find_c_compiler
 from .artifact import IncompatibleArtifact, NativeArtifact
 from .jit import load_object
+from .threadpool import needs_pool, pool_object
 from .weights import read_weights, write_weights
 
 __all__ = ["StandaloneModel", "api_header", "load_objects", "objects_from_bytes", "objects_to_bytes", "read_objects",
@@ -304,7 +307,8 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
         shutil.copy(paths["header"], Path(tmp) / f"{name}.h")
         (Path(tmp) / "program.o").write_bytes(artifact.object)
         kernels = []
-        for i, obj in enumerate(objects):
+        pool = [pool_object()] if needs_pool(artifact.object) else []  # parallel loops' worker pool
+        for i, obj in enumerate(list(objects) + pool):
             (Path(tmp) / f"kernel{i}.o").write_bytes(obj)
             kernels.append(f"kernel{i}.o")
         (Path(tmp) / "exports.map").write_text(

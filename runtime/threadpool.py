@@ -1,0 +1,385 @@
+"""A persistent worker pool for parallel loops, written in LLVM IR and compiled once per process.
+
+Generated code runs a parallel loop by calling::
+
+    void tp_parallel_for(void (*fn)(void *env, int64_t chunk, int64_t num_chunks), void *env, int64_t n);
+
+which calls ``fn(env, t, k)`` for every ``t`` in ``[0, k)`` and returns when all calls are done.
+``k`` is ``n`` when the pool runs the job (at most 65535), or 1 when it runs the whole loop on the
+calling thread (``n <= 1``, the pool busy with another caller's job, a nested parallel loop), so ``fn``
+must split its iteration space by the ``k`` it receives. No C compiler is needed: the pool is
+emitted with :mod:`llvmlite.ir` and compiled like any program (and cached on disk).
+
+How it works:
+
+* workers are started lazily by the first caller that needs them and only ever added, up to the
+  largest ``n - 1`` requested (at most :data:`MAX_WORKERS`); they never exit;
+* one job at a time: a caller takes the pool with a compare-and-swap on a busy word (holding its
+  pid); a caller that finds the pool busy runs its loop serially instead of waiting, so concurrent
+  callers and nested loops never deadlock;
+* a job is published as one 64-bit word ``generation << 32 | chunks << 16 | next chunk``; the caller
+  and the workers claim chunks by compare-and-swap on it (whoever is awake takes the work, so a
+  worker that wakes late costs nothing but its own wake-up), then the caller waits for the count of
+  finished chunks;
+* idle workers spin :data:`SPIN` times (x86 ``pause``), then sleep on a condition variable; the
+  caller waits for stragglers the same way, so nothing burns a core while idle;
+* ``fork()``: the busy word and the pool's pid are checked against ``getpid()``, so a child finding
+  its parent's state (no worker threads, possibly a held lock) resets the pool and starts its own
+  workers (``pthread_atfork`` is not visible to JIT code: glibc links it statically).
+
+Linking: :mod:`runtime.jit` resolves every ``tp_parallel_`` symbol against :func:`pool_library`
+(one Library per process, never unmapped, since its threads live as long as the process);
+:func:`runtime.standalone.write_bundle` links :func:`pool_object` into a bundle's shared library
+when the program calls the pool.
+
+Example::
+
+    >>> lib = pool_library()
+    >>> lib is pool_library() and lib.address(PARALLEL_FOR) > 0
+    True
+    >>> sorted(pool_stats())
+    ['jobs', 'workers']
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import llvmlite.ir as ir
+
+from .jit import Library, compile_object, load_object, undefined_symbols
+from .target import host_cpu
+
+__all__ = ["MAX_WORKERS", "PARALLEL_FOR", "POOL_PREFIX", "SPIN", "declare_parallel_for", "emit_pool_ir",
+           "needs_pool", "pool_library", "pool_object", "pool_stats"]
+
+POOL_PREFIX = "tp_parallel_"
+PARALLEL_FOR = "tp_parallel_for"
+#: Most worker threads the pool ever starts (a job uses at most ``n - 1`` of them).
+MAX_WORKERS = 255
+#: Polls (each with a ``pause``) before an idle worker or a waiting caller goes to sleep.
+SPIN = 4000
+_MAX_CHUNKS = 0xFFFF
+_SYNC_BYTES = 64  # room for a glibc pthread_mutex_t (40) / pthread_cond_t (48); all-zero is the initializer
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+CHUNK_FN = ir.FunctionType(VOID, [PTR, I64, I64])
+#: ``ptr`` once printed; llvmlite types an indirect call by its pointer's pointee.
+CHUNK_PTR = ir.PointerType(CHUNK_FN)
+PARALLEL_FOR_TYPE = ir.FunctionType(VOID, [CHUNK_PTR, PTR, I64])
+
+
+def declare_parallel_for(module: ir.Module) -> ir.Function:
+    """The declaration of ``tp_parallel_for`` in ``module`` (added once).
+
+    >>> m = ir.Module()
+    >>> declare_parallel_for(m) is declare_parallel_for(m)
+    True
+    """
+    fn = module.globals.get(PARALLEL_FOR)
+    if fn is None:
+        fn = ir.Function(module, PARALLEL_FOR_TYPE, PARALLEL_FOR)
+    return fn
+
+
+def _c(value: int, ty: ir.IntType = I64) -> ir.Constant:
+    return ir.Constant(ty, value)
+
+
+class _PoolEmitter:
+    """Builds the pool's module: its state as internal globals, and the four functions."""
+
+    def __init__(self, triple: str) -> None:
+        m = self.m = ir.Module(name="tp_threadpool")
+        m.triple = triple
+        self.x86 = triple.startswith(("x86_64", "i386", "i686"))
+
+        def var(name: str, ty: ir.Type, align: int = 8) -> ir.GlobalVariable:
+            g = ir.GlobalVariable(m, ty, f"tp_pool.{name}")
+            g.linkage, g.initializer, g.align = "internal", ir.Constant(ty, None), align
+            return g
+
+        sync = ir.ArrayType(I8, _SYNC_BYTES)
+        self.word = var("word", I64, 64)  # generation << 32 | chunks << 16 | next chunk
+        self.fn, self.env = var("fn", PTR), var("env", PTR)
+        self.done = var("done", I64, 64)  # chunks of the current job finished
+        self.busy, self.pid = var("busy", I32, 64), var("pid", I32)  # pid holding the pool; pid owning workers
+        self.workers, self.sleepers, self.waiting = var("workers", I32), var("sleepers", I32), var("waiting", I32)
+        self.jobs = var("jobs", I64)
+        self.mutex, self.work_cv, self.done_cv = (var(x, sync, 64) for x in ("mutex", "work_cv", "done_cv"))
+
+        def ext(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
+            return ir.Function(m, ir.FunctionType(ret, list(args)), name)
+
+        self.create = ext("pthread_create", I32, PTR, PTR, PTR, PTR)
+        self.detach = ext("pthread_detach", I32, I64)
+        self.lock, self.unlock = ext("pthread_mutex_lock", I32, PTR), ext("pthread_mutex_unlock", I32, PTR)
+        self.cond_wait = ext("pthread_cond_wait", I32, PTR, PTR)
+        self.broadcast = ext("pthread_cond_broadcast", I32, PTR)
+        self.getpid = ext("getpid", I32)
+        self.memset = m.declare_intrinsic("llvm.memset", [PTR, I64])
+        self.pause = ext("llvm.x86.sse2.pause", VOID) if self.x86 else None
+
+    # ------------------------------------------------------------------ small pieces
+    def _fn(self, name: str, ty: ir.FunctionType, internal: bool = True) -> tuple[ir.Function, ir.IRBuilder]:
+        f = ir.Function(self.m, ty, name)
+        f.attributes.add("nounwind")
+        if internal:
+            f.linkage = "internal"
+        return f, ir.IRBuilder(f.append_basic_block("entry"))
+
+    @staticmethod
+    def _load(b: ir.IRBuilder, g: ir.GlobalVariable, ordering: str = "seq_cst") -> ir.Value:
+        return b.load_atomic(g, ordering, _align(g), typ=g.value_type)
+
+
+    @staticmethod
+    def _store(b: ir.IRBuilder, value: ir.Value, g: ir.GlobalVariable, ordering: str = "seq_cst") -> None:
+        b.store_atomic(value, g, ordering, _align(g))
+
+    @staticmethod
+    def _fields(b: ir.IRBuilder, w: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """(generation, chunks, next chunk) of a job word."""
+        return b.lshr(w, _c(32)), b.and_(b.lshr(w, _c(16)), _c(_MAX_CHUNKS)), b.and_(w, _c(_MAX_CHUNKS))
+
+    def _relax(self, b: ir.IRBuilder) -> None:
+        if self.pause is not None:
+            b.call(self.pause, [])
+
+    def _wait_until(self, f: ir.Function, b: ir.IRBuilder, ready, cv: ir.GlobalVariable,
+                    counter: ir.GlobalVariable, add: bool) -> None:
+        """Spin up to SPIN polls of ``ready(b) -> i1``, then sleep on ``cv`` until it holds.
+
+        While asleep the thread is counted in ``counter`` (``add``: increment/decrement, else set to 1/0),
+        so whoever makes ``ready`` true knows to broadcast. Both sides use seq_cst: the sleeper writes
+        the counter then reads the condition, the waker writes the condition then reads the counter.
+        """
+        pre = b.block
+        spin, spin_next, park, check, sleep, out, done = (f.append_basic_block(x) for x in (
+            "spin", "spin.next", "park", "park.check", "park.sleep", "park.out", "ready"))
+        b.branch(spin)
+        b.position_at_end(spin)
+        i = b.phi(I32)
+        i.add_incoming(_c(0, I32), pre)
+        b.cbranch(ready(b), done, spin_next)
+        b.position_at_end(spin_next)
+        self._relax(b)
+        nxt = b.add(i, _c(1, I32))
+        i.add_incoming(nxt, spin_next)
+        b.cbranch(b.icmp_signed("<", nxt, _c(SPIN, I32)), spin, park)
+        b.position_at_end(park)
+        b.call(self.lock, [self.mutex])
+        if add:
+            b.atomic_rmw("add", counter, _c(1, I32), "seq_cst")
+        else:
+            self._store(b, _c(1, I32), counter)
+        b.branch(check)
+        b.position_at_end(check)
+        b.cbranch(ready(b), out, sleep)
+        b.position_at_end(sleep)
+        b.call(self.cond_wait, [cv, self.mutex])
+        b.branch(check)
+        b.position_at_end(out)
+        if add:
+            b.atomic_rmw("sub", counter, _c(1, I32), "seq_cst")
+        else:
+            self._store(b, _c(0, I32), counter)
+        b.call(self.unlock, [self.mutex])
+        b.branch(done)
+        b.position_at_end(done)
+
+    # ------------------------------------------------------------------ functions
+    def drain(self) -> ir.Function:
+        """``i64 drain()``: claim and run chunks of the published job until none is left; returns the
+        job word last seen (its generation is what a worker then waits to change)."""
+        f, b = self._fn("tp_pool.drain", ir.FunctionType(I64, []))
+        loop, claim, run, notify, wake, out = (f.append_basic_block(x) for x in (
+            "loop", "claim", "run", "notify", "wake", "out"))
+        b.branch(loop)
+        b.position_at_end(loop)
+        w = self._load(b, self.word, "acquire")
+        _, n, nxt = self._fields(b, w)
+        b.cbranch(b.icmp_unsigned("<", nxt, n), claim, out)
+        b.position_at_end(claim)
+        ok = b.extract_value(b.cmpxchg(self.word, w, b.add(w, _c(1)), "acq_rel", "acquire"), 1)
+        b.cbranch(ok, run, loop)
+        b.position_at_end(run)
+        fn, env = b.load(self.fn, typ=CHUNK_PTR), b.load(self.env, typ=PTR)
+        b.call(fn, [env, nxt, n])
+        finished = b.add(b.atomic_rmw("add", self.done, _c(1), "seq_cst"), _c(1))
+        b.cbranch(b.icmp_unsigned("==", finished, n), notify, loop)
+        b.position_at_end(notify)
+        b.cbranch(b.icmp_unsigned("!=", self._load(b, self.waiting), _c(0, I32)), wake, loop)
+        b.position_at_end(wake)
+        b.call(self.lock, [self.mutex])
+        b.call(self.broadcast, [self.done_cv])
+        b.call(self.unlock, [self.mutex])
+        b.branch(loop)
+        b.position_at_end(out)
+        b.ret(w)
+        return f
+
+    def worker(self, drain: ir.Function) -> ir.Function:
+        """``void *worker(void *)``: run chunks, then wait for the next job's generation, forever."""
+        f, b = self._fn("tp_pool.worker", ir.FunctionType(PTR, [PTR]))
+        top = f.append_basic_block("top")
+        b.branch(top)
+        b.position_at_end(top)
+        gen, _, _ = self._fields(b, b.call(drain, []))
+        self._wait_until(f, b, lambda bb: bb.icmp_unsigned("!=", self._fields(bb, self._load(bb, self.word))[0], gen),
+                         self.work_cv, self.sleepers, add=True)
+        b.branch(top)
+        return f
+
+    def parallel_for(self, drain: ir.Function, worker: ir.Function) -> ir.Function:
+        f, b = self._fn(PARALLEL_FOR, PARALLEL_FOR_TYPE, internal=False)
+        fn, env, n = f.args
+        fn.name, env.name, n.name = "fn", "env", "n"
+        tid = b.alloca(I64, name="tid")
+        blocks = {x: f.append_basic_block(x) for x in (
+            "one", "try", "steal", "serial", "owned", "reset", "grow", "spawn", "publish", "wake", "work", "finish",
+            "ret")}
+        b.cbranch(b.icmp_signed(">", n, _c(1)), blocks["try"], blocks["one"])
+        b.position_at_end(blocks["one"])  # n <= 1: no pool
+        with b.if_then(b.icmp_signed("==", n, _c(1))):
+            b.call(fn, [env, _c(0), _c(1)])
+        b.branch(blocks["ret"])
+
+        b.position_at_end(blocks["try"])  # take the pool, or a stale hold left by the parent of a fork()
+        me = b.call(self.getpid, [])
+        pair = b.cmpxchg(self.busy, _c(0, I32), me, "seq_cst", "seq_cst")
+        old = b.extract_value(pair, 0)
+        b.cbranch(b.extract_value(pair, 1), blocks["owned"], blocks["steal"])
+        b.position_at_end(blocks["steal"])
+        with b.if_then(b.icmp_unsigned("!=", old, me)):  # held by another process: ours after a fork()
+            took = b.extract_value(b.cmpxchg(self.busy, old, me, "seq_cst", "seq_cst"), 1)
+            b.cbranch(took, blocks["owned"], blocks["serial"])
+        b.branch(blocks["serial"])
+        b.position_at_end(blocks["serial"])  # busy with another caller's job (or ours: nested)
+        b.call(fn, [env, _c(0), _c(1)])
+        b.branch(blocks["ret"])
+
+        b.position_at_end(blocks["owned"])
+        b.cbranch(b.icmp_unsigned("!=", b.load(self.pid, typ=I32), me), blocks["reset"], blocks["grow"])
+        b.position_at_end(blocks["reset"])  # first use, or first use after fork(): no workers here
+        for g in (self.mutex, self.work_cv, self.done_cv):
+            b.call(self.memset, [g, _c(0, I8), _c(_SYNC_BYTES), ir.Constant(I1, 0)])
+        for g in (self.workers, self.sleepers, self.waiting):
+            self._store(b, _c(0, I32), g)
+        gen_only = b.and_(b.load(self.word, typ=I64), _c(~0xFFFFFFFF & (2 ** 64 - 1)))
+        self._store(b, gen_only, self.word)
+        b.store(me, self.pid)
+        b.branch(blocks["grow"])
+
+        b.position_at_end(blocks["grow"])  # start workers up to min(n - 1, MAX_WORKERS)
+        want = b.trunc(b.select(b.icmp_signed("<", n, _c(MAX_WORKERS + 1)), b.sub(n, _c(1)), _c(MAX_WORKERS)), I32)
+        have = b.load(self.workers, typ=I32)
+        b.cbranch(b.icmp_signed("<", have, want), blocks["spawn"], blocks["publish"])
+        b.position_at_end(blocks["spawn"])
+        rc = b.call(self.create, [tid, ir.Constant(PTR, None), worker, ir.Constant(PTR, None)])
+        with b.if_then(b.icmp_signed("==", rc, _c(0, I32))):
+            b.call(self.detach, [b.load(tid, typ=I64)])
+            self._store(b, b.add(have, _c(1, I32)), self.workers, "monotonic")
+        b.cbranch(b.icmp_signed("==", rc, _c(0, I32)), blocks["grow"], blocks["publish"])
+
+        b.position_at_end(blocks["publish"])
+        k = b.select(b.icmp_signed("<", n, _c(_MAX_CHUNKS)), n, _c(_MAX_CHUNKS))
+        b.store(fn, self.fn)
+        b.store(env, self.env)
+        self._store(b, _c(0), self.done, "monotonic")
+        self._store(b, b.add(b.load(self.jobs, typ=I64), _c(1)), self.jobs, "monotonic")
+        gen = b.and_(b.add(b.lshr(b.load(self.word, typ=I64), _c(32)), _c(1)), _c(0xFFFFFFFF))
+        self._store(b, b.or_(b.shl(gen, _c(32)), b.shl(k, _c(16))), self.word)
+        asleep = self._load(b, self.sleepers)
+        b.cbranch(b.icmp_signed(">", asleep, _c(0, I32)), blocks["wake"], blocks["work"])
+        b.position_at_end(blocks["wake"])
+        b.call(self.lock, [self.mutex])
+        b.call(self.broadcast, [self.work_cv])
+        b.call(self.unlock, [self.mutex])
+        b.branch(blocks["work"])
+
+        b.position_at_end(blocks["work"])  # take chunks too, then wait for the ones workers took
+        b.call(drain, [])
+        self._wait_until(f, b, lambda bb: bb.icmp_unsigned("==", self._load(bb, self.done), k),
+                         self.done_cv, self.waiting, add=False)
+        b.branch(blocks["finish"])
+        b.position_at_end(blocks["finish"])
+        self._store(b, _c(0, I32), self.busy, "release")
+        b.branch(blocks["ret"])
+        b.position_at_end(blocks["ret"])
+        b.ret_void()
+        return f
+
+    def stats(self) -> None:
+        for name, g, ty in (("tp_parallel_workers", self.workers, I32), ("tp_parallel_jobs", self.jobs, I64)):
+            f, b = self._fn(name, ir.FunctionType(ty, []), internal=False)
+            b.ret(self._load(b, g, "monotonic"))
+
+    def emit(self) -> str:
+        drain = self.drain()
+        self.parallel_for(drain, self.worker(drain))
+        self.stats()
+        return str(self.m)
+
+
+def _align(g: ir.GlobalVariable) -> int:
+    return g.value_type.width // 8
+
+
+def emit_pool_ir(triple: str | None = None) -> str:
+    """LLVM IR text of the pool for ``triple`` (default: this host's).
+
+    >>> "@tp_parallel_for(" in emit_pool_ir()
+    True
+    """
+    return _PoolEmitter(host_cpu().triple if triple is None else triple).emit()
+
+
+_LOCK = threading.Lock()
+_LIBRARY: list[Library] = []  # at most one: workers run its code for the life of the process
+
+
+def pool_object(*, cache: bool = True) -> bytes:
+    """Relocatable ``pic`` object code of the pool for this host, to link into a shared library (AOT).
+
+    >>> pool_object()[:4]
+    b'\\x7fELF'
+    """
+    obj, _ = compile_object(emit_pool_ir(), opt=2, cache=cache, name="tp_threadpool")
+    return obj
+
+
+def pool_library() -> Library:
+    """The process's pool, compiled (or loaded from the disk cache) on first use and never unmapped."""
+    if not _LIBRARY:
+        with _LOCK:
+            if not _LIBRARY:
+                _LIBRARY.append(load_object(pool_object(), name="tp_threadpool"))
+    return _LIBRARY[0]
+
+
+def pool_stats() -> dict[str, int]:
+    """``{"workers": threads started, "jobs": loops the pool has run}`` in this process (zeros, and no
+    compiling, while nothing has used the pool).
+
+    >>> set(pool_stats().values()) <= set(range(10 ** 9))
+    True
+    """
+    if not _LIBRARY:
+        return {"workers": 0, "jobs": 0}
+    lib = _LIBRARY[0]
+    return {"workers": lib.function("tp_parallel_workers", ctypes.c_int32)(),
+            "jobs": lib.function("tp_parallel_jobs", ctypes.c_int64)()}
+
+
+def needs_pool(obj: bytes) -> bool:
+    """Whether relocatable object code calls the pool (so a shared library built from it needs
+    :func:`pool_object`).
+
+    >>> needs_pool(pool_object())
+    False
+    """
+    return any(s.startswith(POOL_PREFIX) for s in undefined_symbols(obj))
