@@ -52,6 +52,12 @@ __all__ = ["graph_to_tp", "Binding", "ArgSource", "LoweringError", "supported_op
 INLINE_LIMIT = 16
 
 
+def _copy_into(cx: Cx, input: Value, src: Any, non_blocking: bool = False) -> Value:
+    """The value ``input.copy_(src)`` leaves in ``input``."""
+    src = src if isinstance(src, Value) else cx.tensor(src, input.type.dtype)
+    return cx.cast(cx.expand(src, input.type.shape), input.type.dtype)
+
+
 def _draws_random(node: Any) -> bool:
     """Whether a node draws random numbers (rand, randn, dropout in training with 0 < p < 1)."""
     import inspect
@@ -438,11 +444,18 @@ class _Converter:
         """``t.op_(...)``: compute ``op(t, ...)`` and let every later use of ``t`` see the result.
 
         Only for targets that nothing else aliases: a computed, non-view tensor none of whose users is a
-        view (mutating inputs or views needs the exporter's functionalization)."""
+        view, or module state whose last write the program returns (a mutation output the exporter recorded,
+        e.g. batch_norm's running statistics); writes into user inputs need functionalization."""
         from tensorplay.ops import REGISTRY
         target = node.args[0]
         why = None
-        if getattr(target, "op", None) != "call_function" and getattr(target, "op", None) != "call_method":
+        kind = getattr(target, "op", None)
+        if kind == "placeholder" and target.target in self.weights:  # lifted state
+            if not self.write_is_returned(node):
+                why = "it mutates a graph input or module state"
+            elif any(self.op_name(u) in _VIEW_OPS for u in target.users if u.op in ("call_function", "call_method")):
+                why = "its target has views that would see the change"
+        elif kind != "call_function" and kind != "call_method":
             why = "it mutates a graph input or module state"
         elif self.op_name(target) in _VIEW_OPS or any(self.op_name(u) in _VIEW_OPS for u in target.users
                                                         if u.op in ("call_function", "call_method")):
@@ -450,7 +463,9 @@ class _Converter:
         if why is not None:
             raise UnsupportedOp(f"in-place op the converter cannot functionalize: {why}")
         rule = RULES.get(base)
-        if rule is None or not REGISTRY[base].primitive:
+        if base == "copy":  # x.copy_(src): src broadcast to x's shape in x's dtype
+            rule = _copy_into
+        elif rule is None or not REGISTRY[base].primitive:
             raise UnsupportedOp(f"in-place form of {base}, which is {self.why_unsupported(base, None)}")
         self.cx.out = self.out_meta(target)
         self.cx.op = base
@@ -463,6 +478,25 @@ class _Converter:
             self.values[target] = out
             target = self.aliases.get(target)
         return out
+
+    def write_is_returned(self, node: Any) -> bool:
+        """Whether the last in-place write into ``node``'s target input is a graph output (so the new
+        value leaves the program and the caller stores it: a recorded buffer/parameter mutation)."""
+        def base(n: Any) -> Any:
+            while getattr(n, "op", None) in ("call_function", "call_method") and n.args \
+                    and self.inplace_base(n, self.op_name(n)) is not None:
+                n = n.args[0]
+            return n
+
+        root = base(node)
+        last = None
+        for n in self.graph.nodes:
+            if n.op in ("call_function", "call_method") and self.inplace_base(n, self.op_name(n)) is not None \
+                    and base(n) is root:
+                last = n
+        outputs = self.graph.output_node.args[0]
+        flat = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        return last is not None and any(o is last for o in flat)
 
     def why_unsupported(self, name: str, op: Any) -> str:
         from tensorplay.ops import REGISTRY
