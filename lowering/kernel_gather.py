@@ -137,6 +137,13 @@ def _affine(em: NestEmitter, v: Value, index: Index, depth: int = 0) -> sympy.Ex
         if x is None or y is None or (name == "tp.mul" and not (x.is_Integer or y.is_Integer)):
             return None
         return x + y if name == "tp.add" else (x - y if name == "tp.sub" else x * y)
+    if name == "tp.sum" and not o.operands[0].type.rank == 0:  # a size as a tensor: a sum of expanded ones
+        ones = o.operands[0].owner
+        if isinstance(ones, Operation) and ones.name == "tp.expand" and not a["keepdim"] \
+                and sorted(x % ones.result.type.rank for x in a["axes"]) == list(range(ones.result.type.rank)):
+            c = _affine(em, ones.operands[0], tuple(sympy.Integer(0) for _ in ones.operands[0].type.shape), depth + 1)
+            return None if c is None else c * sympy.Mul(*ones.result.type.shape)
+        return None
     if name == "tp.neg":
         x = sub(o.operands[0], index)
         return None if x is None else -x

@@ -30,6 +30,13 @@ for _n in _FLOAT_UNARY:
     _unary_float(_n)
 
 
+@rule("silu")
+def _silu(cx: Cx, x: Value) -> Value:
+    """``x * sigmoid(x)``: the default decompositions keep silu whole (``export.decomp.DEFAULT_EXCLUDED``)."""
+    v = cx.tensor(x, cx.compute(cx.promoted(x, float_ops=True)))
+    return cx.emit("tp.mul", v, cx.emit("tp.sigmoid", v))
+
+
 @rule("neg", "abs", "bitwise_not")
 def _unary_same(cx: Cx, x: Value) -> Value:
     name = {"neg": "neg", "abs": "abs", "bitwise_not": "bitwise_not"}[cx.node_op_name()]

@@ -15,6 +15,7 @@ import sympy
 from dialect import I1, I64, Value
 
 from .to_tp_core import Cx, SymVal, UnsupportedOp, rule, to_dialect_dtype
+from .to_tp_nn import size_tensor
 
 __all__: list[str] = []
 
@@ -107,6 +108,33 @@ def _pieces(cx: Cx, input: Value, dim: Any) -> list[Value]:
         out.append(cx.slice(input, axis, start, start + n))
         start = start + n
     return out
+
+
+def _fold_mod(cx: Cx, e: sympy.Expr) -> sympy.Expr:
+    """``e`` with each ``Mod(a, b)`` the ranges prove to be ``a`` (``0 <= a < b``) replaced by ``a``."""
+    facts = cx.b.facts
+
+    def fold(m: sympy.Mod) -> sympy.Expr:
+        a, b = m.args
+        return a if facts.prove(sympy.Ge(a, 0)) is True and facts.prove(sympy.Lt(a, b)) is True else m
+    return sympy.sympify(e).replace(lambda x: isinstance(x, sympy.Mod), fold)
+
+
+@rule("narrow")
+def _narrow(cx: Cx, input: Value, dim: Any, start: Any, length: Any) -> Value:
+    """A slice (``roll``'s decomposition narrows by sizes: ``start``/``length`` may be size expressions)."""
+    axis = _static_int(dim, "dim") % input.type.rank
+    s, n = (_fold_mod(cx, v.expr) if isinstance(v, SymVal) else sympy.Integer(int(v)) for v in (start, length))
+    dim_size = input.type.shape[axis]
+    if s.is_Integer and int(s) < 0:
+        s = s + dim_size
+    facts = cx.b.facts
+    if facts.prove(sympy.Ge(s, 0)) is True and facts.prove(sympy.Le(s + n, dim_size)) is True:
+        return cx.slice(input, axis, s, s + n)
+    # bounds the ranges cannot prove (``Mod(shift, s0)`` with s0 possibly 0): gather positions s .. s+n-1
+    where = cx.emit("tp.iota", shape=[n], axis=0, dtype=I64)
+    where = cx.emit("tp.add", where, cx.expand(size_tensor(cx, s), [n]))
+    return cx.emit("tp.index_select", input, where, axis=axis)
 
 
 @rule("split")

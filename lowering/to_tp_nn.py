@@ -41,12 +41,11 @@ def _tuple(v: Any, n: int, what: str) -> list[int]:
 
 
 def iota(cx: Cx, n: Any, dtype: Any = I64) -> Value:
-    """``[0, 1, ..., n-1]`` for a static or symbolic ``n`` (a constant, or a ``tp.cumsum`` of ones)."""
+    """``[0, 1, ..., n-1]`` for a static or symbolic ``n`` (a constant, or a ``tp.iota``)."""
     n = sympy.sympify(n)
     if n.is_Integer:
         return cx.const(np.arange(int(n)), dtype)
-    ones = cx.expand(cx.const(1, I64), [n])
-    return cx.cast(cx.emit("tp.sub", cx.emit("tp.cumsum", ones, axis=0), cx.const(1, I64)), dtype)
+    return cx.emit("tp.iota", shape=[n], axis=0, dtype=dtype)
 
 
 # ---------------------------------------------------------------------------------- contractions
@@ -303,14 +302,56 @@ def _arange(cx: Cx, *args: Any, dtype: Any = None, **kw: Any) -> Value:
     if all(isinstance(v, (int, float)) for v in (start, end, step)):
         values = start + step * np.arange(int(n), dtype=np.float64 if floats else np.int64)
         return cx.const(values, dt)
-    if isinstance(start, SymVal) or isinstance(step, SymVal) or floats:
-        raise UnsupportedOp("arange with a symbolic start or step, or float bounds with a symbolic end")
+    if isinstance(step, SymVal) or floats or (isinstance(start, SymVal) and start.tensor is not None):
+        raise UnsupportedOp("arange with a symbolic step, a start read from tensor data, or float bounds with a "
+                            "symbolic end")
     i = iota(cx, n, I64)
     if step != 1:
         i = cx.emit("tp.mul", i, cx.const(step, I64))
-    if start != 0:
+    if isinstance(start, SymVal):
+        i = cx.emit("tp.add", i, cx.expand(size_tensor(cx, start.expr), [n]))
+    elif start != 0:
         i = cx.emit("tp.add", i, cx.const(start, I64))
     return cx.cast(i, dt)
+
+
+def size_tensor(cx: Cx, e: Any) -> Value:
+    """A rank-0 i64 tensor holding the size expression ``e`` (a sum of ``|e|`` expanded ones, which the
+    kernel lowering reads back as the expression itself); UnsupportedOp when the sign of ``e`` is unknown."""
+    facts, parts = cx.b.facts, ([], [])
+
+    def nonneg(t: sympy.Expr) -> bool:  # Mod(a, b) of sizes a, b >= 0 counts as >= 0 (a tensor sized by
+        c, rest = t.as_coeff_Mul()      # it is empty when b = 0, where the value is undefined)
+        if c > 0 and isinstance(rest, sympy.Mod):
+            return all(facts.prove(sympy.Ge(a, 0)) is True for a in rest.args)
+        return facts.prove(sympy.Ge(t, 0)) is True
+
+    for t in sympy.Add.make_args(sympy.expand(e)):  # nonnegative terms, minus nonpositive ones
+        if nonneg(t):
+            parts[0].append(t)
+        elif nonneg(-t):
+            parts[1].append(-t)
+        else:
+            raise UnsupportedOp(f"the size expression {e} as a tensor: the sign of {t} is not known")
+
+    def count(x: sympy.Expr) -> Value:
+        if x.is_Integer:
+            return cx.const(int(x), I64)
+        return cx.emit("tp.sum", cx.expand(cx.const(1, I64), [x]), axes=[0])
+    pos, neg = (sympy.Add(*p) for p in parts)
+    return count(pos) if neg == 0 else cx.emit("tp.sub", count(pos), count(neg))
+
+
+@rule("one_hot")
+def _one_hot(cx: Cx, tensor: Value, num_classes: Any = -1) -> Value:
+    """Reached only when the decomposition kept the op: ``num_classes=-1`` sizes the result by tensor data."""
+    if isinstance(num_classes, SymVal) or num_classes == -1:
+        raise UnsupportedOp("one_hot with num_classes=-1: the class count is read from tensor data "
+                            "(a data-dependent output size); pass num_classes")
+    shape = cx.out_shape()
+    classes = cx.reshape(iota(cx, num_classes, I64), [1] * tensor.type.rank + [num_classes])
+    x = cx.reshape(cx.cast(tensor, I64), [*tensor.type.shape, 1])
+    return cx.cast(cx.emit("tp.eq", cx.expand(x, shape), cx.expand(classes, shape)), cx.out_dtype())
 
 
 @rule("empty", "empty_like", "new_empty")

@@ -100,6 +100,10 @@ def _trace_into(graph: Graph, node: Node, fn: Callable) -> Any:
         ph.meta = dict(inp.meta)
         val = inp.meta.get("val")
         standins[inp] = SymProxy(ph, val, tracer) if isinstance(val, sympy.Expr) else Proxy(ph, tracer)
+    for src in _symbol_sources(graph, inputs):  # so the rule can recompute sizes from their symbols
+        ph = sub.placeholder(src.name)
+        ph.meta = dict(src.meta)
+        standins[src] = Proxy(ph, tracer)
     args = map_arg(node.args, standins.__getitem__)
     kwargs = map_arg(node.kwargs, standins.__getitem__)
     try:
@@ -121,6 +125,25 @@ def _trace_into(graph: Graph, node: Node, fn: Callable) -> Any:
         owner._graph_attrs.update(tracer.constants)
     _mark_provenance(graph, last, node)
     return map_arg(result, lambda n: mapping.get(n, n))
+
+
+def _symbol_sources(graph: Graph, inputs: list[Node]) -> list[Node]:
+    """Placeholders of ``graph`` having, as a plain extent, a symbol the inputs' sizes use but no input has
+    as an extent (a rule seeing only ``flatten(x) : [4*s0]`` cannot otherwise rebuild ``x``'s ``s0``)."""
+    def extents(n: Node) -> list:
+        val = n.meta.get("val")
+        return list(getattr(val, "shape", ())) if not isinstance(val, sympy.Expr) else [val]
+    used = set().union(*(sympy.sympify(d).free_symbols for n in inputs for d in extents(n)
+                         if isinstance(d, sympy.Basic)))
+    missing = used - {d for n in inputs for d in extents(n)}
+    out = []
+    for n in graph.nodes:
+        if not missing or n.op != "placeholder":
+            continue
+        if "example_value" in n.meta and n not in inputs and missing & set(extents(n)):
+            out.append(n)
+            missing -= set(extents(n))
+    return out
 
 
 def _mark_provenance(graph: Graph, last: Node | None, node: Node) -> None:

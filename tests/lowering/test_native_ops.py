@@ -43,7 +43,6 @@ NOT_NATIVE: dict[str, str] = {
     "cumprod": "no upper bound",
     "diagonal": "symbolic extent",
     "dot": GEMM_F32,
-    "flip": "tp.index_select|arange with a symbolic start",
     "getitem": "tp.nonzero",  # boolean-mask keys
     "linear": GEMM_F32,
     "masked_select": "lowered type .* differs from the graph's",
@@ -51,10 +50,8 @@ NOT_NATIVE: dict[str, str] = {
     "mm": GEMM_F32,
     "mv": GEMM_F32,
     "nonzero": "tp.nonzero",
-    "one_hot": "not a primitive",
-    "roll": "not a primitive",
+    "one_hot": "num_classes=-1",  # a data-dependent output size
     "scatter": "tp.scatter_add|reduce='multiply'",
-    "silu": "not a primitive",
 }
 
 def _has_rank0(name: str, tensors: list) -> bool:
@@ -72,10 +69,7 @@ def _op_in(*names: str):
 #: Bugs outside this test's files, as (applies(op name, sample tensors), exception, message regex, reason).
 #: A sample they apply to may fail only that way, and each bug must still show on some sample of every op
 #: it applies to (strict: once fixed, its entry must go). The first entry that applies is the one expected.
-KNOWN_BUGS: list = [
-    (_op_in("roll"), GraphCaptureError, "bare sympy expression", "the roll decomposition (export's "
-     "run_decompositions) passes a symbolic first dim as a bare sympy expression"),
-]
+KNOWN_BUGS: list = []
 
 #: samples per op (spread over the op's sample list)
 PER_OP = 4
