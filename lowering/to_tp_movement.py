@@ -217,8 +217,9 @@ def _cumsum(cx: Cx, input: Value, dim: int, *, dtype: Any = None) -> Value:
 @rule("cumprod")
 def _cumprod(cx: Cx, input: Value, dim: int, *, dtype: Any = None) -> Value:
     """Hillis-Steele scan: round k multiplies by the input shifted ``2**k`` along ``dim`` (ones shifted in);
-    ceil(log2 n) rounds, with n's upper bound for a symbolic extent (an unbounded one is refused: a round
-    pads ``2**k`` elements)."""
+    ceil(log2 n) rounds, with n's upper bound for a symbolic extent. An unbounded extent is a masked
+    product instead: ``out[i] = prod_j where(j <= i, x[j], 1)`` (O(n^2) work fused in one reduction, like
+    the kernel of tp.cumsum)."""
     x = _scan_input(cx, input, dtype)
     if x.type.rank == 0:
         return x
@@ -226,8 +227,7 @@ def _cumprod(cx: Cx, input: Value, dim: int, *, dtype: Any = None) -> Value:
     n = x.type.shape[axis]
     hi = n if n.is_Integer else cx.b.facts.bounds(n)[1]
     if not hi.is_finite:
-        raise UnsupportedOp(f"cumprod along a dim of symbolic extent {n} with no upper bound (tp has no product "
-                            f"scan; the rewrite needs a bound on the number of rounds)")
+        return _masked_cumprod(cx, x, axis)
     step = 1
     while step < int(hi):
         pads = [(step, 0) if d == axis else (0, 0) for d in range(x.type.rank)]
@@ -235,6 +235,20 @@ def _cumprod(cx: Cx, input: Value, dim: int, *, dtype: Any = None) -> Value:
         x = cx.emit("tp.mul", x, shifted)
         step *= 2
     return x
+
+
+def _masked_cumprod(cx: Cx, x: Value, axis: int) -> Value:
+    """Running product along ``axis`` as a product over a new trailing-``j`` axis of ``x`` masked by j <= i."""
+    shape = list(x.type.shape)
+    n, rank = shape[axis], len(shape)
+    full = shape[:axis] + [n] + shape[axis:]  # dim ``axis`` is i, dim ``axis + 1`` is j
+    xe = cx.expand(cx.reshape(x, shape[:axis] + [1] + shape[axis:]), full)
+    i = cx.reshape(cx.emit("tp.iota", shape=[n], axis=0, dtype=I64), [n, 1])
+    j = cx.reshape(cx.emit("tp.iota", shape=[n], axis=0, dtype=I64), [1, n])
+    mask = cx.emit("tp.le", cx.expand(j, [n, n]), cx.expand(i, [n, n]))
+    mask = cx.expand(cx.reshape(mask, [1] * axis + [n, n] + [1] * (rank - axis - 1)), full)
+    ones = cx.fill(1, x.type.dtype, full)
+    return cx.emit("tp.prod", cx.emit("tp.where", mask, xe, ones), axes=[axis + 1], keepdim=False)
 
 
 @rule("sort")

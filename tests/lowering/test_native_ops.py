@@ -40,7 +40,6 @@ NOT_NATIVE: dict[str, str] = {
     "chunk": "pieces of a symbolic extent",
     "conv": GEMM_F32,
     "conv_transpose": GEMM_F32,
-    "cumprod": "no upper bound",
     "diagonal": "symbolic extent",
     "dot": GEMM_F32,
     "getitem": "tp.nonzero",  # boolean-mask keys

@@ -34,7 +34,6 @@ UNSUPPORTED: dict[str, str] = {}
 STATIC_ONLY: dict[str, str] = {
     "chunk": "a piece of ceil(n / chunks) is not provably inside a symbolic extent n under interval reasoning",
     "diagonal": "the flat stride (columns + 1) must be a static int",
-    "cumprod": "tp has no product scan; the Hillis-Steele rewrite needs an upper bound on the extent",
     "avg_pool_backward": "pooling windows are unrolled: spatial extents must be static, and a dynamic grad "
                          "batch must provably equal the input's",
 }

@@ -1,0 +1,51 @@
+"""Ops whose lowering depends on a dynamic extent, compiled natively and compared with numpy.
+
+cumprod along an unbounded dynamic dim is a masked product (lowering/to_tp_movement.py); along a bounded
+one it stays a Hillis-Steele scan.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay.export import Dim, export
+
+
+@pytest.mark.parametrize("dtype, dim", [(np.float32, 0), (np.int64, 1), (np.float64, -1)])
+def test_cumprod_along_an_unbounded_dynamic_dim(dtype, dim):
+    def f(x):
+        return tp.cumprod(x, dim)
+
+    rng = np.random.default_rng(0)
+    shape = (5, 4, 3)
+    x = rng.integers(-3, 4, size=shape).astype(dtype)  # zeros and negatives
+    axis = dim % 3
+    prog = export(f, tp.tensor(x), dynamic_shapes={"x": {axis: Dim("n", min=1)}})
+    compiled = tp.compile(prog)
+    assert "tp.prod" in compiled.ir("tp")
+    for n in (shape[axis], 1, 9):
+        y_shape = list(shape)
+        y_shape[axis] = n
+        y = rng.integers(-3, 4, size=y_shape).astype(dtype)
+        if dtype != np.int64:
+            y = y * 0.5
+        got = prog(tp.tensor(y)).numpy()
+        want = np.cumprod(y, axis=axis)
+        if dtype == np.int64:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_cumprod_along_a_bounded_dynamic_dim_keeps_the_scan():
+    def f(x):
+        return tp.cumprod(x, 0)
+
+    x = np.linspace(0.5, 1.5, 12, dtype=np.float32).reshape(6, 2)
+    prog = export(f, tp.tensor(x), dynamic_shapes={"x": {0: Dim("n", min=1, max=8)}})
+    compiled = tp.compile(prog)
+    assert "tp.prod" not in compiled.ir("tp")
+    for n in (6, 8, 1):
+        y = np.linspace(0.5, 1.5, 2 * n, dtype=np.float32).reshape(n, 2)
+        np.testing.assert_allclose(prog(tp.tensor(y)).numpy(), np.cumprod(y, axis=0), rtol=1e-5, atol=1e-6)
