@@ -62,7 +62,7 @@ from .codegen_expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE
-from .gemm_library import GemmConfig, declare_gemm, gemm_configs, gemm_libraries
+from .gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
 from .kernel_gather import CODEGEN as _GATHER_CODEGEN
 from .kernel_random import CODEGEN as _RANDOM_CODEGEN
 from .kernel_sort import emit_sort_call
@@ -484,14 +484,15 @@ class _Codegen:
     def _gemm(self, sc: _Scope, op: Operation) -> None:
         a, b, em = op.attributes, sc.b, sc.em
         types = [v.type for v in op.operands]
-        if any(t.dtype.name != "f32" for t in types):
-            raise CodegenError(f"kernel.gemm is compiled for f32 buffers only, got {', '.join(map(str, types))}")
+        if len({t.dtype for t in types}) != 1 or types[0].dtype.name not in GEMM_DTYPES:
+            raise CodegenError(f"kernel.gemm is compiled for buffers of one element type among {GEMM_DTYPES}, "
+                               f"got {', '.join(map(str, types))}")
         fn = declare_gemm(self.module, GemmConfig.from_op(op))
         m, n, k = (em.emit(a[x]) for x in ("m", "n", "k"))
-        f32 = ir.FloatType()
+        elem = _storage(types[0].dtype)
 
         def at(v: Value, off: Any) -> ir.Value:
-            return b.gep(sc.vals[v], [em.emit(off)], inbounds=True, source_etype=f32)
+            return b.gep(sc.vals[v], [em.emit(off)], inbounds=True, source_etype=elem)
 
         ops = op.operands
         lda = m if a["trans_a"] else k

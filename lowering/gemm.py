@@ -220,30 +220,40 @@ _I = ctypes.c_int64
 _CTYPES = (_I, _I, _I, _I, _FP, _I, _I, _FP, _I, _I, _FP, _I, _I, _FP, _FP, _I, _I, ctypes.c_int32, _FP)
 
 
-def _operand(x: np.ndarray, what: str, batched: bool) -> tuple[np.ndarray, int, int]:
+#: Element types of :func:`compile_gemm` (dialect name -> numpy dtype; bfloat16 as its uint16 bits).
+NUMPY_DTYPES = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "bf16": np.dtype(np.uint16),
+                "i64": np.dtype(np.int64),
+                "i32": np.dtype(np.int32), "i16": np.dtype(np.int16), "i8": np.dtype(np.int8),
+                "u8": np.dtype(np.uint8)}
+
+
+def _operand(x: np.ndarray, what: str, batched: bool, dtype: np.dtype) -> tuple[np.ndarray, int, int]:
     """``(array, leading dimension, batch stride)`` in elements; copies only when rows are not unit-stride."""
-    if not isinstance(x, np.ndarray) or x.dtype != np.float32:
-        raise TypeError(f"GemmKernel: {what} must be a float32 ndarray, got {getattr(x, 'dtype', type(x).__name__)}")
+    if not isinstance(x, np.ndarray) or x.dtype != dtype:
+        raise TypeError(f"GemmKernel: {what} must be a {dtype} ndarray, got {getattr(x, 'dtype', type(x).__name__)}")
     if x.ndim != (3 if batched else 2):
         raise ValueError(f"GemmKernel: {what} must be {3 if batched else 2}-D, got shape {x.shape}")
     if batched:
         x = np.ascontiguousarray(x)
         return x, max(x.shape[2], 1), x.shape[1] * x.shape[2]
-    if x.strides[1] != 4 or x.strides[0] % 4 or x.strides[0] < 4 * x.shape[1]:
+    size = dtype.itemsize
+    if x.strides[1] != size or x.strides[0] % size or x.strides[0] < size * x.shape[1]:
         x = np.ascontiguousarray(x)
-    return x, max(x.strides[0] // 4, x.shape[1], 1), 0
+    return x, max(x.strides[0] // size, x.shape[1], 1), 0
 
 
 class GemmKernel:
-    """A compiled GEMM callable on numpy float32 arrays (2-D, or 3-D for a batch).
+    """A compiled GEMM callable on numpy arrays of its dtype (2-D, or 3-D for a batch).
 
     Reuses one scratch buffer per thread, grown as needed.
     """
 
-    __slots__ = ("trans_a", "trans_b", "epilogue", "shape", "library", "_fn", "_local")
+    __slots__ = ("trans_a", "trans_b", "epilogue", "shape", "dtype", "library", "_fn", "_local")
 
-    def __init__(self, trans_a: bool, trans_b: bool, epilogue: Epilogue, shape: GemmShape, library, fn) -> None:
+    def __init__(self, trans_a: bool, trans_b: bool, epilogue: Epilogue, shape: GemmShape, library, fn,
+                 dtype: str = "f32") -> None:
         self.trans_a, self.trans_b, self.epilogue, self.shape = trans_a, trans_b, epilogue, shape
+        self.dtype = NUMPY_DTYPES[dtype]
         self.library = library
         self._fn = fn
         self._local = threading.local()
@@ -263,8 +273,9 @@ class GemmKernel:
         if batched and (b.ndim != 3 or b.shape[0] != batch):
             raise ValueError(f"GemmKernel: batched a has shape {a.shape}, so b must be (batch={batch}, ., .), "
                              f"got {b.shape}")
-        a_arr, lda, sa = _operand(a, "a", batched)
-        b_arr, ldb, sb = _operand(b, "b", batched)
+        dt = self.dtype
+        a_arr, lda, sa = _operand(a, "a", batched, dt)
+        b_arr, ldb, sb = _operand(b, "b", batched, dt)
         m, ka = a.shape[-1:-3:-1] if self.trans_a else a.shape[-2:]
         kb, n = b.shape[-1:-3:-1] if self.trans_b else b.shape[-2:]
         if ka != kb:
@@ -273,9 +284,9 @@ class GemmKernel:
         if c is None:
             if accumulate:
                 raise ValueError("GemmKernel: accumulate=True needs an output array c")
-            c = np.empty(out_shape, np.float32)
-        if c.shape != out_shape or c.dtype != np.float32 or not c.flags.c_contiguous:
-            raise ValueError(f"GemmKernel: c must be a C-contiguous float32 array of shape {out_shape}, "
+            c = np.empty(out_shape, dt)
+        if c.shape != out_shape or c.dtype != dt or not c.flags.c_contiguous:
+            raise ValueError(f"GemmKernel: c must be a C-contiguous {dt} array of shape {out_shape}, "
                              f"got {c.dtype} {c.shape}")
         if self.epilogue.bias != (bias is not None):
             raise ValueError(f"GemmKernel: this kernel's epilogue is {self.epilogue.describe()!r}; "
@@ -284,11 +295,11 @@ class GemmKernel:
             raise ValueError(f"GemmKernel: this kernel's epilogue is {self.epilogue.describe()!r}; residual "
                              f"{'is required' if self.epilogue.residual else 'was given but is not fused'}")
         if bias is not None:
-            bias = np.ascontiguousarray(bias, np.float32)
+            bias = np.ascontiguousarray(bias, dt)
             if bias.shape != (n,):
                 raise ValueError(f"GemmKernel: bias must have shape ({n},), got {bias.shape}")
         if residual is not None:
-            residual = np.ascontiguousarray(np.broadcast_to(residual, out_shape), np.float32)
+            residual = np.ascontiguousarray(np.broadcast_to(residual, out_shape), dt)
         scratch = self._scratch(scratch_bytes(m, n, ka, self.shape))
         plane = m * n if batched else 0
         self._fn(batch, m, n, ka, a_arr.ctypes.data, lda, sa, b_arr.ctypes.data, ldb, sb,
@@ -303,25 +314,36 @@ _KERNELS_LOCK = threading.Lock()
 
 
 def compile_gemm(*, trans_a: bool = False, trans_b: bool = False, epilogue: Epilogue = NO_EPILOGUE,
-                 shape: GemmShape = DEFAULT_SHAPE, cache: bool = True) -> GemmKernel:
+                 shape: GemmShape = DEFAULT_SHAPE, cache: bool = True, dtype: str = "f32") -> GemmKernel:
     """JIT-compile (once per configuration and process) a GEMM kernel callable on numpy arrays.
+
+    ``dtype`` other than ``"f32"`` builds :func:`lowering.gemm_generic.emit_gemm_generic` (``shape`` unused).
 
     >>> import numpy as np
     >>> k = compile_gemm()
     >>> k(np.eye(2, dtype=np.float32), np.arange(4, dtype=np.float32).reshape(2, 2)).tolist()
     [[0.0, 1.0], [2.0, 3.0]]
+    >>> compile_gemm(dtype="i64")(np.eye(2, dtype=np.int64), np.arange(4).reshape(2, 2)).tolist()
+    [[0, 1], [2, 3]]
     """
     from runtime.jit import compile_ir
 
-    key = (bool(trans_a), bool(trans_b), epilogue, shape)
+    from .gemm_generic import emit_gemm_generic
+
+    if dtype not in NUMPY_DTYPES:
+        raise ValueError(f"compile_gemm: dtype must be one of {sorted(NUMPY_DTYPES)}, got {dtype!r}")
+    key = (bool(trans_a), bool(trans_b), epilogue, shape, dtype)
     with _KERNELS_LOCK:
         kern = _KERNELS.get(key)
         if kern is None:
             module = ir.Module(name="gemm")
-            emit_gemm(module, "tp_gemm", trans_a=trans_a, trans_b=trans_b, epilogue=epilogue, shape=shape)
+            if dtype == "f32":
+                emit_gemm(module, "tp_gemm", trans_a=trans_a, trans_b=trans_b, epilogue=epilogue, shape=shape)
+            else:
+                emit_gemm_generic(module, "tp_gemm", dtype, trans_a=trans_a, trans_b=trans_b, epilogue=epilogue)
             lib = compile_ir(module, cache=cache, name=f"gemm_{'t' if trans_a else 'n'}{'t' if trans_b else 'n'}_"
-                             f"{epilogue.describe()}")
+                             f"{dtype}_{epilogue.describe()}")
             kern = _KERNELS[key] = GemmKernel(trans_a, trans_b, epilogue, shape, lib,
-                                              lib.function("tp_gemm", None, *_CTYPES))
+                                              lib.function("tp_gemm", None, *_CTYPES), dtype)
     return kern
 

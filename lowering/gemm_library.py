@@ -52,29 +52,39 @@ from runtime.cache import CompileCache, cache_key, default_cache
 from runtime.jit import Library, compile_object, load_object, register_resolver, undefined_symbols
 from runtime.target import feature_string, host_cpu, host_target_machine, optimize
 
-from . import gemm, gemm_kernels, llvm_math
+from . import codegen_scalar, gemm, gemm_generic, gemm_kernels, llvm_math
 from .gemm import _ARG_NAMES, _ARG_TYPES, DEFAULT_SHAPE, NO_EPILOGUE, Epilogue, GemmShape, emit_gemm
+from .gemm_generic import GENERIC_DTYPES, check_generic, emit_gemm_generic
 from .gemm_kernels import ACTIVATIONS
 
-__all__ = ["GEMM_SYMBOL_PREFIX", "GemmConfig", "configs_of_object", "declare_gemm", "gemm_configs", "gemm_libraries",
-           "gemm_library", "gemm_objects", "loaded_libraries"]
+__all__ = ["GEMM_DTYPES", "GEMM_SYMBOL_PREFIX", "GemmConfig", "configs_of_object", "declare_gemm", "gemm_configs",
+           "gemm_libraries", "gemm_library", "gemm_objects", "loaded_libraries"]
 
 GEMM_SYMBOL_PREFIX = "tp_gemm_"
+#: Element types a kernel.gemm compiles for (dialect names): the blocked float32 kernel, then the loop nests.
+GEMM_DTYPES = ("f32", *GENERIC_DTYPES)
 _SHAPE_RE = re.compile(r"mr(\d+)_nv(\d+)_mc(\d+)_kc(\d+)_nc(\d+)\Z")
 
 
 @dataclass(frozen=True, slots=True)
 class GemmConfig:
-    """One compiled GEMM kernel: operand layouts, fused epilogue and blocking.
+    """One compiled GEMM kernel: operand layouts, fused epilogue, blocking and element type.
+
+    ``dtype`` is the dialect name of every operand's element type: ``"f32"`` (the blocked kernel of
+    :mod:`lowering.gemm`) or one of :data:`lowering.gemm_generic.GENERIC_DTYPES` (a loop nest; the
+    blocking is then unused). It is spelled in the symbol unless it is ``"f32"``.
 
     >>> GemmConfig(epilogue=Epilogue(bias=True, activation="gelu_tanh", residual=True)).symbol
     'tp_gemm_nn__bias__gelu_tanh__residual__mr6_nv4_mc192_kc384_nc1536'
+    >>> GemmConfig(trans_b=True, dtype="i64").symbol
+    'tp_gemm_nt__i64__mr6_nv4_mc192_kc384_nc1536'
     """
 
     trans_a: bool = False
     trans_b: bool = False
     epilogue: Epilogue = NO_EPILOGUE
     shape: GemmShape = DEFAULT_SHAPE
+    dtype: str = "f32"
 
     def __post_init__(self) -> None:
         for field, value in (("trans_a", self.trans_a), ("trans_b", self.trans_b)):
@@ -84,12 +94,15 @@ class GemmConfig:
             raise TypeError(f"GemmConfig.epilogue must be an Epilogue, got {type(self.epilogue).__name__}")
         if not isinstance(self.shape, GemmShape):
             raise TypeError(f"GemmConfig.shape must be a GemmShape, got {type(self.shape).__name__}")
+        if self.dtype != "f32":
+            check_generic(self.dtype, self.epilogue)
 
     @property
     def symbol(self) -> str:
         """The C name of this configuration's GEMM function; it spells out the whole configuration."""
         e, s = self.epilogue, self.shape
         parts = [f"{GEMM_SYMBOL_PREFIX}{'t' if self.trans_a else 'n'}{'t' if self.trans_b else 'n'}"]
+        parts += [self.dtype] if self.dtype != "f32" else []
         parts += (["bias"] if e.bias else []) + ([e.activation] if e.activation else []) + \
             (["residual"] if e.residual else [])
         parts.append(f"mr{s.mr}_nv{s.nv}_mc{s.mc}_kc{s.kc}_nc{s.nc}")
@@ -106,17 +119,19 @@ class GemmConfig:
         layout = parts[0][len(GEMM_SYMBOL_PREFIX):] if parts and parts[0].startswith(GEMM_SYMBOL_PREFIX) else ""
         shape = _SHAPE_RE.match(parts[-1]) if len(parts) >= 2 else None
         middle = parts[1:-1]
+        dtype = middle[0] if middle and middle[0] in GENERIC_DTYPES else "f32"
+        middle = middle[1:] if dtype != "f32" else middle
         bias = bool(middle) and middle[0] == "bias"
         middle = middle[1:] if bias else middle
         residual = bool(middle) and middle[-1] == "residual"
         middle = middle[:-1] if residual else middle
         if (len(layout) != 2 or set(layout) - {"n", "t"} or shape is None or len(middle) > 1
                 or (middle and middle[0] not in ACTIVATIONS)):
-            raise ValueError(f"not a GEMM kernel symbol: expected '{GEMM_SYMBOL_PREFIX}<nn|nt|tn|tt>"
+            raise ValueError(f"not a GEMM kernel symbol: expected '{GEMM_SYMBOL_PREFIX}<nn|nt|tn|tt>[__<dtype>]"
                              f"[__bias][__<activation>][__residual]__mr<i>_nv<i>_mc<i>_kc<i>_nc<i>', got {symbol!r}")
         config = cls(layout[0] == "t", layout[1] == "t",
                      Epilogue(bias=bias, activation=middle[0] if middle else None, residual=residual),
-                     GemmShape(*(int(g) for g in shape.groups())))
+                     GemmShape(*(int(g) for g in shape.groups())), dtype)
         if config.symbol != symbol:  # e.g. leading zeros in a number
             raise ValueError(f"not a canonical GEMM kernel symbol: {symbol!r} (expected {config.symbol!r})")
         return config
@@ -128,8 +143,9 @@ class GemmConfig:
             raise ValueError(f"GemmConfig.from_op expects a kernel.gemm operation, got {getattr(op, 'name', op)!r}")
         a = op.attributes
         act = None if a["activation"] == "none" else a["activation"]
+        dtype = op.operands[0].type.dtype.name
         return cls(bool(a["trans_a"]), bool(a["trans_b"]),
-                   Epilogue(bias=bool(a["bias"]), activation=act, residual=bool(a["residual"])))
+                   Epilogue(bias=bool(a["bias"]), activation=act, residual=bool(a["residual"])), dtype=dtype)
 
 
 def declare_gemm(module: ir.Module, config: GemmConfig) -> ir.Function:
@@ -183,7 +199,7 @@ def configs_of_object(obj: bytes) -> list[GemmConfig]:
 def _generator_digest() -> str:
     """sha256 of the code that emits the GEMM IR: a new generator never reuses an old cached object."""
     h = hashlib.sha256(llvmlite.__version__.encode())
-    for mod in (gemm, gemm_kernels, llvm_math):
+    for mod in (gemm, gemm_kernels, gemm_generic, codegen_scalar, llvm_math):
         h.update(Path(mod.__file__).read_bytes())
     h.update(Path(__file__).read_bytes())
     return h.hexdigest()
@@ -231,6 +247,13 @@ def _emit_ir(config: GemmConfig) -> str:
     7x100x33 with B not transposed), whose edge copies the vectorizer helped.
     """
     module = ir.Module(name=config.symbol)
+    if config.dtype != "f32":  # plain loop nests: LLVM's vectorizer does the work, so no loop hints
+        emit_gemm_generic(module, config.symbol, config.dtype, trans_a=config.trans_a, trans_b=config.trans_b,
+                          epilogue=config.epilogue)
+        for value in module.global_values:
+            if not getattr(value, "is_declaration", False) and value.name != config.symbol:
+                value.linkage = "internal"
+        return str(module)
     emit_gemm(module, config.symbol, trans_a=config.trans_a, trans_b=config.trans_b, epilogue=config.epilogue,
               shape=config.shape)
     hints = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),

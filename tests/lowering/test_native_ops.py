@@ -32,25 +32,16 @@ load_all()
 #: sample that fails (some ops compile for some samples only: f32 gemm, static extents).
 GEMM_F32 = "kernel.gemm is compiled for f32 buffers only"
 NOT_NATIVE: dict[str, str] = {
-    "addmm": GEMM_F32,
     "assign": "tp.nonzero",  # boolean-mask keys
     "avg_pool_backward": "leading dims differ by a symbolic extent",
     "batch_norm": "in-place op the converter cannot functionalize",
-    "bmm": GEMM_F32,
     "chunk": "pieces of a symbolic extent",
-    "conv": GEMM_F32,
     "conv_transpose": GEMM_F32,
     "diagonal": "symbolic extent",
-    "dot": GEMM_F32,
     "getitem": "tp.nonzero",  # boolean-mask keys
-    "linear": GEMM_F32,
     "masked_select": "lowered type .* differs from the graph's",
-    "matmul": GEMM_F32,
-    "mm": GEMM_F32,
-    "mv": GEMM_F32,
     "nonzero": "tp.nonzero",
     "one_hot": "num_classes=-1",  # a data-dependent output size
-    "scatter": "tp.scatter_add|reduce='multiply'",
 }
 
 def _has_rank0(name: str, tensors: list) -> bool:
