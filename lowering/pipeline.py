@@ -28,10 +28,11 @@ True
 from __future__ import annotations
 
 import dataclasses
+import operator
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,16 +71,21 @@ class CompileOptions:
 
     ``num_threads`` defaults to ``TENSORPLAY_NUM_THREADS``, else the core count. ``dump_ir`` names the
     levels to print to stderr while compiling (``TENSORPLAY_DUMP_IR=tp,kernel`` or ``=1`` for all).
+    ``profile`` times every kernel call natively (``TENSORPLAY_PROFILE=1``; read with
+    :meth:`CompiledProgram.profile`); off, no timer is compiled in.
     """
 
     num_threads: int | None = None
     cache: bool = True
     prefer_vector_width: int | None = None
     dump_ir: tuple[str, ...] = ()
+    profile: bool = False
 
     def __post_init__(self) -> None:
         if self.num_threads is not None and (not isinstance(self.num_threads, int) or self.num_threads < 1):
             raise ValueError(f"num_threads must be a positive int or None, got {self.num_threads!r}")
+        if not isinstance(self.profile, bool):
+            raise ValueError(f"profile must be a bool, got {self.profile!r}")
         unknown = set(self.dump_ir) - set(IR_LEVELS)
         if unknown:
             raise ValueError(f"dump_ir levels must be among {IR_LEVELS}, got {sorted(unknown)}")
@@ -88,7 +94,10 @@ class CompileOptions:
     def from_env(cls, **overrides: Any) -> CompileOptions:
         dump = os.environ.get("TENSORPLAY_DUMP_IR", "")
         levels = IR_LEVELS if dump in ("1", "all") else tuple(x for x in dump.split(",") if x)
-        return cls(**{"dump_ir": levels, **overrides})
+        profile = os.environ.get("TENSORPLAY_PROFILE", "")
+        if profile not in ("", "0", "1"):
+            raise ValueError(f"TENSORPLAY_PROFILE must be 0 or 1, got {profile!r}")
+        return cls(**{"dump_ir": levels, "profile": profile == "1", **overrides})
 
 
 class CompiledProgram:
@@ -119,11 +128,79 @@ class CompiledProgram:
             raise ValueError(f"unknown IR level {level!r}; expected one of {IR_LEVELS}")
         return self._texts[level]
 
+    def profile(self) -> Any:
+        """Per-kernel times since compiling (or :meth:`reset_profile`) as a :class:`lowering.profile.ProfileTable`;
+        needs ``profile=True`` at compile time. ``print(compiled.profile())`` shows the table."""
+        from .profile import profile_table
+        return profile_table(self.executable)
+
+    def reset_profile(self) -> None:
+        """Zero the per-kernel counters (e.g. after warm-up calls)."""
+        from .profile import reset_profile
+        reset_profile(self.executable)
+
     def state_of(self, program: Any) -> dict[str, Any]:
         """Current values of the program's lifted state, by placeholder name."""
         values = {**program.state_dict, **program.constants}
         return {spec.arg.name: values[spec.target] for spec in program.graph_signature.input_specs
                 if spec.kind.name in ("PARAMETER", "BUFFER", "CONSTANT_TENSOR")}
+
+    def caller(self, placeholders: Sequence[str]) -> Callable[[Sequence[Any]], list[np.ndarray]]:
+        """A function running the program on values given in ``placeholders`` order (lifted state
+        included, read by the caller on every call): the hot call path of ``ExportedProgram.__call__``.
+
+        Which value feeds which native argument is worked out here, once; a call takes each tensor's
+        storage and makes one native call. Values the fast route does not take as they are (a container,
+        a numpy array, a strided view, a wrong dtype) go through :meth:`run`, which converts or raises.
+
+        >>> import tensorplay as tp
+        >>> from tensorplay.export import export
+        >>> prog = export(tp.nn.Linear(3, 2), tp.ones(4, 3))
+        >>> compiled = compile_program(prog)
+        >>> names = [n.name for n in prog.graph.placeholders]
+        >>> run = compiled.caller(names)
+        >>> run([prog.state_dict["weight"], prog.state_dict["bias"], tp.ones(4, 3)])[0].shape
+        (4, 2)
+        """
+        names = list(placeholders)
+        position = {name: i for i, name in enumerate(names)}
+        slow = self.run
+
+        def general(values: Sequence[Any]) -> list[np.ndarray]:
+            return slow(dict(zip(names, values, strict=True)))
+
+        order: list[int] = []
+        for a in self.binding.arguments:
+            if a.kind != "input" or a.key or a.name not in position:
+                return general  # container reads, a random seed or bound state: the general route
+            order.append(position[a.name])
+        literals: list[np.ndarray] = []
+        for ref, literal in zip(self._held, self._literals, strict=True):
+            if literal is not None:
+                literals.append(literal)
+            elif ref.name in position and not literals:
+                order.append(position[ref.name])
+            else:
+                return general  # literal arguments between live ones, or the graph's own constants
+        if not order or any(name not in position for name in self.binding.fixed):
+            return general
+        pick = operator.itemgetter(*order)
+        single = len(order) == 1
+        exe = self.executable
+        tail = tuple(literals)
+        fixed = [(position[name], name) for name in self.binding.fixed]
+        check = self.binding.check_fixed
+
+        def fast(values: Sequence[Any]) -> list[np.ndarray]:
+            for i, name in fixed:
+                check(name, values[i])
+            picked = pick(values)
+            try:
+                arrays = [picked._data] if single else [v._data for v in picked]
+                return exe(*arrays, *tail)
+            except (AttributeError, TypeError, ValueError):  # not a tensor, or not as the code takes it
+                return general(values)
+        return fast
 
     def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """Run on values by placeholder name (state included); returns the flat native results."""
@@ -172,12 +249,14 @@ def compile_program(program: Any, options: CompileOptions | None = None, *,
     function, held = globals_to_args(module.functions[0], num_outputs=outputs)
     executable = compile_kernel_module(
         Module([function]), num_outputs=outputs, num_threads=options.num_threads or _default_threads(),
-        shape_error=shape_error, cache=options.cache, prefer_vector_width=options.prefer_vector_width)
+        shape_error=shape_error, cache=options.cache, prefer_vector_width=options.prefer_vector_width,
+        profile=options.profile)
     if "llvm" in options.dump_ir:  # the optimized IR text is computed on demand (cache hits skip O3)
         _dump("llvm", executable.library.ir, options)
     seconds = time.perf_counter() - start
     summary = {
         "kernels": len(stats.kernels),
+        "kernel_functions": executable.signature.meta.get("kernel_functions", 0),
         "fused_ops_per_kernel": [k.compute_ops for k in stats.kernels],
         "workspace_bytes": str(stats.workspace_bytes),
         "compile_seconds": round(seconds, 4),

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Binding", "ArgSource", "Field", "Result", "rebuild", "as_array"]
+__all__ = ["Binding", "ArgSource", "Field", "Result", "rebuild", "as_array", "same_constant"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,10 +57,9 @@ class Binding:
         >>> Binding([ArgSource("input", "x")], 0, {}).flat_inputs({"x": np.zeros(2)})[0].shape
         (2,)
         """
-        for name, value in self.fixed.items():
-            if name in inputs and not _same_constant(inputs[name], value):
-                raise ValueError(f"input {name!r} was fixed to {value!r} when the graph was captured, got "
-                                 f"{inputs[name]!r}; capture again to change it")
+        for name in self.fixed:
+            if name in inputs:
+                self.check_fixed(name, inputs[name])
         out = []
         for a in self.arguments:
             if a.kind == "state":
@@ -76,6 +75,18 @@ class Binding:
                 v = getattr(v, k.name) if isinstance(k, Field) else v[k]
             out.append((convert or as_array)(v))
         return out
+
+    def check_fixed(self, name: str, value: Any) -> None:
+        """Raise ValueError unless ``value`` equals the constant input ``name`` was fixed to at capture.
+
+        >>> Binding([], 0, {}, fixed={"k": 3}).check_fixed("k", 4)
+        Traceback (most recent call last):
+        ValueError: input 'k' was fixed to 3 when the graph was captured, got 4; capture again to change it
+        """
+        want = self.fixed[name]
+        if not same_constant(value, want):
+            raise ValueError(f"input {name!r} was fixed to {want!r} when the graph was captured, got "
+                             f"{value!r}; capture again to change it")
 
     def unflatten(self, results: list[Any]) -> Any:
         """The graph's output structure rebuilt from the function's results."""
@@ -106,7 +117,8 @@ def rebuild(like: Any, items: list) -> Any:
     return type(like)(items)
 
 
-def _same_constant(a: Any, b: Any) -> bool:
+def same_constant(a: Any, b: Any) -> bool:
+    """Whether ``a`` is the constant ``b`` (equal and of the same type; identity for unorderable values)."""
     try:
         return bool(a == b) and type(a) is type(b)
     except (TypeError, ValueError):

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import collections
 import copy
+import operator
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._tensor import Tensor
 from ..graph import Graph, GraphCaptureError, GraphModule
-from ..graph._pytree import TreeSpec, tree_unflatten
+from ..graph._pytree import TreeSpec, _context_equal, _flatten_one, tree_unflatten
 from ..nn import Module
 from .graph_signature import (
     ConstantArgument,
@@ -31,6 +33,7 @@ from .graph_signature import (
     InputKind,
     OutputKind,
 )
+from .native import native_runner
 
 __all__ = ["CallSpec", "EqualityConstraint", "ExportedProgram", "ModuleCallEntry", "ModuleCallSignature", "Verifier"]
 
@@ -266,8 +269,15 @@ class ExportedProgram:
     def _user_input_names(self) -> list[str]:
         return [s.arg.name for s in self.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
 
-    def _flat_args(self, args: tuple, kwargs: dict) -> list:
-        """User args bound to user placeholders (kwargs by name, gaps from example_inputs), state first."""
+    def _call_plan(self) -> _CallPlan:
+        """The cached :class:`_CallPlan` (rebuilt when the graph was recompiled)."""
+        plan = self.__dict__.get("_plan")
+        if plan is None or plan.code is not self.graph_module.code:
+            plan = self.__dict__["_plan"] = _CallPlan(self)
+        return plan
+
+    def _bind_user(self, args: tuple, kwargs: dict) -> list:
+        """User args in user-placeholder order (kwargs by name, gaps from example_inputs)."""
         names = self._user_input_names()
         if len(args) > len(names):
             raise TypeError(f"exported program expected at most {len(names)} positional arguments, got "
@@ -285,24 +295,21 @@ class ExportedProgram:
                 if name not in self.example_inputs:
                     raise TypeError(f"missing required export input {name!r}")
                 bound[name] = self.example_inputs[name]
-        flat = []
-        for spec in self.graph_signature.input_specs:
-            if spec.kind is InputKind.USER_INPUT:
-                flat.append(bound[spec.arg.name])
-            else:
-                flat.append(self._state_value(spec.target))
-        return flat
+        return [bound[name] for name in names]
+
+    def _flat_args(self, args: tuple, kwargs: dict) -> list:
+        """User args bound to user placeholders (kwargs by name, gaps from example_inputs), state first;
+        inputs fixed at capture (non-tensor values, also inside containers) are checked."""
+        return self._call_plan().flat_args(self, args, kwargs)
 
     def _user_result(self, raw: Any) -> Any:
-        flat = list(raw) if isinstance(raw, list | tuple) else [raw]
-        user = flat[self.graph_module.meta.get("num_mutations", 0):]
-        out_spec = self.graph_module.meta.get("out_spec")
-        if out_spec is None:
-            return user[0] if len(user) == 1 else tuple(user)
-        return tree_unflatten(user, out_spec)
+        return self._call_plan().user_result(raw)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._user_result(_run_program(self, self._flat_args(args, kwargs)))
+        plan = self.__dict__.get("_plan")
+        if plan is None or plan.code is not self.graph_module.code:
+            plan = self._call_plan()
+        return plan.user_result(_run_program(self, plan.flat_args(self, args, kwargs)))
 
     @staticmethod
     def call_exported(program: ExportedProgram) -> Callable[..., Any]:
@@ -314,7 +321,8 @@ class ExportedProgram:
             raise TypeError(f"call_exported expects an ExportedProgram, got {type(program).__name__}")
 
         def run(*args: Any, **kwargs: Any) -> Any:
-            return program._user_result(_run_program(program, program._flat_args(args, kwargs)))
+            plan = program._call_plan()
+            return plan.user_result(_run_program(program, plan.flat_args(program, args, kwargs)))
         return run
 
     # ------------------------------------------------------------------ the unlifted module
@@ -395,16 +403,222 @@ class ExportedProgram:
         return new
 
 
+class _CallPlan:
+    """What calling a program needs that depends only on the program, worked out once (issue #7).
+
+    A call binds the user arguments (a tuple as given when every input is passed positionally), checks
+    the inputs fixed at capture, reads the lifted state live (one generated function, see
+    :func:`_state_reader`), runs the graph and strips the mutation outputs from the result.
+    """
+
+    __slots__ = ("code", "num_user", "state_first", "slots", "read_state", "checks", "num_mutations",
+                 "out_spec", "leaf")
+
+    def __init__(self, program: ExportedProgram) -> None:
+        gm = program.graph_module
+        self.code = gm.code
+        specs = program.graph_signature.input_specs
+        user = [s.kind is InputKind.USER_INPUT for s in specs]
+        self.num_user = sum(user)
+        self.state_first = user == sorted(user)  # every state placeholder before every user input
+        self.slots = (tuple(i for i, u in enumerate(user) if not u), tuple(i for i, u in enumerate(user) if u))
+        self.read_state = _state_reader(program, [s.target for s in specs if s.kind is not InputKind.USER_INPUT])
+        self.checks = _fixed_inputs(program)
+        self.num_mutations = gm.meta.get("num_mutations", 0)
+        self.out_spec = gm.meta.get("out_spec")
+        self.leaf = self.out_spec is not None and self.out_spec.is_leaf()
+
+    def flat_args(self, program: ExportedProgram, args: tuple, kwargs: dict) -> list:
+        """Placeholder values in graph order: the user's arguments and the live state."""
+        user = args if not kwargs and len(args) == self.num_user else program._bind_user(args, kwargs)
+        for index, label, want, read in self.checks:
+            _check_fixed(user[index], want, label, read)
+        state = self.read_state(program)
+        if self.state_first:
+            return [*state, *user]
+        flat: list = [None] * (len(state) + len(user))
+        for slots, values in zip(self.slots, (state, user), strict=True):
+            for i, v in zip(slots, values, strict=True):
+                flat[i] = v
+        return flat
+
+    def user_result(self, raw: Any) -> Any:
+        """The user's output structure from the graph's flat result (mutation outputs dropped)."""
+        flat = raw if isinstance(raw, list | tuple) else [raw]
+        user = flat[self.num_mutations:] if self.num_mutations else flat
+        if self.out_spec is None:
+            return user[0] if len(user) == 1 else tuple(user)
+        if self.leaf and len(user) == 1:
+            return user[0]
+        return tree_unflatten(user, self.out_spec)
+
+
+def _registry_steps(root: Any, target: str) -> list[tuple[str, str]] | None:
+    """How :func:`_resolve` finds ``target`` under ``root`` now: one ``(registry or "" for a dict item or
+    "." for an attribute, key)`` per part; None when it does not resolve."""
+    steps, obj = [], root
+    for part in target.split("."):
+        if isinstance(obj, dict):
+            if part not in obj:
+                return None
+            steps.append(("", part))
+            obj = obj[part]
+            continue
+        for store in ("_modules", "_parameters", "_buffers"):
+            registry = getattr(obj, "__dict__", {}).get(store)
+            if registry is not None and registry.get(part) is not None:
+                steps.append((store, part))
+                obj = registry[part]
+                break
+        else:
+            if not hasattr(obj, part):
+                return None
+            steps.append((".", part))
+            obj = getattr(obj, part)
+    return steps
+
+
+def _state_reader(program: ExportedProgram, targets: list[str]) -> Callable[[ExportedProgram], list]:
+    """A function giving the live value of every lifted state ``target`` (what ``_state_value`` gives).
+
+    It is generated once per program from where each target is found now, sharing the lookups of a
+    common owner, e.g. for ``fc1.weight`` and ``fc1.bias``::
+
+        m0 = root.__dict__['_modules']['fc1']
+        m1 = m0.__dict__['_parameters']['weight']
+        m2 = m0.__dict__['_parameters']['bias']
+
+    and so still reads the model's current tensors on every call (a parameter replaced or a module
+    swapped is seen). When a lookup fails (the model changed shape), every target is resolved afresh.
+    """
+    root = program.graph_module.root
+    names: dict[tuple, str] = {(): "root"}
+    lines, results, slow = [], [], []
+    for target in targets:
+        steps = _registry_steps(root, target)
+        if steps is None:  # lifted constants kept with the program, or state resolved another way
+            slow.append(target)
+            results.append(f"state({target!r})")
+            continue
+        path: tuple = ()
+        for store, key in steps:
+            parent, path = names[path], (*path, (store, key))
+            if path not in names:
+                names[path] = f"m{len(names) - 1}"
+                read = (f"{parent}[{key!r}]" if store == "" else f"getattr({parent}, {key!r})" if store == "."
+                        else f"{parent}.__dict__[{store!r}][{key!r}]")
+                lines.append(f"        {names[path]} = {read}")
+        results.append(names[path])
+    source = "\n".join([
+        "def read_state(program):",
+        "    root = program.graph_module.root",
+        "    state = program._state_value",
+        "    try:",
+        *lines,
+        "    except (KeyError, AttributeError, TypeError):",
+        "        return [state(t) for t in targets]",
+        f"    return [{', '.join(results)}]",
+    ]) if lines else "def read_state(program):\n    return [program._state_value(t) for t in targets]"
+    namespace: dict[str, Any] = {"targets": tuple(targets)}
+    exec(compile(source, f"<state reader of {len(targets)} targets>", "exec"), namespace)  # noqa: S102
+    return namespace["read_state"]
+
+
+def _fixed_inputs(program: ExportedProgram) -> list[tuple[int, str, Any, frozenset]]:
+    """``(user index, name, example, labels read)`` for every user input holding values fixed at capture:
+    a non-tensor input the graph does not read (it baked the value in), or a container (its structure
+    and the non-tensor leaves the graph does not read)."""
+    nodes = {n.name: n for n in program.graph.placeholders}
+    user = [s.arg.name for s in program.graph_signature.input_specs if s.kind is InputKind.USER_INPUT]
+    checks = []
+    for i, name in enumerate(user):
+        node = nodes.get(name)
+        meta = node.meta if node is not None else {}
+        if hasattr(meta.get("val"), "shape"):
+            continue
+        example = program.example_inputs.get(name, meta.get("example_value"))
+        if _is_container(example):
+            checks.append((i, name, example, frozenset(_scalar_reads(node, name)) if node is not None else frozenset()))
+        elif _is_constant(example) and not (node is not None and node.users):
+            checks.append((i, name, example, frozenset()))
+    return checks
+
+
+def _scalar_reads(node: Any, label: str) -> Iterator[str]:
+    """Labels (``d['n']``, ``inp.field``) of the non-tensor values the graph reads out of container ``node``."""
+    for user in node.users:
+        if user.op != "call_function" or user.target not in (getattr, operator.getitem) or user.args[0] is not node:
+            continue
+        key = user.args[1]
+        step = f"{label}.{key}" if user.target is getattr else f"{label}[{key!r}]"
+        if not hasattr(user.meta.get("val"), "shape"):
+            yield step
+            yield from _scalar_reads(user, step)
+
+
+_CONSTANTS = (int, float, bool, str, complex, type(None))
+
+
+def _is_constant(value: Any) -> bool:
+    return type(value) in _CONSTANTS
+
+
+def _is_container(value: Any) -> bool:
+    return _flatten_one(value) is not None
+
+
+def _same_constant(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except (TypeError, ValueError):
+        return a is b
+
+
+def _check_fixed(value: Any, want: Any, label: str, read: frozenset = frozenset()) -> None:
+    """Raise unless ``value`` matches the capture's ``want``: the same constants and container structure
+    (tensors may differ, and so may the values at ``read``, which the graph reads); ``label`` names the
+    place, e.g. ``inp.mask`` or ``d['n']``."""
+    if label in read:
+        return
+    if isinstance(want, Tensor):
+        if not hasattr(value, "shape"):
+            raise TypeError(f"input {label!r} was a tensor when the graph was captured, got "
+                            f"{type(value).__name__}: {value!r}")
+        return
+    node = None if want is None else _flatten_one(want)
+    if node is None:
+        if not _same_constant(value, want):
+            raise ValueError(f"input {label!r} was fixed to {want!r} when the graph was captured, got "
+                             f"{value!r}; capture again to change it")
+        return
+    cls, children, context, _ = node
+    got = _flatten_one(value)
+    if got is None or got[0] is not cls:
+        raise TypeError(f"input {label!r} was a {cls.__name__} when the graph was captured, got "
+                        f"{type(value).__name__}: {value!r}")
+    if cls is dict:
+        if set(value) != set(want):
+            raise TypeError(f"input {label!r} was a dict with keys {sorted(map(str, want))} when the graph was "
+                            f"captured, got keys {sorted(map(str, value))}")
+        for key in want:
+            _check_fixed(value[key], want[key], f"{label}[{key!r}]", read)
+        return
+    if len(got[1]) != len(children) or not _context_equal(got[2], context):
+        raise TypeError(f"input {label!r} was a {cls.__name__} of {len(children)} items when the graph was "
+                        f"captured, got {value!r}")
+    fields = context if isinstance(context, list | tuple) and len(context) == len(children) and all(
+        isinstance(c, str) for c in context) else None
+    for i, (v, w) in enumerate(zip(got[1], children, strict=True)):
+        _check_fixed(v, w, f"{label}.{fields[i]}" if fields else f"{label}[{i}]", read)
+
+
 def _run_program(program: ExportedProgram, flat_args: list) -> Any:
     """Run ``program`` on ``flat_args`` (state first): native code, compiled on first use; the graph
     interpreter only for programs the compiler cannot lower yet (see :mod:`tensorplay.export.native`)."""
-    from .native import native_runner
-
     runner = native_runner(program)
     if runner is None:
         return program.graph_module(*flat_args)
     return runner(program, flat_args)
-
 
 
 def _unlift(program: ExportedProgram) -> GraphModule:

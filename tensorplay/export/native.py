@@ -29,6 +29,7 @@ from .graph_signature import OutputKind
 __all__ = ["compile", "lower", "NativeRunner", "UnsupportedProgramWarning", "native_runner"]
 
 _FALLBACK = "interpreter"
+_new_tensor = Tensor._from_storage
 
 
 class UnsupportedProgramWarning(UserWarning):
@@ -43,19 +44,40 @@ def _lowering_errors() -> tuple[type[Exception], ...]:
 
 
 class NativeRunner:
-    """A compiled program bound to the ``ExportedProgram`` it came from."""
+    """A compiled program bound to the ``ExportedProgram`` it came from: ``runner(program, flat_args)``
+    runs it on the program's placeholder values (state first, as ``ExportedProgram`` binds them).
+
+    Everything that depends only on the program is worked out here, once: which value feeds which native
+    argument (:meth:`lowering.pipeline.CompiledProgram.caller`), the dtype of each result and where each
+    mutated buffer or input goes.
+    """
 
     def __init__(self, program: Any, compiled: Any):
+        from lowering.to_tp_binding import Result
+
         self.compiled = compiled
         self.placeholders = [n.name for n in program.graph.placeholders]
         self.dtypes = [_dtype.from_name(s.dtype) for s in compiled.signature.outputs]
         self.mutations = [(i, spec.target) for i, spec in enumerate(program.graph_signature.output_specs)
                           if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)]
+        caller = getattr(compiled, "caller", None)
+        if caller is not None:
+            self._run = caller(self.placeholders)
+        else:  # code loaded from an archive: the general route
+            names = self.placeholders
+            self._run = lambda values: compiled.run(dict(zip(names, values, strict=True)))
+        outputs = compiled.binding.outputs
+        flat = type(outputs) is tuple and all(type(r) is Result and not r.number and r.index == i
+                                              for i, r in enumerate(outputs))
+        self._unflatten = tuple if flat and len(outputs) == len(self.dtypes) else compiled.binding.unflatten
+        self._single = self.dtypes[0] if len(self.dtypes) == 1 else None
 
     def __call__(self, program: Any, flat_args: list) -> Any:
-        arrays = self.compiled.run(dict(zip(self.placeholders, flat_args, strict=True)))
-        tensors = [Tensor._from_storage(a, d) for a, d in zip(arrays, self.dtypes, strict=True)]
-        result = self.compiled.binding.unflatten(tensors)
+        arrays = self._run(flat_args)
+        if self._single is not None:
+            result = self._unflatten((_new_tensor(arrays[0], self._single),))
+        else:
+            result = self._unflatten([_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)])
         if self.mutations:
             live = {**program.state_dict, **program.constants}
             flat = list(result) if isinstance(result, list | tuple) else [result]
