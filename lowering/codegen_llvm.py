@@ -63,9 +63,11 @@ from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_pre
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE
 from .gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
+from .kernel_functions import KernelPlan, offset_symbol, plan_kernel
 from .kernel_gather import CODEGEN as _GATHER_CODEGEN
 from .kernel_random import CODEGEN as _RANDOM_CODEGEN
 from .kernel_sort import emit_sort_call
+from .profile import ProfileEmitter
 
 __all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
 
@@ -112,7 +114,8 @@ class _Scope:
 
 
 class _Codegen:
-    def __init__(self, f: Function, prefix: str, num_outputs: int, fastmath: Sequence[str]) -> None:
+    def __init__(self, f: Function, prefix: str, num_outputs: int, fastmath: Sequence[str],
+                 profile: bool = False) -> None:
         self.f, self.prefix, self.fastmath = f, prefix, tuple(fastmath)
         self.nin = len(f.args) - num_outputs
         self.module = ir.Module(name=prefix)
@@ -137,6 +140,13 @@ class _Codegen:
         self.scratch_offset = _round_up(plan_size, _ALIGN)
         scratch = sympy.Max(*self.gemm_sizes) if self.gemm_sizes else sympy.Integer(0)
         self.workspace_size = self.scratch_offset + scratch if self.gemm_sizes else sympy.sympify(plan_size)
+        # top-level kernels: one internal function per distinct key (see lowering.kernel_functions)
+        self.kernel_fns: dict[str, ir.Function] = {}
+        self.kernels: list[dict[str, Any]] = []
+        self.addresses: dict[Operation, sympy.Expr] = {}
+        self.in_kernel = False
+        n_kernels = sum(op.name == "kernel.kernel" for op in f.body.ops)
+        self.profiler = ProfileEmitter(self.module, prefix, n_kernels) if profile else None
 
     # ----------------------------------------------------------------- entry points
     def emit(self) -> tuple[str, Signature]:
@@ -147,8 +157,10 @@ class _Codegen:
         f = self.f
         specs = [TensorSpec(a.name or f"arg{i}", SIGNATURE_DTYPES[a.type.dtype], a.type.rank,
                             tuple(str(d) for d in a.type.shape)) for i, a in enumerate(f.args)]
-        sig = Signature(tuple(specs[:self.nin]), tuple(specs[self.nin:]), tuple(self.plan.assertions),
-                        {"function": f.name, "prefix": self.prefix})
+        meta = {"function": f.name, "prefix": self.prefix, "kernel_functions": len(self.kernel_fns)}
+        if self.profiler is not None:
+            meta.update(profile=True, kernels=self.kernels)
+        sig = Signature(tuple(specs[:self.nin]), tuple(specs[self.nin:]), tuple(self.plan.assertions), meta)
         return str(self.module), sig
 
     def _emit_run(self, body: ir.Function) -> None:
@@ -204,7 +216,10 @@ class _Codegen:
             if name in ("kernel.return", "tp.return") or name in ASSERTION_OPS:
                 continue
             if name == "kernel.kernel":
-                self._block(sc, op.body.ops)
+                if self.in_kernel:
+                    self._block(sc, op.body.ops)
+                else:
+                    self._kernel_call(sc, op)
             elif name == "kernel.for":
                 self._for(sc, op)
             elif name == "kernel.reduce":
@@ -236,11 +251,11 @@ class _Codegen:
             return
         if name == "kernel.load":
             buf = op.operands[0]
-            sc.vals[op.result] = sc.ops.load(self._addr(sc, buf, a["index"]), buf.type.dtype)
+            sc.vals[op.result] = sc.ops.load(self._access(sc, op, buf), buf.type.dtype)
             return
         if name == "kernel.store":
             val, buf = op.operands
-            sc.ops.store(sc.vals[val], self._addr(sc, buf, a["index"]), buf.type.dtype)
+            sc.ops.store(sc.vals[val], self._access(sc, op, buf), buf.type.dtype)
             return
         rt = op.results[0].type if op.results else None
         rdt = elem_dtype(rt) if rt is not None else None
@@ -294,6 +309,65 @@ class _Codegen:
         """In the body, input dims are their (already checked) shape expressions."""
         exprs = {p: self.f.args[i].type.shape[j] for (i, j), p in self.plan.positions.items()}
         return lambda p: sc.em.emit(exprs[p])
+
+    def _access(self, sc: _Scope, op: Operation, buf: Value) -> ir.Value:
+        """Address of a load/store: inside a kernel function, relative to its offset parameters."""
+        flat = self.addresses.get(op)
+        if flat is None:
+            return self._addr(sc, buf, op.attributes["index"])
+        return sc.b.gep(sc.vals[buf], [sc.em.emit(flat)], inbounds=True, source_etype=_storage(buf.type.dtype))
+
+    # ----------------------------------------------------------------- kernel functions
+    def _kernel_call(self, sc: _Scope, op: Operation) -> None:
+        """Call the function of a top-level kernel (emitted on first use of its key), timed when profiling."""
+        plan = plan_kernel(op, set(self.plan.symbols))
+        fn = self.kernel_fns.get(plan.key)
+        if fn is None:
+            fn = self.kernel_fns[plan.key] = self._kernel_function(plan, [sc.vals[v].type for v in plan.externals])
+        args = [sc.vals[v] for v in plan.externals] + [sc.em.emit(o) for o in plan.offsets]
+        args += [sc.em.symbols[s] for s in self.plan.symbols] + [sc.ws, self.nthreads]
+        if self.profiler is None:
+            sc.b.call(fn, args)
+            return
+        info = plan.info
+        self.kernels.append({"name": info.name, "kind": info.kind, "compute_ops": info.compute_ops,
+                             "origins": list(info.origins), "function": fn.name})
+        start = self.profiler.start(sc.b)
+        sc.b.call(fn, args)
+        self.profiler.stop(sc.b, start, len(self.kernels) - 1)
+
+    def _kernel_function(self, plan: KernelPlan, types: list[ir.Type]) -> ir.Function:
+        """``void <prefix>.<kernel>(externals..., offsets..., symbols..., workspace, num_threads)``."""
+        syms, n_ext, n_off = self.plan.symbols, len(plan.externals), len(plan.offsets)
+        ty = ir.FunctionType(ir.VoidType(), types + [I64] * (n_off + len(syms)) + [PTR, I32])
+        base = f"{self.prefix}.{plan.info.name}"
+        name, k = base, 1
+        while name in self.module.globals:
+            name, k = f"{base}.{k}", k + 1
+        fn = ir.Function(self.module, ty, name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")  # one copy of shared code; O3 would otherwise re-inline every call
+        for i, (v, noalias) in enumerate(zip(plan.externals, plan.noalias)):
+            fn.args[i].name = v.name or f"arg{i}"
+            if noalias:
+                fn.args[i].add_attribute("noalias")
+        symbols = {offset_symbol(k): fn.args[n_ext + k] for k in range(n_off)}
+        for k, s in enumerate(syms):
+            symbols[s] = fn.args[n_ext + n_off + k]
+            symbols[s].name = str(s)
+        ws, nthreads = fn.args[-2], fn.args[-1]
+        ws.name, nthreads.name = "workspace", "num_threads"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        vals: dict[Value, ir.Value] = {v: fn.args[i] for i, v in enumerate(plan.externals)}
+        saved = self.nthreads, self.addresses
+        self.nthreads, self.addresses, self.in_kernel = nthreads, plan.addresses, True
+        try:
+            self._block(_Scope(fn, b, ExprEmitter(b, symbols), self.fastmath, vals, ws, False), plan.op.body.ops)
+        finally:
+            (self.nthreads, self.addresses), self.in_kernel = saved, False
+        b.ret_void()
+        return fn
 
     def _addr(self, sc: _Scope, buf: Value, index: Sequence[sympy.Expr]) -> ir.Value:
         t: BufferType = buf.type
@@ -557,7 +631,8 @@ def _default_outputs(f: Function) -> int:
 
 
 def emit_llvm(kernel_module: Module | Function, *, prefix: str = "tp_main", num_outputs: int | None = None,
-              function: str | None = None, fastmath: Sequence[str] = ("contract",)) -> tuple[str, Signature]:
+              function: str | None = None, fastmath: Sequence[str] = ("contract",),
+              profile: bool = False) -> tuple[str, Signature]:
     """LLVM IR text of ``<prefix>_prepare``/``<prefix>_run`` for a kernel-level function, and its Signature.
 
     ``num_outputs``: how many trailing buffer arguments are outputs (default: the trailing arguments the
@@ -588,14 +663,15 @@ def emit_llvm(kernel_module: Module | Function, *, prefix: str = "tp_main", num_
         raise ValueError(f"num_outputs must be an int in [0, {len(f.args)}], got {num_outputs!r}")
     if not prefix.isidentifier():
         raise ValueError(f"prefix must be a C identifier, got {prefix!r}")
-    return _Codegen(f, prefix, nout, fastmath).emit()
+    return _Codegen(f, prefix, nout, fastmath, profile).emit()
 
 
 def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp_main",
                           num_outputs: int | None = None, function: str | None = None,
                           fastmath: Sequence[str] = ("contract",), num_threads: int | None = None,
                           shape_error: type[BaseException] = RuntimeError, opt: int = 3,
-                          cache: bool = True, prefer_vector_width: int | None = None) -> Executable:
+                          cache: bool = True, prefer_vector_width: int | None = None,
+                          profile: bool = False) -> Executable:
     """Compile a kernel-level function to native code behind the :mod:`runtime.abi` convention.
 
     Options as in :func:`emit_llvm`, plus ``num_threads`` (default ``TENSORPLAY_NUM_THREADS`` or the
@@ -606,7 +682,7 @@ def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp
     """
     from runtime.jit import compile_ir
     f = _function(kernel_module, function)
-    text, sig = emit_llvm(f, prefix=prefix, num_outputs=num_outputs, fastmath=fastmath)
+    text, sig = emit_llvm(f, prefix=prefix, num_outputs=num_outputs, fastmath=fastmath, profile=profile)
     links = gemm_libraries(gemm_configs(f), opt=opt, cache=cache, prefer_vector_width=prefer_vector_width)
     lib = compile_ir(text, opt=opt, cache=cache, name=prefix, prefer_vector_width=prefer_vector_width, link=links)
     return Executable(lib, prefix, sig, shape_error=shape_error, num_threads=num_threads)
