@@ -1,5 +1,5 @@
-"""Contractions for the tp -> kernel lowering: tp.matmul as kernel.gemm with a fused epilogue, tp.conv
-as an im2col loop nest feeding kernel.gemm.
+"""Contractions for the tp -> kernel lowering: tp.matmul as kernel.gemm with a fused epilogue; tp.conv
+(im2col per image feeding kernel.gemm) lives in :mod:`lowering.conv_emit` and is re-exported here.
 
 An MLP layer ``relu(x @ w.T + b)``::
 
@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 import sympy
 
 from dialect.ir import Operation, Value
-from dialect.types import TensorType
 
+from .conv_emit import conv_col_type, emit_conv
 from .kernel_emit import NestEmitter, origin, uniform_constant
 from .kernel_index import numel
 
-__all__ = ["GemmChain", "match_epilogue", "gemm_operand", "emit_gemm", "emit_conv"]
+__all__ = ["GemmChain", "match_epilogue", "gemm_operand", "emit_gemm", "emit_conv", "conv_col_type"]
 
 
 @dataclass
@@ -175,53 +175,3 @@ def emit_gemm(em: NestEmitter, ch: GemmChain, a: tuple[Value, bool], b: tuple[Va
     em.create(len(em.levels) - 1, "kernel.gemm", [buf(a[0]), buf(b[0]), out, *extra], attrs, [])
     while len(em.levels) > 1:
         em.close_loop()
-
-
-def emit_conv(em: NestEmitter, op: Operation, weight: Value, col: Value, out: Value) -> None:
-    """im2col of the input into ``col`` ([N, G, C/G*prod(k), prod(out spatial)]), then one gemm per
-    (batch, group) writing ``out`` (NC... layout, no bias)."""
-    x, y = op.operands[0], op.result
-    xt, wt, yt = x.type, op.operands[1].type, y.type
-    a = op.attributes
-    nd, g = xt.rank - 2, a["groups"]
-    cg, og = sympy.cancel(xt.shape[1] / g), sympy.cancel(wt.shape[0] / g)
-    ks, sp = list(wt.shape[2:]), list(yt.shape[2:])
-    ck, p = cg * numel(ks), numel(sp)
-    idx = em.loops([xt.shape[0], g, cg, *ks, *sp])
-    n_i, g_i, c_i, k_i, s_i = idx[0], idx[1], idx[2], idx[3:3 + nd], idx[3 + nd:]
-    src, conds = [n_i, g_i * cg + c_i], []
-    for d in range(nd):
-        pos = s_i[d] * a["stride"][d] - a["padding"][d] + k_i[d] * a["dilation"][d]
-        size = xt.shape[2 + d]
-        if a["padding"][d]:
-            conds += [(pos, "ge", sympy.Integer(0)), (pos, "lt", size)]
-            pos = sympy.Min(sympy.Max(pos, 0), size - 1)
-        src.append(pos)
-    ok = em.in_bounds(conds) if conds else None
-    val = em.scalar(x, tuple(src))
-    if ok is not None:
-        val = em.op("kernel.where", ok, val, em.constant(0.0, xt.dtype))
-    lin_k, lin_s = c_i, sympy.Integer(0)
-    for e, d in zip(k_i, ks):
-        lin_k = lin_k * d + e
-    for e, d in zip(s_i, sp):
-        lin_s = lin_s * d + e
-    em.create(len(em.levels) - 1, "kernel.store", [val, col], {"index": [n_i, g_i, sympy.expand(lin_k),
-                                                                          sympy.expand(lin_s)]}, [])
-    while len(em.levels) > 1:
-        em.close_loop()
-    n_i, g_i = em.loops([xt.shape[0], g])
-    attrs = {"m": og, "n": p, "k": ck, "a_offset": sympy.expand(g_i * og * ck),
-             "b_offset": sympy.expand((n_i * g + g_i) * ck * p),
-             "c_offset": sympy.expand((n_i * yt.shape[1] + g_i * og) * p), **origin(op)}
-    em.create(len(em.levels) - 1, "kernel.gemm", [weight, col, out], attrs, [])
-    while len(em.levels) > 1:
-        em.close_loop()
-
-
-def conv_col_type(op: Operation) -> TensorType:
-    """Shape of the im2col buffer of a tp.conv: [N, G, C/G * prod(kernel), prod(out spatial)]."""
-    xt, wt, yt = op.operands[0].type, op.operands[1].type, op.result.type
-    g = op.attributes["groups"]
-    return TensorType([xt.shape[0], g, sympy.cancel(xt.shape[1] / g) * numel(wt.shape[2:]), numel(yt.shape[2:])],
-                      xt.dtype)

@@ -303,8 +303,11 @@ class _Lowering:
             raise Materialise(op.operands[1], "conv weight needs a buffer")
         has_bias = len(op.operands) == 3
         raw = target if target is not None and not has_bias else self.alloc(op.result.type)
-        col = self.alloc(conv_col_type(op))
-        emit_conv(self.nest("conv"), op, w, col, raw)
+        x = op.operands[0]
+        image = None if self.buffer_of(x) is not None else self.alloc(TensorType(x.type.shape[1:], x.type.dtype))
+        col_type = conv_col_type(op)
+        emit_conv(self.nest("conv"), op, w, raw, col=self.alloc(col_type) if col_type is not None else None,
+                  image=image)
         if not has_bias:
             self.buf[op.result] = raw
             return
