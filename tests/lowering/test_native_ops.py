@@ -36,7 +36,6 @@ NOT_NATIVE: dict[str, str] = {
     "avg_pool_backward": "leading dims differ by a symbolic extent",
     "batch_norm": "in-place op the converter cannot functionalize",
     "chunk": "pieces of a symbolic extent",
-    "conv_transpose": GEMM_F32,
     "diagonal": "symbolic extent",
     "getitem": "tp.nonzero",  # boolean-mask keys
     "masked_select": "lowered type .* differs from the graph's",
