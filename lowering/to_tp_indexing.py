@@ -248,6 +248,36 @@ def _scatter_add(cx: Cx, input: Value, dim: int, index: Value, src: Any = None, 
     return cx.emit("tp.scatter_add", input, idx, s, axis=int(dim) % max(input.type.rank, 1))
 
 
+def _scatter_multiply(cx: Cx, input: Value, idx: Value, src: Value, axis: int) -> Value:
+    """``input * P`` where ``P[.., k, ..]`` is the product of the ``src`` elements whose index is ``k`` (1 if none):
+    with ``axis`` moved last, ``prod_r where(idx[.., r] == k, src[.., r], 1)`` over a ``[.., n, r]`` grid
+    (O(n * r) per row, exact for integers, the product order aside for floats)."""
+    rank, shape = input.type.rank, list(input.type.shape)
+    ishape = list(idx.type.shape)
+    if rank == 0:
+        raise UnsupportedOp("scatter reduce='multiply' of a 0-d tensor")
+    for d in range(rank):
+        if src.type.shape[d] != ishape[d]:
+            src = cx.slice(src, d, 0, ishape[d])
+    perm = [d for d in range(rank) if d != axis] + [axis]
+    inv = [perm.index(d) for d in range(rank)]
+    lead = [ishape[d] for d in perm[:-1]]
+    n, r = shape[axis], ishape[axis]
+    grid = [*lead, n, r]
+    ids = cx.expand(cx.reshape(cx.permute(idx, perm), [*lead, 1, r]), grid)
+    vals = cx.expand(cx.reshape(cx.permute(src, perm), [*lead, 1, r]), grid)
+    k = cx.emit("tp.iota", shape=grid, axis=rank - 1, dtype=I64)
+    one = cx.expand(cx.const(1, src.type.dtype), grid)
+    picked = cx.emit("tp.where", cx.emit("tp.eq", ids, k), vals, one)
+    prod = cx.emit("tp.prod", picked, axes=[rank], keepdim=False)
+    short = [(0, shape[p] - ishape[p]) for p in perm[:-1]] + [(0, 0)]
+    if any(hi != 0 for _, hi in short):
+        if not all(sympy.sympify(hi).is_Integer for _, hi in short):
+            raise UnsupportedOp("scatter reduce='multiply' with an index smaller than the input by a symbolic extent")
+        prod = cx.emit("tp.pad", prod, pads=[(0, int(hi)) for _, hi in short], mode="constant", value=1.0)
+    return cx.emit("tp.mul", input, cx.permute(prod, inv))
+
+
 @rule("scatter")
 def _scatter(cx: Cx, input: Value, dim: int, index: Value, src: Any = None, *, value: Any = None,
              reduce: Any = None) -> Value:
@@ -257,8 +287,10 @@ def _scatter(cx: Cx, input: Value, dim: int, index: Value, src: Any = None, *, v
     axis = int(dim) % max(input.type.rank, 1)
     if reduce == "add":
         return cx.emit("tp.scatter_add", input, idx, s, axis=axis)
+    if reduce == "multiply":
+        return _scatter_multiply(cx, input, idx, s, axis)
     if reduce is not None:
-        raise UnsupportedOp(f"scatter reduce={reduce!r} (tp has scatter_add only)")
+        raise UnsupportedOp(f"scatter reduce={reduce!r} (expected None, 'add' or 'multiply')")
     shape = input.type.shape
     summed = cx.emit("tp.scatter_add", cx.fill(0, input.type.dtype, shape), idx, s, axis=axis)
     hits = cx.emit("tp.scatter_add", cx.fill(0, I64, shape), idx, cx.fill(1, I64, idx.type.shape), axis=axis)

@@ -40,7 +40,6 @@ STATIC_ONLY: dict[str, str] = {
 
 #: op -> [(sample predicate, reason)]: uses of an op the dialect cannot express (must give LoweringError).
 UNSUPPORTED_SAMPLES: dict[str, list] = {
-    "scatter": [(lambda s: s.kwargs.get("reduce") == "multiply", "tp has scatter_add only, no product scatter")],
     "getitem": [(lambda s: _mask_and_index(s.args[1]), "a data-dependent mask count broadcast against an index "
                  "tensor needs a size check the dialect cannot attach to a type")],
 }
