@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import operator
 import os
 import struct
@@ -65,6 +66,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .jit import Library
+from .output_pool import MIN_BYTES as MIN_POOLED_BYTES
+from .output_pool import OutputPool, default_pool
 
 if TYPE_CHECKING:
     from .aot import SharedLibrary
@@ -479,11 +482,13 @@ def _trampoline() -> Any:
 class _Plan:
     """What the prepare phase said for one combination of input shapes (immutable once made)."""
 
-    __slots__ = ("shapes", "nbytes", "dims", "dims_addr")
+    __slots__ = ("shapes", "nbytes", "dims", "dims_addr", "pooled")
 
-    def __init__(self, shapes: tuple[tuple[int, ...], ...], nbytes: int, dims: Sequence[int]) -> None:
+    def __init__(self, shapes: tuple[tuple[int, ...], ...], nbytes: int, dims: Sequence[int],
+                 pooled: bool = False) -> None:
         self.shapes = shapes
         self.nbytes = nbytes
+        self.pooled = pooled  # some output is big enough to come from the output pool
         self.dims = (ctypes.c_int64 * max(1, len(dims)))(*dims)  # the in_dims <p>_run gets on the fast path
         self.dims_addr = ctypes.addressof(self.dims)
 
@@ -556,13 +561,26 @@ _shape_of = operator.attrgetter("shape")
 _empty = np.empty
 
 
+def _data_sized(outs: list[np.ndarray], extents: tuple, ws: int, nbytes: int) -> list[np.ndarray]:
+    """Views of the valid part of outputs allocated at an upper bound: output ``o`` has ``coefficient *
+    counts[slot]`` entries along ``dim``, the i64 counts being the last ``8 * n`` bytes of the workspace."""
+    n, items = extents
+    counts = (ctypes.c_int64 * n).from_address(ws + nbytes - 8 * n)
+    outs = list(outs)
+    for o, dim, slot, coefficient in items:
+        outs[o] = outs[o][(slice(None),) * dim + (slice(0, coefficient * counts[slot]),)]
+    return outs
+
+
 class Executable:
     """A compiled program behind the :mod:`runtime.abi` convention, callable on numpy arrays.
 
     ``exe(*arrays, out=None) -> list[np.ndarray]``: outputs are freshly allocated unless ``out``
     gives one array per output (right dtype and shape, C-contiguous, writable, not overlapping an
-    input or another output), which is then written and returned. Thread-safe: every thread gets
-    its own argument buffers and workspace, and the native run releases the GIL.
+    input or another output), which is then written and returned. Outputs of 128 KiB or more come
+    from :attr:`pool` (:mod:`runtime.output_pool`: blocks reused once the caller drops them, so no
+    page faults; ``TENSORPLAY_POOL_BYTES`` caps it). Thread-safe: every thread gets its own argument
+    buffers and workspace, and the native run releases the GIL.
 
     The prepare phase depends only on the input shapes, so its result (output shapes, workspace
     size) is remembered per shape combination and a repeated call goes straight to the run phase.
@@ -607,6 +625,10 @@ class Executable:
                        ctypes.addressof(self._spec))
         self._call = _trampoline()
         self._local = threading.local()
+        self.pool: OutputPool | None = default_pool()  # big outputs come from here (None: np.empty)
+        # outputs sized by tensor data (nonzero): (output, dim, count slot, coefficient), counts ending the workspace
+        self._extents = (signature.meta["counts"], tuple(map(tuple, signature.meta["extents"]))) \
+            if signature.meta.get("extents") else None
 
     @property
     def num_threads(self) -> int:
@@ -663,8 +685,10 @@ class Executable:
         if code:
             raise self.signature.error(code, frame.err[:], self.shape_error)
         od = frame.out_dims
-        return _Plan(tuple(tuple(od[lo:hi]) for _, lo, hi in self._out), frame.ws_bytes.value,
-                     frame.in_dims[:self._n_in_dims])
+        shapes = tuple(tuple(od[lo:hi]) for _, lo, hi in self._out)
+        pooled = any(math.prod(shape) * dtype.itemsize >= MIN_POOLED_BYTES
+                     for shape, dtype in zip(shapes, self._out_dtypes, strict=True))
+        return _Plan(shapes, frame.ws_bytes.value, frame.in_dims[:self._n_in_dims], pooled)
 
     def _plan_for(self, arrays: tuple[Any, ...], frame: _Frame) -> _Plan:
         """Validate ``arrays``, run the prepare phase and remember its result for their shapes."""
@@ -715,11 +739,13 @@ class Executable:
             code = self._run(frame.a_in_ptrs, frame.a_out_ptrs, frame.a_in_dims, ws, self._num_threads)
         if code:
             raise self.signature.error(code, (), self.shape_error)
-        return outs
+        return outs if self._extents is None else _data_sized(outs, self._extents, ws, plan.nbytes)
 
     def _outputs(self, plan: _Plan, out: Any, arrays: tuple[Any, ...]) -> list[np.ndarray]:
         if out is not None:
             return self._given_outputs(out, plan.shapes, arrays)
+        if plan.pooled and self.pool is not None:
+            return list(map(self.pool.empty, plan.shapes, self._out_dtypes))
         dt = self._single_out
         return [_empty(plan.shapes[0], dt)] if dt is not None else list(map(_empty, plan.shapes, self._out_dtypes))
 
