@@ -6,8 +6,11 @@ every shape check (see :mod:`lowering.codegen_prepare`), ``<prefix>_run`` runs t
 
 How ops are lowered:
 
-* the loop nest lives in ``<prefix>.body`` whose buffer pointers are ``noalias`` parameters; index
-  expressions become ``i64`` arithmetic (:mod:`lowering.codegen_expr`) over ``inbounds`` GEPs;
+* ``<prefix>.body`` calls one internal function per top-level ``kernel.kernel``; the buffers the
+  kernel uses and the loop-invariant start of every load/store address are its parameters, so
+  kernels equal up to those share one function (:mod:`lowering.kernel_functions`); with
+  ``profile=True`` every call is timed (:mod:`lowering.profile`);
+* index expressions become ``i64`` arithmetic (:mod:`lowering.codegen_expr`) over ``inbounds`` GEPs;
 * ``kernel.for {parallel = true}`` (outermost only) is outlined into ``<prefix>.par<k>`` and split
   into ``num_threads`` contiguous chunks run by the persistent worker pool of
   :mod:`runtime.threadpool` (``tp_parallel_for``; the calling thread takes chunks too; small loops
@@ -637,7 +640,8 @@ def emit_llvm(kernel_module: Module | Function, *, prefix: str = "tp_main", num_
     """LLVM IR text of ``<prefix>_prepare``/``<prefix>_run`` for a kernel-level function, and its Signature.
 
     ``num_outputs``: how many trailing buffer arguments are outputs (default: the trailing arguments the
-    function writes). ``fastmath``: flags on float arithmetic (reductions add ``reassoc``).
+    function writes). ``fastmath``: flags on float arithmetic (reductions add ``reassoc``). ``profile``:
+    time every kernel call into ``<prefix>_profile`` (see :mod:`lowering.profile`).
 
     >>> from dialect import parse
     >>> m = parse('''func @k(%x: buffer<[4], f32>, %y: buffer<[4], f32>) -> () {
