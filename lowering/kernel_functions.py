@@ -11,7 +11,8 @@ from ``<prefix>.body``. :func:`plan_kernel` decides that function's parameters a
   code for every ``t``;
 * the key is the kernel's op tree with values numbered by first appearance, addresses written
   relative to those offset parameters, and no ``origin``/``name`` attributes. Kernels with equal keys
-  are one function called with different arguments.
+  are one function called with different arguments. Kernels holding a ``kernel.gemm`` stay apart
+  (each call site may have its own prepacked weights; the function is one library call anyway).
 
 Two slices of one buffer, at offsets 0 and 512, share a key::
 
@@ -198,6 +199,10 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol]) -> KernelPlan:
     noalias = [m is not None and mem.count(m) == 1 for m in mem]
     params = ";".join(f"{v.type}{'!' if na else ''}" for v, na in zip(externals, noalias))
     key = f"({params})\n" + "\n".join(lines)
+    if any(o.name == "kernel.gemm" for o in op.walk()):
+        # a gemm call site may own a slot of prepacked weights (lowering.gemm_prepack): never shared,
+        # and cheap to keep apart (the kernel is one library call)
+        key += f"\n#{id(op)}"
     return KernelPlan(op, key, externals, noalias, offsets, addresses, kernel_info(op))
 
 

@@ -134,7 +134,7 @@ def test_noalias_only_where_parameters_name_different_memory():
     assert plan.noalias == [True, False, False, True]  # a and b are the same workspace slot
 
 
-def test_gemm_kernels_of_identical_layers_share_functions_and_match_numpy():
+def test_elementwise_kernels_of_identical_layers_share_a_function_gemms_stay_apart():
     text = """func @k(%x: buffer<[s0, 16], f32>, %w: buffer<[16, 16], f32>, %v: buffer<[16, 16], f32>,
     %y: buffer<[s0, 16], f32>) -> () where {s0 in [1, 32]} workspace {size = 128*s0, t0 = 0, t1 = 64*s0} {
   %h = kernel.alloc {offset = 0, slot = "t0"} : buffer<[s0, 16], f32>
@@ -168,7 +168,7 @@ def test_gemm_kernels_of_identical_layers_share_functions_and_match_numpy():
 """
     f = parse(text).functions[0]
     llvm_text, sig = emit_llvm(f, num_outputs=1)
-    assert sorted(_kernel_functions(llvm_text)) == ["tp_main.gemm_0", "tp_main.tanh_1"]
+    assert sorted(_kernel_functions(llvm_text)) == ["tp_main.gemm_0", "tp_main.gemm_2", "tp_main.tanh_1"]
     rng = np.random.default_rng(0)
     w, v = (rng.standard_normal((16, 16), dtype=np.float32) * 0.3 for _ in range(2))
     exe = compile_kernel_module(f, num_outputs=1, num_threads=2)
@@ -246,7 +246,7 @@ def test_bench_lstm_compiles_to_few_functions_and_matches_torch():
     prog = export(ours, tp.from_numpy(x), dynamic_shapes=[{0: Dim("batch", min=1, max=64)}])
     compiled = compile_program(prog, CompileOptions(num_threads=1))
     assert compiled.stats["kernels"] > 300
-    assert compiled.stats["kernel_functions"] <= 30
+    assert compiled.stats["kernel_functions"] <= 160  # 128 gemm call sites stay apart, ~12 loop nests shared
     for batch in (1, 3):
         xb = np.random.default_rng(batch).standard_normal((batch, LSTM_SEQ, LSTM_IN), dtype=np.float32)
         with torch.no_grad():
