@@ -128,8 +128,11 @@ def _affine(em: NestEmitter, v: Value, index: Index, depth: int = 0) -> sympy.Ex
     if name == "tp.arange":
         return a["start"] + a["step"] * index[0]
     if name == "tp.constant":
-        c = uniform_constant(v)
-        return sympy.Integer(int(c)) if c is not None and float(c).is_integer() else None
+        return _constant(v, index)
+    if name == "tp.where":
+        cond = _decide(em, o.operands[0], broadcast_index(index, o.operands[0].type.shape), depth)
+        pick = o.operands[1] if cond else o.operands[2]
+        return None if cond is None else sub(pick, broadcast_index(index, pick.type.shape))
     if name == "tp.cast":
         return sub(o.operands[0], index) if o.operands[0].type.dtype.is_int else None
     if name in ("tp.add", "tp.sub", "tp.mul"):
@@ -159,6 +162,66 @@ def _affine(em: NestEmitter, v: Value, index: Index, depth: int = 0) -> sympy.Ex
     return None
 
 
+def _constant(v: Value, index: Index) -> sympy.Expr | None:
+    """A uniform integer literal, or a 1-d arithmetic progression ``a + b*k`` (``arange``'s constants)."""
+    c = uniform_constant(v)
+    if c is not None:
+        return sympy.Integer(int(c)) if float(c).is_integer() else None
+    value = v.owner.attributes["value"]
+    arr = getattr(value, "array", None)
+    if arr is None or arr.ndim != 1 or arr.size < 2:
+        return None
+    a, b = int(arr[0]), int(arr[1]) - int(arr[0])
+    if not np.array_equal(arr, a + b * np.arange(arr.size)):
+        return None
+    return a + b * index[0]
+
+
+_RELATIONS = {"tp.lt": sympy.Lt, "tp.le": sympy.Le, "tp.gt": sympy.Gt, "tp.ge": sympy.Ge}
+
+
+def _decide(em: NestEmitter, v: Value, index: Index, depth: int) -> bool | None:
+    """The value of a comparison of affine integer tensors when the loop ranges decide it (else None)."""
+    o = v.owner
+    if not isinstance(o, Operation) or o.name not in _RELATIONS:
+        return None
+    x, y = (_affine(em, w, broadcast_index(index, w.type.shape), depth + 1) for w in o.operands)
+    if x is None or y is None:
+        return None
+    ends = _ends(em, sympy.expand(x - y))  # x REL y  <=>  x - y REL 0
+    if ends is None:
+        return None
+    lo, hi = ends
+    prove = em.facts.prove
+    below, above = prove(sympy.Lt(hi, 0)) is True, prove(sympy.Ge(lo, 0)) is True
+    nonpos, pos = prove(sympy.Le(hi, 0)) is True, prove(sympy.Gt(lo, 0)) is True
+    rel = _RELATIONS[o.name]
+    if rel is sympy.Lt:
+        return True if below else (False if above else None)
+    if rel is sympy.Le:
+        return True if nonpos else (False if pos else None)
+    if rel is sympy.Gt:
+        return True if pos else (False if nonpos else None)
+    return True if above else (False if below else None)
+
+
+def _ends(em: NestEmitter, e: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | None:
+    """Smallest and largest value of ``e`` (linear in the live loop variables, coefficients of known sign)."""
+    loops = {lv.iv: lv.upper for lv in em.levels if lv.iv is not None}
+    lo = hi = e
+    for s in e.free_symbols & set(loops):
+        if not e.is_polynomial(s) or sympy.Poly(e, s).degree() > 1:
+            return None
+        c = sympy.Poly(e, s).coeff_monomial(s)
+        first, last = sympy.Integer(0), loops[s] - 1
+        if em.facts.prove(sympy.Le(c, 0)) is True:
+            first, last = last, first
+        elif em.facts.prove(sympy.Ge(c, 0)) is not True:
+            return None
+        lo, hi = lo.xreplace({s: first}), hi.xreplace({s: last})
+    return sympy.expand(lo), sympy.expand(hi)
+
+
 def _position(em: NestEmitter, idx: Value, at: Index, dim: sympy.Expr) -> sympy.Expr | Value:
     """The position an index tensor holds at ``at``: a sympy expression (clamped unless provably in
     range) when it is affine, else the loaded kernel scalar."""
@@ -166,7 +229,8 @@ def _position(em: NestEmitter, idx: Value, at: Index, dim: sympy.Expr) -> sympy.
     if e is None:
         return em.scalar(idx, at)
     e = em.simplify([e])[0]
-    if not em.index_facts().in_range(e, sympy.Integer(0), dim):
+    ends = _ends(em, e)
+    if ends is None or em.facts.prove(sympy.And(sympy.Ge(ends[0], 0), sympy.Lt(ends[1], dim))) is not True:
         e = sympy.Min(sympy.Max(e, 0), dim - 1)
     return e
 

@@ -322,8 +322,8 @@ def size_tensor(cx: Cx, e: Any) -> Value:
 
     def nonneg(t: sympy.Expr) -> bool:  # Mod(a, b) of sizes a, b >= 0 counts as >= 0 (a tensor sized by
         c, rest = t.as_coeff_Mul()      # it is empty when b = 0, where the value is undefined)
-        if c > 0 and isinstance(rest, sympy.Mod):
-            return all(facts.prove(sympy.Ge(a, 0)) is True for a in rest.args)
+        if c > 0 and isinstance(rest, sympy.Mod):  # takes the divisor's sign
+            return facts.prove(sympy.Ge(rest.args[1], 0)) is True
         return facts.prove(sympy.Ge(t, 0)) is True
 
     for t in sympy.Add.make_args(sympy.expand(e)):  # nonnegative terms, minus nonpositive ones

@@ -1,0 +1,182 @@
+"""Native gather / index_select / scatter_add (lowering.kernel_gather): tp text and exported programs compiled
+to native code, compared with numpy formulas (exact: these ops move data), plus the kernel-level shape of
+the lowering (gathers fused into their consumers, affine indices as plain index math, clamping)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from dialect import parse, print_module
+from dialect.interpret import run
+from lowering.codegen_llvm import compile_kernel_module
+from tensorplay.export import Dim, export
+from tests.lowering.test_fuse_support import count, lower_text
+
+EMBED = """func @main(%w: tensor<[50, 8], f32>, %ids: tensor<[s0], i64>) -> (tensor<[s0, 8], f32>)
+    where {s0 in [1, 64]} {
+  %0 = tp.index_select %w, %ids {axis = 0} : tensor<[s0, 8], f32>
+  %1 = tp.tanh %0 : tensor<[s0, 8], f32>
+  tp.return %1
+}"""
+
+GATHER = """func @main(%x: tensor<[s0, 6], f32>, %i: tensor<[s0, 4], i64>) -> (tensor<[s0, 4], f32>)
+    where {s0 in [1, 64]} {
+  %0 = tp.gather %x, %i {axis = 1} : tensor<[s0, 4], f32>
+  tp.return %0
+}"""
+
+SCATTER = """func @main(%x: tensor<[5, s0], f32>, %i: tensor<[s1, s0], i64>, %v: tensor<[s1, s0], f32>)
+    -> (tensor<[5, s0], f32>) where {s0 in [1, 32]; s1 in [1, 32]} {
+  %0 = tp.scatter_add %x, %i, %v {axis = 0} : tensor<[5, s0], f32>
+  tp.return %0
+}"""
+
+
+def _exe(text: str):
+    return compile_kernel_module(lower_text(text), num_threads=2)
+
+
+def test_index_select_fuses_into_its_consumer_and_matches_numpy():
+    low = lower_text(EMBED)
+    assert count(low, "kernel.kernel") == 1 and count(low, "kernel.load_at") == 1
+    exe = compile_kernel_module(low, num_threads=2)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((50, 8)).astype(np.float32)
+    for n in (1, 7, 64):
+        ids = rng.integers(0, 50, n)
+        (got,) = exe(w, ids)
+        np.testing.assert_allclose(got, np.tanh(w[ids]), rtol=1e-6, atol=1e-6)
+
+
+def test_index_select_loads_each_index_once_per_row():
+    """The index is read in the row loop and the gathered row in the inner loop (hoisted like any load)."""
+    text = print_module(lower_text(EMBED))
+    row, inner = text.index("kernel.for {iv = i0"), text.index("kernel.for {iv = i1")
+    ids_load = text.index("kernel.load %ids")
+    assert row < ids_load < inner < text.index("kernel.load_at %w")
+
+
+def test_gather_matches_take_along_axis():
+    exe = _exe(GATHER)
+    rng = np.random.default_rng(1)
+    for n in (1, 9):
+        x = rng.standard_normal((n, 6)).astype(np.float32)
+        i = rng.integers(0, 6, (n, 4))
+        (got,) = exe(x, i)
+        np.testing.assert_array_equal(got, np.take_along_axis(x, i, 1))
+
+
+def test_scatter_add_accumulates_duplicates_in_order():
+    exe = _exe(SCATTER)
+    rng = np.random.default_rng(2)
+    for s0, s1 in ((1, 1), (3, 9), (17, 20)):
+        x = rng.standard_normal((5, s0)).astype(np.float32)
+        i = rng.integers(0, 5, (s1, s0))  # many duplicates
+        v = rng.standard_normal((s1, s0)).astype(np.float32)
+        want = x.copy()
+        np.add.at(want, (i, np.arange(s0)[None, :]), v)  # sequential, row-major: the same order as the kernel
+        (got,) = exe(x, i, v)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_scatter_add_nest_is_sequential():
+    low = lower_text(SCATTER)
+    kernels = [op for op in low.functions[0].body.ops if op.name == "kernel.kernel"]
+    scatter = [k for k in kernels if k.attributes["name"].startswith("scatter")]
+    assert len(scatter) == 1
+    loops = [op for op in scatter[0].walk() if op.name == "kernel.for"]
+    assert loops and not any(op.attributes["parallel"] for op in loops)
+    assert count(low, "kernel.store_at") == 1
+
+
+@pytest.mark.parametrize("bad", [[60, 1], [-3, 2]])
+def test_out_of_range_indices_are_clamped_natively(bad):
+    """Documented behaviour: no crash and no error natively, positions clamp into [0, n)."""
+    exe = _exe(EMBED)
+    w = np.arange(400, dtype=np.float32).reshape(50, 8) / 400
+    (got,) = exe(w, np.array(bad, np.int64))
+    np.testing.assert_allclose(got, np.tanh(w[np.clip(bad, 0, 49)]), rtol=1e-6)
+
+
+def test_kernel_level_interpreter_agrees_with_native_code():
+    low = lower_text(SCATTER)
+    rng = np.random.default_rng(4)
+    x, i, v = rng.standard_normal((5, 3)).astype(np.float32), rng.integers(0, 5, (4, 3)), \
+        rng.standard_normal((4, 3)).astype(np.float32)
+    (want,) = run(low, [x, i, v])
+    (got,) = compile_kernel_module(low)(x, i, v)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_load_at_store_at_print_and_parse_back():
+    text = print_module(lower_text(SCATTER))
+    assert "kernel.load_at" in text and "kernel.store_at" in text
+    assert print_module(parse(text)) == text
+
+
+# ---------------------------------------------------------------- exported programs
+
+
+def _native(fn, dynamic=None, **inputs):
+    prog = export(fn, dynamic_shapes=dynamic, **inputs)
+    tp.compile(prog)  # strict: raises when anything would run on the interpreter
+    return prog
+
+
+def test_embedding_program_is_native_with_dynamic_length():
+    emb = tp.nn.Embedding(30, 6)
+    prog = _native(lambda ids: emb(ids) * 2, {"ids": {1: Dim.AUTO}}, ids=tp.tensor([[1, 2, 3]]))
+    w = emb.weight.detach().numpy()
+    for n in (2, 3, 11):
+        ids = np.random.default_rng(n).integers(0, 30, (1, n))
+        np.testing.assert_allclose(prog(ids=tp.tensor(ids)).numpy(), w[ids] * 2, rtol=1e-6)
+
+
+def test_take_wraps_negative_indices_like_eager():
+    prog = _native(lambda x, i: tp.take(x, i), {"x": None, "i": {0: Dim.AUTO}}, x=tp.randn(3, 4),
+                   i=tp.tensor([0, -1, 5]))
+    x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    i = np.array([-12, -1, 0, 11, 3])
+    np.testing.assert_array_equal(prog(x=tp.tensor(x), i=tp.tensor(i)).numpy(), np.take(x, i))
+
+
+def test_flip_with_a_dynamic_dim_is_pure_index_math():
+    from lowering.pipeline import compile_program
+    prog = export(lambda x: tp.flip(x, (0, 1)), dynamic_shapes={"x": {0: Dim.AUTO}}, x=tp.randn(4, 3))
+    kernel = compile_program(prog).ir("kernel")
+    assert "kernel.load_at" not in kernel and "kernel.load %x" in kernel
+    for n in (2, 5):
+        x = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
+        np.testing.assert_array_equal(prog(x=tp.tensor(x)).numpy(), x[::-1, ::-1])
+
+
+@pytest.mark.parametrize("shifts,dims", [(2, None), (1, 0), (-3, 0)])
+def test_roll_with_a_dynamic_dim(shifts, dims):
+    prog = _native(lambda x: tp.roll(x, shifts, dims), {"x": {0: Dim.AUTO}}, x=tp.randn(3, 4))
+    for n in (2, 3, 7):
+        x = np.random.default_rng(n).standard_normal((n, 4)).astype(np.float32)
+        np.testing.assert_array_equal(prog(x=tp.tensor(x)).numpy(), np.roll(x, shifts, dims))
+
+
+def test_scatter_multiply_matches_numpy():
+    prog = _native(lambda x, i, s: tp.scatter(x, 0, i, s, reduce="multiply"), x=tp.randn(4, 3),
+                   i=tp.tensor([[0, 1, 2]] * 5), s=tp.randn(5, 3))
+    rng = np.random.default_rng(6)
+    x, s = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    i = rng.integers(0, 4, (5, 3))
+    want = x.copy()
+    np.multiply.at(want, (i, np.arange(3)[None, :]), s)
+    got = prog(x=tp.tensor(x), i=tp.tensor(i), s=tp.tensor(s)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_cross_entropy_program_is_native():
+    prog = _native(lambda z, t: tp.nn.functional.cross_entropy(z, t), {"z": {0: Dim.AUTO}, "t": {0: Dim.AUTO}},
+                   z=tp.randn(4, 5), t=tp.tensor([0, 4, 2, 1]))
+    rng = np.random.default_rng(7)
+    z, t = rng.standard_normal((6, 5)).astype(np.float32), rng.integers(0, 5, 6)
+    logp = z - np.log(np.exp(z - z.max(1, keepdims=True)).sum(1, keepdims=True)) - z.max(1, keepdims=True)
+    want = -logp[np.arange(6), t].mean()
+    np.testing.assert_allclose(float(prog(z=tp.tensor(z), t=tp.tensor(t)).numpy()), want, rtol=1e-5)
