@@ -22,7 +22,8 @@ How it works:
   worker that wakes late costs nothing but its own wake-up), then the caller waits for the count of
   finished chunks;
 * idle workers spin :data:`SPIN` times (x86 ``pause``), then sleep on a condition variable; the
-  caller waits for stragglers the same way, so nothing burns a core while idle;
+  caller waits for stragglers by yielding the CPU :data:`CALLER_YIELDS` times, then sleeps the same
+  way, so nothing burns a core while idle;
 * ``fork()``: the busy word and the pool's pid are checked against ``getpid()``, so a child finding
   its parent's state (no worker threads, possibly a held lock) resets the pool and starts its own
   workers (``pthread_atfork`` is not visible to JIT code: glibc links it statically).
@@ -51,15 +52,18 @@ import llvmlite.ir as ir
 from .jit import Library, compile_object, load_object, undefined_symbols
 from .target import host_cpu
 
-__all__ = ["MAX_WORKERS", "PARALLEL_FOR", "POOL_PREFIX", "SPIN", "declare_parallel_for", "emit_pool_ir",
-           "needs_pool", "pool_library", "pool_object", "pool_stats"]
+__all__ = ["CALLER_YIELDS", "MAX_WORKERS", "PARALLEL_FOR", "POOL_PREFIX", "SPIN", "declare_parallel_for",
+           "emit_pool_ir", "needs_pool", "pool_library", "pool_object", "pool_stats"]
 
 POOL_PREFIX = "tp_parallel_"
 PARALLEL_FOR = "tp_parallel_for"
 #: Most worker threads the pool ever starts (a job uses at most ``n - 1`` of them).
 MAX_WORKERS = 255
-#: Polls (each with a ``pause``, ~25 ns on the dev machine) before an idle worker or a waiting caller sleeps.
+#: Polls (each with a ``pause``, ~25 ns on the dev machine) before an idle worker sleeps.
 SPIN = 1000
+#: Polls (each with a ``sched_yield``) before a caller waiting for the workers' last chunks sleeps: yielding
+#: lets a worker sharing the caller's core (an oversubscribed machine) finish its chunk.
+CALLER_YIELDS = 50
 _MAX_CHUNKS = 0xFFFF
 _SYNC_BYTES = 64  # room for a glibc pthread_mutex_t (40) / pthread_cond_t (48); all-zero is the initializer
 
@@ -122,6 +126,7 @@ class _PoolEmitter:
         self.getpid = ext("getpid", I32)
         self.memset = m.declare_intrinsic("llvm.memset", [PTR, I64])
         self.pause = ext("llvm.x86.sse2.pause", VOID) if self.x86 else None
+        self.sched_yield = ext("sched_yield", I32)
 
     # ------------------------------------------------------------------ small pieces
     def _fn(self, name: str, ty: ir.FunctionType, internal: bool = True) -> tuple[ir.Function, ir.IRBuilder]:
@@ -145,13 +150,10 @@ class _PoolEmitter:
         """(generation, chunks, next chunk) of a job word."""
         return b.lshr(w, _c(32)), b.and_(b.lshr(w, _c(16)), _c(_MAX_CHUNKS)), b.and_(w, _c(_MAX_CHUNKS))
 
-    def _relax(self, b: ir.IRBuilder) -> None:
-        if self.pause is not None:
-            b.call(self.pause, [])
-
     def _wait_until(self, f: ir.Function, b: ir.IRBuilder, ready, cv: ir.GlobalVariable,
-                    counter: ir.GlobalVariable, add: bool) -> None:
-        """Spin up to SPIN polls of ``ready(b) -> i1``, then sleep on ``cv`` until it holds.
+                    counter: ir.GlobalVariable, add: bool, polls: int, yielding: bool) -> None:
+        """Poll ``ready(b) -> i1`` up to ``polls`` times (pausing, or ``yielding`` the CPU, between polls),
+        then sleep on ``cv`` until it holds.
 
         While asleep the thread is counted in ``counter`` (``add``: increment/decrement, else set to 1/0),
         so whoever makes ``ready`` true knows to broadcast. Both sides use seq_cst: the sleeper writes
@@ -166,10 +168,13 @@ class _PoolEmitter:
         i.add_incoming(_c(0, I32), pre)
         b.cbranch(ready(b), done, spin_next)
         b.position_at_end(spin_next)
-        self._relax(b)
+        if yielding:
+            b.call(self.sched_yield, [])
+        elif self.pause is not None:
+            b.call(self.pause, [])
         nxt = b.add(i, _c(1, I32))
         i.add_incoming(nxt, spin_next)
-        b.cbranch(b.icmp_signed("<", nxt, _c(SPIN, I32)), spin, park)
+        b.cbranch(b.icmp_signed("<", nxt, _c(polls, I32)), spin, park)
         b.position_at_end(park)
         b.call(self.lock, [self.mutex])
         if add:
@@ -230,7 +235,7 @@ class _PoolEmitter:
         b.position_at_end(top)
         gen, _, _ = self._fields(b, b.call(drain, []))
         self._wait_until(f, b, lambda bb: bb.icmp_unsigned("!=", self._fields(bb, self._load(bb, self.word))[0], gen),
-                         self.work_cv, self.sleepers, add=True)
+                         self.work_cv, self.sleepers, add=True, polls=SPIN, yielding=False)
         b.branch(top)
         return f
 
@@ -304,7 +309,7 @@ class _PoolEmitter:
         b.position_at_end(blocks["work"])  # take chunks too, then wait for the ones workers took
         b.call(drain, [])
         self._wait_until(f, b, lambda bb: bb.icmp_unsigned("==", self._load(bb, self.done), k),
-                         self.done_cv, self.waiting, add=False)
+                         self.done_cv, self.waiting, add=False, polls=CALLER_YIELDS, yielding=True)
         b.branch(blocks["finish"])
         b.position_at_end(blocks["finish"])
         self._store(b, _c(0, I32), self.busy, "release")
