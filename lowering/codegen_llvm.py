@@ -45,6 +45,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,6 +67,7 @@ from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_pre
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE
 from .gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
+from .gemm_prepack import pack_sites, slot_symbol
 from .kernel_functions import KernelPlan, offset_symbol, plan_kernel
 from .kernel_gather import CODEGEN as _GATHER_CODEGEN
 from .kernel_random import CODEGEN as _RANDOM_CODEGEN
@@ -580,8 +582,30 @@ class _Codegen:
         bias = at(extra.pop(0), 0) if a["bias"] else null
         resid = at(extra.pop(0), a["c_offset"]) if a["residual"] else null
         scratch = b.gep(sc.ws, [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
-        b.call(fn, [i64(1), m, n, k, at(ops[0], a["a_offset"]), lda, i64(0), at(ops[1], a["b_offset"]), ldb, i64(0),
-                    at(ops[2], a["c_offset"]), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch])
+        args = [i64(1), m, n, k, at(ops[0], a["a_offset"]), lda, i64(0), at(ops[1], a["b_offset"]), ldb, i64(0),
+                at(ops[2], a["c_offset"]), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch]
+        if "_pack_sites" not in self.__dict__:
+            self._pack_sites = pack_sites(self.f)
+        site = self._pack_sites.get(op)
+        if site is None:
+            b.call(fn, args)
+            return
+        # a constant B may come prepacked: lowering.gemm_prepack fills this slot, zero means "pack it yourself"
+        slot_ty = ir.LiteralStructType([PTR, PTR])
+        name = slot_symbol(self.prefix, site.index)
+        slot = self.module.globals.get(name)
+        if slot is None:
+            slot = ir.GlobalVariable(self.module, slot_ty, name)
+            slot.initializer = ir.Constant(slot_ty, None)
+        packed, source = (b.load(b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                                       source_etype=slot_ty), typ=PTR) for i in (0, 1))
+        ready = b.and_(b.icmp_unsigned("!=", packed, null), b.icmp_unsigned("==", source, args[7]))
+        with b.if_else(ready) as (prepacked, plain):
+            with prepacked:
+                packed_fn = declare_gemm(self.module, dataclasses.replace(GemmConfig.from_op(op), packed_b=True))
+                b.call(packed_fn, args[:7] + [packed] + args[8:])
+            with plain:
+                b.call(fn, args)
 
 
 def _opaque(slot: ir.Instruction) -> ir.Instruction:

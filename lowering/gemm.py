@@ -51,6 +51,7 @@ from .gemm_kernels import (
     Loops,
     emit_epilogue_row,
     emit_gemv_dots,
+    emit_gemv_packed,
     emit_gemv_rows,
     emit_micro_kernel,
     emit_pack,
@@ -59,7 +60,8 @@ from .gemm_kernels import (
     smin,
 )
 
-__all__ = ["DEFAULT_SHAPE", "Epilogue", "GemmKernel", "GemmShape", "compile_gemm", "emit_gemm", "scratch_bytes"]
+__all__ = ["DEFAULT_SHAPE", "Epilogue", "GemmKernel", "GemmShape", "compile_gemm", "emit_gemm", "packed_b_floats",
+           "scratch_bytes"]
 
 #: Register tile 6 x 64 (24 zmm accumulators) and cache blocks measured on Zen 4 (see bench/bench_gemm.py).
 DEFAULT_SHAPE = GemmShape(mr=6, nv=4, mc=192, kc=384, nc=1536)
@@ -89,14 +91,33 @@ def scratch_bytes(m: int, n: int, k: int, shape: GemmShape = DEFAULT_SHAPE) -> i
     return max(packed, 4 * k) + 2 * _ALIGN
 
 
+def packed_b_floats(k: int, n: int, shape: GemmShape = DEFAULT_SHAPE) -> int:
+    """Floats of a prepacked ``B`` (``K x N``): ``round_up(N, NR) * K``.
+
+    Layout (what ``packed_b`` kernels read): for each column block ``jc`` (``NC`` wide, the last one
+    ``nc`` wide) and each depth block ``pc`` (``KC`` deep, the last ``kc``), the block's micro-panels
+    start at ``jc*K + round_up(nc, NR)*pc``; panel ``q`` holds ``Bp[k][c] = B[pc + k, jc + q*NR + c]``
+    (``kc x NR`` floats, zero past column ``N``).
+
+    >>> packed_b_floats(784, 10)
+    50176
+    """
+    return _round_up(n, shape.nr) * k
+
+
 _ARG_NAMES = ("batch", "M", "N", "K", "A", "lda", "stride_a", "B", "ldb", "stride_b", "C", "ldc", "stride_c",
               "bias", "R", "ldr", "stride_r", "accumulate", "scratch")
 _ARG_TYPES = (I64, I64, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, I64, I64, PTR, PTR, I64, I64, I32, PTR)
 
 
 def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: bool = False,
-              epilogue: Epilogue = NO_EPILOGUE, shape: GemmShape = DEFAULT_SHAPE) -> ir.Function:
+              epilogue: Epilogue = NO_EPILOGUE, shape: GemmShape = DEFAULT_SHAPE,
+              packed_b: bool = False) -> ir.Function:
     """Add the external GEMM function ``name`` (C signature in the module docstring) to ``module``.
+
+    With ``packed_b``, ``B`` points at the whole operand already packed (:func:`packed_b_layout`, e.g.
+    built once by :func:`lowering.gemm_prepack.pack_b`): no ``B`` packing at run time, ``ldb`` and
+    ``stride_b`` are unused (one ``B`` for every batch entry) and ``M == 1`` streams the packed panels.
 
     >>> import llvmlite.ir as ir
     >>> fn = emit_gemm(ir.Module(), "sgemm_nt", trans_b=True)
@@ -109,9 +130,12 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
         raise ValueError(f"emit_gemm: shape needs mc % mr == 0 and nc % (16*nv) == 0, got {shape}")
     tag = f"{name}.{'t' if trans_a else 'n'}{'t' if trans_b else 'n'}"
     pack_a = emit_pack(module, f"{tag}.pack_a", panel=shape.mr, contiguous=trans_a)
-    pack_b = emit_pack(module, f"{tag}.pack_b", panel=shape.nr, contiguous=not trans_b)
+    pack_b = None if packed_b else emit_pack(module, f"{tag}.pack_b", panel=shape.nr, contiguous=not trans_b)
     micro = emit_micro_kernel(module, f"{tag}.micro", shape, epilogue)
-    gemv = emit_gemv_dots(module, f"{tag}.gemv") if trans_b else emit_gemv_rows(module, f"{tag}.gemv")
+    if packed_b:
+        gemv = emit_gemv_packed(module, f"{tag}.gemv", shape)
+    else:
+        gemv = emit_gemv_dots(module, f"{tag}.gemv") if trans_b else emit_gemv_rows(module, f"{tag}.gemv")
     row_epi = emit_epilogue_row(module, f"{tag}.epilogue_row", epilogue) if epilogue.active else None
 
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), list(_ARG_TYPES)), name)
@@ -136,11 +160,11 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
 
     with lp.range(i64(0), args["batch"], 1, "batch") as bi:
         a_ptr = gep(b, args["A"], b.mul(bi, args["stride_a"]))
-        b_ptr = gep(b, args["B"], b.mul(bi, args["stride_b"]))
+        b_ptr = args["B"] if packed_b else gep(b, args["B"], b.mul(bi, args["stride_b"]))
         c_ptr = gep(b, args["C"], b.mul(bi, args["stride_c"]))
         r_ptr = gep(b, args["R"], b.mul(bi, args["stride_r"])) if epilogue.residual else args["R"]
         rowwise = b.icmp_signed("==", m, i64(1))
-        if trans_b:  # a few output columns: row-by-row dot products beat mostly-empty register tiles
+        if trans_b and not packed_b:  # a few output columns: row-by-row dot products beat mostly-empty register tiles
             rowwise = b.or_(rowwise, b.icmp_signed("<=", args["N"], i64(GEMV_MAX_N)))
         with b.if_else(rowwise) as (vector, matrix):
             with vector:
@@ -167,14 +191,14 @@ def _emit_gemv_call(b: ir.IRBuilder, lp: Loops, gemv: ir.Function, row_epi: ir.F
         else:
             vec = gep(b, a_ptr, b.mul(i, lda))
         c_row = gep(b, c_ptr, b.mul(i, args["ldc"]))
-        b.call(gemv, [n, k, vec, b_ptr, args["ldb"], c_row, accumulate])
+        b.call(gemv, [n, k, vec, b_ptr, args["ldb"], c_row, accumulate])  # (packed: ldb unused)
         if row_epi is not None:
             r_row = gep(b, r_ptr, b.mul(i, args["ldr"])) if residual else r_ptr
             b.call(row_epi, [n, c_row, args["bias"], r_row])
 
 
 def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilogue,
-                  funcs: tuple[ir.Function, ir.Function, ir.Function], trans_a: bool, trans_b: bool, args: dict,
+                  funcs: tuple[ir.Function, ir.Function | None, ir.Function], trans_a: bool, trans_b: bool, args: dict,
                   ptrs: tuple[ir.Value, ...], accumulate: ir.Value, a_pack: ir.Value, b_pack: ir.Value) -> None:
     pack_a, pack_b, micro = funcs
     a_ptr, b_ptr, c_ptr, r_ptr = ptrs
@@ -191,8 +215,12 @@ def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilog
             load_c = b.or_(accumulate, b.not_(first))
             finish = b.icmp_signed("==", pblk, b.sub(k_blocks, i64(1)))
             # B block (pc.., jc..): element (k, j) at B[k*ldb + j], or B[j*ldb + k] transposed
-            b_src = gep(b, b_ptr, b.add(b.mul(jc, ldb), pc) if trans_b else b.add(b.mul(pc, ldb), jc))
-            b.call(pack_b, [kc, nc, b_src, ldb, b_pack])
+            if pack_b is None:  # prepacked: block (jc, pc) starts at jc*K + round_up(nc, NR)*pc
+                nc_pad = b.mul(b.sdiv(b.add(nc, i64(shape.nr - 1)), i64(shape.nr)), i64(shape.nr))
+                b_pack = gep(b, b_ptr, b.add(b.mul(jc, k), b.mul(nc_pad, pc)))
+            else:
+                b_src = gep(b, b_ptr, b.add(b.mul(jc, ldb), pc) if trans_b else b.add(b.mul(pc, ldb), jc))
+                b.call(pack_b, [kc, nc, b_src, ldb, b_pack])
             with lp.range(i64(0), m, shape.mc, "ic") as ic:
                 mc = smin(b, b.sub(m, ic), i64(shape.mc))
                 a_src = gep(b, a_ptr, b.add(b.mul(pc, lda), ic) if trans_a else b.add(b.mul(ic, lda), pc))

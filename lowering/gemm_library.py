@@ -36,6 +36,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import threading
@@ -56,6 +57,7 @@ from . import codegen_scalar, gemm, gemm_generic, gemm_kernels, llvm_math
 from .gemm import _ARG_NAMES, _ARG_TYPES, DEFAULT_SHAPE, NO_EPILOGUE, Epilogue, GemmShape, emit_gemm
 from .gemm_generic import GENERIC_DTYPES, check_generic, emit_gemm_generic
 from .gemm_kernels import ACTIVATIONS
+from .gemm_prepack import pack_sites
 
 __all__ = ["GEMM_DTYPES", "GEMM_SYMBOL_PREFIX", "GemmConfig", "configs_of_object", "declare_gemm", "gemm_configs",
            "gemm_libraries", "gemm_library", "gemm_objects", "loaded_libraries"]
@@ -85,9 +87,10 @@ class GemmConfig:
     epilogue: Epilogue = NO_EPILOGUE
     shape: GemmShape = DEFAULT_SHAPE
     dtype: str = "f32"
+    packed_b: bool = False
 
     def __post_init__(self) -> None:
-        for field, value in (("trans_a", self.trans_a), ("trans_b", self.trans_b)):
+        for field, value in (("trans_a", self.trans_a), ("trans_b", self.trans_b), ("packed_b", self.packed_b)):
             if not isinstance(value, bool):
                 raise TypeError(f"GemmConfig.{field} must be a bool, got {value!r}")
         if not isinstance(self.epilogue, Epilogue):
@@ -96,6 +99,8 @@ class GemmConfig:
             raise TypeError(f"GemmConfig.shape must be a GemmShape, got {type(self.shape).__name__}")
         if self.dtype != "f32":
             check_generic(self.dtype, self.epilogue)
+            if self.packed_b:
+                raise ValueError(f"GemmConfig: a prepacked B exists for f32 only, got dtype {self.dtype!r}")
 
     @property
     def symbol(self) -> str:
@@ -104,7 +109,7 @@ class GemmConfig:
         parts = [f"{GEMM_SYMBOL_PREFIX}{'t' if self.trans_a else 'n'}{'t' if self.trans_b else 'n'}"]
         parts += [self.dtype] if self.dtype != "f32" else []
         parts += (["bias"] if e.bias else []) + ([e.activation] if e.activation else []) + \
-            (["residual"] if e.residual else [])
+            (["residual"] if e.residual else []) + (["packed_b"] if self.packed_b else [])
         parts.append(f"mr{s.mr}_nv{s.nv}_mc{s.mc}_kc{s.kc}_nc{s.nc}")
         return "__".join(parts)
 
@@ -123,15 +128,18 @@ class GemmConfig:
         middle = middle[1:] if dtype != "f32" else middle
         bias = bool(middle) and middle[0] == "bias"
         middle = middle[1:] if bias else middle
+        packed_b = bool(middle) and middle[-1] == "packed_b"
+        middle = middle[:-1] if packed_b else middle
         residual = bool(middle) and middle[-1] == "residual"
         middle = middle[:-1] if residual else middle
         if (len(layout) != 2 or set(layout) - {"n", "t"} or shape is None or len(middle) > 1
                 or (middle and middle[0] not in ACTIVATIONS)):
             raise ValueError(f"not a GEMM kernel symbol: expected '{GEMM_SYMBOL_PREFIX}<nn|nt|tn|tt>[__<dtype>]"
-                             f"[__bias][__<activation>][__residual]__mr<i>_nv<i>_mc<i>_kc<i>_nc<i>', got {symbol!r}")
+                             f"[__bias][__<activation>][__residual][__packed_b]__mr<i>_nv<i>_mc<i>_kc<i>_nc<i>', "
+                             f"got {symbol!r}")
         config = cls(layout[0] == "t", layout[1] == "t",
                      Epilogue(bias=bias, activation=middle[0] if middle else None, residual=residual),
-                     GemmShape(*(int(g) for g in shape.groups())), dtype)
+                     GemmShape(*(int(g) for g in shape.groups())), dtype, packed_b)
         if config.symbol != symbol:  # e.g. leading zeros in a number
             raise ValueError(f"not a canonical GEMM kernel symbol: {symbol!r} (expected {config.symbol!r})")
         return config
@@ -183,9 +191,13 @@ def gemm_configs(function: Any) -> list[GemmConfig]:
         raise TypeError(f"gemm_configs expects a dialect Function or Module, got {type(function).__name__}")
     seen: dict[GemmConfig, None] = {}
     for f in functions:
+        sites = pack_sites(f)
         for op in f.walk():
             if op.name == "kernel.gemm":
-                seen.setdefault(GemmConfig.from_op(op))
+                config = GemmConfig.from_op(op)
+                seen.setdefault(config)
+                if op in sites:  # the call may take the prepacked route too (lowering.gemm_prepack)
+                    seen.setdefault(dataclasses.replace(config, packed_b=True))
     return list(seen)
 
 
@@ -255,7 +267,7 @@ def _emit_ir(config: GemmConfig) -> str:
                 value.linkage = "internal"
         return str(module)
     emit_gemm(module, config.symbol, trans_a=config.trans_a, trans_b=config.trans_b, epilogue=config.epilogue,
-              shape=config.shape)
+              shape=config.shape, packed_b=config.packed_b)
     hints = [module.add_metadata([ir.MetaDataString(module, "llvm.loop.vectorize.enable"),
                                   ir.Constant(ir.IntType(1), 0)]),
              module.add_metadata([ir.MetaDataString(module, "llvm.loop.unroll.disable")])]

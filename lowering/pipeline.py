@@ -43,6 +43,7 @@ from dialect.passes import PassManager
 
 from .codegen_llvm import compile_kernel_module
 from .fuse import fusion_stats
+from .gemm_prepack import prepacker
 from .kernel_globals import globals_to_args
 from .to_tp_program import program_to_tp
 
@@ -102,6 +103,8 @@ class CompileOptions:
 
 class CompiledProgram:
     """Native code for one exported program, plus the IR of every level it went through."""
+
+    _prepack: Any = None  # lowering.gemm_prepack.Prepacker: constant GEMM weights packed once (JIT only)
 
     def __init__(self, executable: Any, binding: Any, held: list, texts: dict[str, str], stats: dict):
         self.executable = executable
@@ -190,10 +193,13 @@ class CompiledProgram:
         tail = tuple(literals)
         fixed = [(position[name], name) for name in self.binding.fixed]
         check = self.binding.check_fixed
+        repack = self._prepack.refresher(position) if self._prepack else None
 
         def fast(values: Sequence[Any]) -> list[np.ndarray]:
             for i, name in fixed:
                 check(name, values[i])
+            if repack is not None:
+                repack(values)
             picked = pick(values)
             try:
                 arrays = [picked._data] if single else [v._data for v in picked]
@@ -204,6 +210,8 @@ class CompiledProgram:
 
     def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """Run on values by placeholder name (state included); returns the flat native results."""
+        if self._prepack:
+            self._prepack.refresh(lambda name: inputs[name] if name in inputs else self.binding.weights[name])
         args = self.binding.flat_inputs(inputs, convert=_array)
         for ref, literal in zip(self._held, self._literals, strict=True):
             if literal is not None:
@@ -261,5 +269,7 @@ def compile_program(program: Any, options: CompileOptions | None = None, *,
         "workspace_bytes": str(stats.workspace_bytes),
         "compile_seconds": round(seconds, 4),
     }
-    return CompiledProgram(executable, binding, held, {"tp": tp_text, "kernel": kernel_text}, summary)
+    compiled = CompiledProgram(executable, binding, held, {"tp": tp_text, "kernel": kernel_text}, summary)
+    compiled._prepack = prepacker(compiled, function)
+    return compiled
 
