@@ -41,6 +41,7 @@ from dialect.opdef import ELEMENTWISE, REGISTRY
 from dialect.passes.manager import ModulePass, register_pass
 
 from . import memory_plan  # noqa: F401  (registers plan-memory)
+from .kernel_rewrite import rewrite_kernels
 from .tp_to_kernel import lower_module
 
 __all__ = ["Fuse", "KernelStats", "FusionStats", "fusion_stats"]
@@ -89,8 +90,9 @@ def fusion_stats(f: Function) -> FusionStats:
         ops = list(top.walk())[1:]
         compute = sum(1 for op in ops if op.name in _COMPUTE or REGISTRY[op.name].has(ELEMENTWISE))
         origins = tuple(sorted({op.attributes["origin"] for op in ops if op.attributes.get("origin")}))
-        kernels.append(KernelStats(top.attributes["name"], compute, sum(op.name == "kernel.load" for op in ops),
-                                   sum(op.name == "kernel.store" for op in ops), origins))
+        kernels.append(KernelStats(top.attributes["name"], compute,
+                                   sum(op.name in ("kernel.load", "kernel.load_at") for op in ops),
+                                   sum(op.name in ("kernel.store", "kernel.store_at") for op in ops), origins))
     size = f.workspace.size if f.workspace is not None else sympy.Integer(0)
     return FusionStats(tuple(kernels), size)
 
@@ -99,10 +101,18 @@ def fusion_stats(f: Function) -> FusionStats:
 @dataclass(frozen=True)
 class Fuse(ModulePass):
     """tp -> kernel with producer-consumer fusion; ``recompute_limit`` caps the ops an inlined value
-    shared by several nests may cost before it gets a buffer of its own."""
+    shared by several nests may cost before it gets a buffer of its own. The nests are then rewritten
+    by :func:`lowering.kernel_rewrite.rewrite_kernels` (a costly value a row reduction shares with the
+    row's output loop is stored once, loop-invariant divisors become reciprocals) unless ``rewrite``
+    is false."""
 
     name = "fuse"
     recompute_limit: int = 16
+    rewrite: bool = True
 
     def apply(self, module: Module) -> bool:
-        return lower_module(module, self.recompute_limit)
+        changed = lower_module(module, self.recompute_limit)
+        if self.rewrite:
+            for f in module.functions:
+                rewrite_kernels(f)
+        return changed
