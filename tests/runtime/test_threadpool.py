@@ -310,3 +310,39 @@ def test_shared_library_gets_the_pool(tmp_path, monkeypatch):
         x = rng.standard_normal(int(rng.integers(1, 5000)), dtype=np.float32)
         np.testing.assert_allclose(exe(x)[0], exp_mul(x), rtol=1e-5, atol=1e-6)
     link_shared([obj, pool_object()], tmp_path / "libpooled2.so", extra_args=["-Wl,-z,defs"])  # not twice
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CC") or "cc") is None, reason="no C compiler")
+def test_bundle_library_and_loader_run_parallel_loops(tmp_path, monkeypatch):
+    from runtime.artifact import NativeArtifact
+    from runtime.standalone import StandaloneModel, write_bundle
+
+    monkeypatch.setattr(codegen, "PARALLEL_GRAIN", 1)
+    text, sig = emit_llvm(parse(EXP_MUL), prefix="bundled")
+    artifact = NativeArtifact.from_ir(text, "bundled", sig)
+    assert needs_pool(artifact.object)
+    paths = write_bundle(artifact, {}, tmp_path, "ew")
+    dll = ctypes.CDLL(str(paths["library"]))
+    dll.ew_create.restype = ctypes.c_void_p
+    dll.ew_create.argtypes = [ctypes.c_char_p]
+    dll.ew_set_num_threads.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+    dll.ew_run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    dll.ew_destroy.argtypes = [ctypes.c_void_p]
+    model = dll.ew_create(str(paths["weights"]).encode())
+    assert model
+    loader = StandaloneModel.load(tmp_path, "ew", num_threads=3)
+    rng = np.random.default_rng(4)
+    try:
+        for threads in (1, 2, 4):
+            assert dll.ew_set_num_threads(model, threads) == 0
+            for _ in range(30):
+                x = rng.standard_normal(int(rng.integers(1, 5000)), dtype=np.float32)
+                y = np.empty_like(x)
+                dims = np.array([x.size], np.int64)
+                ins, outs = (ctypes.c_void_p * 1)(x.ctypes.data), (ctypes.c_void_p * 1)(y.ctypes.data)
+                assert dll.ew_run(model, ins, dims.ctypes.data, outs) == 0
+                np.testing.assert_allclose(y, exp_mul(x), rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(loader(x)[0], exp_mul(x), rtol=1e-5, atol=1e-6)
+    finally:
+        dll.ew_destroy(model)
+    assert loader.executable.library.links == (pool_library(),)  # the loader links the process's pool
