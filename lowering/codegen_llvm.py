@@ -70,6 +70,7 @@ from .gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, g
 from .gemm_prepack import pack_sites, slot_symbol
 from .kernel_functions import KernelPlan, offset_symbol, plan_kernel
 from .kernel_gather import CODEGEN as _GATHER_CODEGEN
+from .kernel_nonzero import counts_layout, emit_nonzero_call
 from .kernel_random import CODEGEN as _RANDOM_CODEGEN
 from .kernel_sort import emit_sort_call
 from .profile import ProfileEmitter
@@ -146,6 +147,7 @@ class _Codegen:
         self.scratch_offset = _round_up(plan_size, _ALIGN)
         scratch = sympy.Max(*self.gemm_sizes) if self.gemm_sizes else sympy.Integer(0)
         self.workspace_size = self.scratch_offset + scratch if self.gemm_sizes else sympy.sympify(plan_size)
+        self.counts_offset, self.workspace_size, self.counts_meta = counts_layout(f, self.workspace_size)
         # top-level kernels: one internal function per distinct key (see lowering.kernel_functions)
         self.kernel_fns: dict[str, ir.Function] = {}
         self.kernels: list[dict[str, Any]] = []
@@ -163,7 +165,8 @@ class _Codegen:
         f = self.f
         specs = [TensorSpec(a.name or f"arg{i}", SIGNATURE_DTYPES[a.type.dtype], a.type.rank,
                             tuple(str(d) for d in a.type.shape)) for i, a in enumerate(f.args)]
-        meta = {"function": f.name, "prefix": self.prefix, "kernel_functions": len(self.kernel_fns)}
+        meta = {"function": f.name, "prefix": self.prefix, "kernel_functions": len(self.kernel_fns),
+                **self.counts_meta}
         if self.profiler is not None:
             meta.update(profile=True, kernels=self.kernels)
         sig = Signature(tuple(specs[:self.nin]), tuple(specs[self.nin:]), tuple(self.plan.assertions), meta)
@@ -234,6 +237,9 @@ class _Codegen:
                 self._gemm(sc, op)
             elif name == "kernel.sort":
                 emit_sort_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op)
+            elif name == "kernel.nonzero":
+                counts = sc.b.gep(sc.ws, [sc.em.emit(self.counts_offset)], inbounds=True, source_etype=ir.IntType(8))
+                emit_nonzero_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op, counts)
             else:
                 self._simple(sc, op)
         return None

@@ -479,6 +479,11 @@ class _Converter:
             target = self.aliases.get(target)
         return out
 
+    def _unbacked(self, s: Any) -> bool:
+        """Whether graph symbol ``s`` is a size only the data decides (``u1`` of a boolean-mask index)."""
+        info = self.env.symbols.get(s) if self.env is not None else None
+        return (info is not None and info.kind == "unknown") or str(s).startswith("u")
+
     def write_is_returned(self, node: Any) -> bool:
         """Whether the last in-place write into ``node``'s target input is a graph output (so the new
         value leaves the program and the caller stores it: a recorded buffer/parameter mutation)."""
@@ -532,8 +537,10 @@ class _Converter:
             if facts.equal(a, w) is True:
                 continue
             orig = [s for s, d in self.symmap.items() if d == w]
-            if w.is_Symbol and w.name.startswith("u") and orig and w.name not in self.bound_unknowns:
-                # an extent the tracer could not express: the dialect's own expression stands for it
+            data_sized = bool(orig) and self._unbacked(orig[0]) and a.is_Symbol and a.name in self.bound_unknowns
+            if w.is_Symbol and (w.name.startswith("u") or data_sized) and orig and w.name not in self.bound_unknowns:
+                # an extent the tracer could not express (or a data-dependent size a tp.nonzero binds): the
+                # dialect's own expression stands for it
                 self.symmap[orig[0]] = a
                 self.names.pop(w.name, None)
                 self.retired.add(w.name)

@@ -147,6 +147,7 @@ def _index_columns(cx: Cx, x: Value, pos: int, kind: str, val: Any, used: int) -
     if kind == "mask":
         mask = cx.cast(val, I1)
         rows = cx.fresh_unknown()
+        cx.bound.add(rows.name)
         idx = cx.emit("tp.nonzero", mask, rows=rows)
         return [cx.reshape(cx.slice(idx, 1, j, j + 1), [rows]) for j in range(used)]
     idx = cx.const(val, I64) if isinstance(val, np.ndarray) else cx.cast(val, I64)

@@ -50,6 +50,7 @@ from dialect.types import BufferType, TensorType
 from .kernel_contract import GemmChain, conv_col_type, emit_conv, emit_gemm, gemm_operand, match_epilogue
 from .kernel_emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, Materialise, NestEmitter, uniform_constant
 from .kernel_gather import GATHERS, emit_scatter_add
+from .kernel_nonzero import UnbackedExtentError, pad_unbacked
 from .kernel_random import emit_random
 from .kernel_sort import scratch_type
 from .memory_plan import sequential_plan
@@ -60,7 +61,7 @@ __all__ = ["lower_function", "lower_module", "UnsupportedOpError", "SUPPORTED_OP
 PROLOGUE = {"tp.dim", "tp.symexpr"} | {n for n, d in _OPS.items() if n.startswith("tp.") and d.has(ASSERTION)}
 SUPPORTED_OPS = frozenset(ELEMENTWISE_TP | set(REDUCTIONS) | MOVEMENT | PROLOGUE | {
     "tp.constant", "tp.iota", "tp.arange", "tp.cumsum", "tp.argmax", "tp.argmin", "tp.matmul", "tp.conv",
-    "tp.return", "tp.sort"} | EXPANDED)
+    "tp.return", "tp.sort", "tp.nonzero"} | EXPANDED)
 _NESTED = set(REDUCTIONS) | {"tp.cumsum", "tp.argmax", "tp.argmin"}
 #: ops lowered into a buffer of their own by ``emit(nest, op, out)`` (lowering.kernel_gather / kernel_random)
 _OWN_NEST = {"tp.scatter_add": emit_scatter_add, "tp.random": emit_random}
@@ -216,6 +217,9 @@ class _Lowering:
             if op.name == "tp.sort":
                 self.emit_sort(op, out_of)
                 continue
+            if op.name == "tp.nonzero":
+                self.emit_nonzero(op, out_of)
+                continue
             target = out_of.get(v)
             if v in plan.chains:
                 self.emit_chain(plan.chains[v], target)
@@ -327,9 +331,24 @@ class _Lowering:
         self.nest("sort").create(0, "kernel.sort", [x, *outs, scratch], attrs, [])
         self.buf.update(zip(op.results, outs))
 
+    def emit_nonzero(self, op: Operation, out_of: dict[Value, Value]) -> None:
+        x = self.buffer_of(op.operands[0])
+        if x is None:
+            raise Materialise(op.operands[0], "nonzero input needs a buffer")
+        out = out_of.get(op.result) or self.alloc(op.result.type)
+        u = op.attributes["rows"]
+        attrs = {"slot": self.count_slots[u], "extents": self.extents[u]}
+        self.nest("nonzero").create(0, "kernel.nonzero", [x, out], attrs, [])
+        self.buf[op.result] = out
+
     def run(self) -> Function:
         _check_supported(self.f, self.module)
         self.f = expand_function(self.f)
+        try:  # data-dependent extents (tp.nonzero): upper-bound buffers, the counts returned beside them
+            self.f, self.extents, self.count_slots = pad_unbacked(self.f)
+        except UnbackedExtentError as e:
+            raise LoweringError(f"@{self.f.name}: {e}") from None
+        self.facts = self.f.facts()
         self.ret = self.f.body.ops[-1]
         for _ in range(4 * len(self.f.body.ops) + 4):
             try:

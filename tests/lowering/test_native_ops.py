@@ -32,14 +32,11 @@ load_all()
 #: sample that fails (some ops compile for some samples only: f32 gemm, static extents).
 GEMM_F32 = "kernel.gemm is compiled for f32 buffers only"
 NOT_NATIVE: dict[str, str] = {
-    "assign": "tp.nonzero",  # boolean-mask keys
+    "assign": "sized by tensor data",  # boolean-mask keys: scatter_add over the padded nonzero rows
     "avg_pool_backward": "leading dims differ by a symbolic extent",
     "batch_norm": "in-place op the converter cannot functionalize",
     "chunk": "pieces of a symbolic extent",
     "diagonal": "symbolic extent",
-    "getitem": "tp.nonzero",  # boolean-mask keys
-    "masked_select": "lowered type .* differs from the graph's",
-    "nonzero": "tp.nonzero",
     "one_hot": "num_classes=-1",  # a data-dependent output size
 }
 
