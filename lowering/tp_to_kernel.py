@@ -81,7 +81,8 @@ class UnsupportedOpError(LoweringError):
                            for n, locs in sorted(ops.items()))
         super().__init__(f"@{function}: cannot lower {len(ops)} tp op kind(s) to the kernel level: {listed}. "
                          f"Supported: elementwise, where, cast, reductions, arg reductions, cumsum, movement, "
-                         f"matmul, conv, conv_transpose, sort, topk, constants, iota/arange and shape assertions")
+                         f"matmul, conv, conv_transpose, sort, topk, gather, index_select, scatter_add, random, "
+                         f"constants, iota/arange and shape assertions")
 
 
 def _check_supported(f: Function, module: Module | None) -> None:

@@ -11,6 +11,7 @@ import tensorplay as tp
 from dialect import parse, print_module
 from dialect.interpret import run
 from lowering.codegen_llvm import compile_kernel_module
+from lowering.fuse import fusion_stats
 from tensorplay.export import Dim, export
 from tests.lowering.test_fuse_support import count, lower_text
 
@@ -41,6 +42,8 @@ def _exe(text: str):
 def test_index_select_fuses_into_its_consumer_and_matches_numpy():
     low = lower_text(EMBED)
     assert count(low, "kernel.kernel") == 1 and count(low, "kernel.load_at") == 1
+    (stats,) = fusion_stats(low.functions[0]).kernels
+    assert (stats.loads, stats.stores) == (2, 1)  # the index and the gathered element
     exe = compile_kernel_module(low, num_threads=2)
     rng = np.random.default_rng(0)
     w = rng.standard_normal((50, 8)).astype(np.float32)
