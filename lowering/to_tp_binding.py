@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Binding", "ArgSource", "Field", "Result", "rebuild", "as_array", "same_constant"]
+__all__ = ["Binding", "ArgSource", "Field", "Result", "Write", "rebuild", "as_array", "same_constant"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +29,18 @@ class ArgSource:
     key: tuple = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class Write:
+    """An input the program updates in place: function result ``result`` is its new value, to be written
+    into placeholder ``name`` (``key`` walks into a container, as in :class:`ArgSource`); ``count`` in-place
+    ops wrote it (eager bumps the tensor's ``_version`` once per op)."""
+
+    result: int
+    name: str
+    key: tuple = ()
+    count: int = 1
+
+
 @dataclasses.dataclass
 class Binding:
     """How the function relates to the graph: argument sources, outputs, symbols and weights.
@@ -38,7 +50,7 @@ class Binding:
     they are); ``symbols`` maps dialect symbol names to the graph's names; ``weights`` holds the
     values of every ``tp.constant @name`` (pass them to :func:`dialect.interpret.run`);
     ``state`` holds the values of state arguments by name; ``fixed`` the non-tensor inputs the program
-    was specialized to.
+    was specialized to; ``writes`` the inputs it updates in place (results not in ``outputs``).
     """
 
     arguments: list[ArgSource]
@@ -47,6 +59,7 @@ class Binding:
     weights: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     state: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     fixed: dict[str, Any] = dataclasses.field(default_factory=dict)  # non-tensor inputs baked in at capture
+    writes: list[Write] = dataclasses.field(default_factory=list)
 
     def flat_inputs(self, inputs: Mapping[str, Any], convert: Any = None) -> list[np.ndarray]:
         """Function arguments, in order, from user inputs by placeholder name (state filled in).

@@ -53,39 +53,73 @@ class NativeRunner:
     """
 
     def __init__(self, program: Any, compiled: Any):
-        from lowering.to_tp_binding import Result
+        from lowering.to_tp_binding import Field, Result
+        from lowering.to_tp_program import writes_inputs
 
         self.compiled = compiled
         self.placeholders = [n.name for n in program.graph.placeholders]
         self.dtypes = [_dtype.from_name(s.dtype) for s in compiled.signature.outputs]
-        self.mutations = [(i, spec.target) for i, spec in enumerate(program.graph_signature.output_specs)
-                          if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)]
         caller = getattr(compiled, "caller", None)
         if caller is not None:
             self._run = caller(self.placeholders)
         else:  # code loaded from an archive: the general route
             names = self.placeholders
             self._run = lambda values: compiled.run(dict(zip(names, values, strict=True)))
-        outputs = compiled.binding.outputs
+        binding = compiled.binding
+        position = {name: i for i, name in enumerate(self.placeholders)}
+        writes = getattr(binding, "writes", None) or []
+        #: (result, placeholder index, key path (item key or attribute name, is attribute), in-place op count)
+        self.writes = [(w.result, position[w.name], tuple((getattr(k, "name", k), isinstance(k, Field))
+                                                            for k in w.key), w.count) for w in writes]
+        # code whose binding does not say where input updates go (an archive's) leaves them to the interpreter
+        self.interpret = not writes and writes_inputs(program)
+        outputs = binding.outputs
         flat = type(outputs) is tuple and all(type(r) is Result and not r.number and r.index == i
                                               for i, r in enumerate(outputs))
-        self._unflatten = tuple if flat and len(outputs) == len(self.dtypes) else compiled.binding.unflatten
+        self._unflatten = tuple if flat and len(outputs) == len(self.dtypes) else binding.unflatten
         self._single = self.dtypes[0] if len(self.dtypes) == 1 else None
 
     def __call__(self, program: Any, flat_args: list) -> Any:
+        if self.writes or self.interpret:
+            return self._call_updating(program, flat_args)
         arrays = self._run(flat_args)
         if self._single is not None:
-            result = self._unflatten((_new_tensor(arrays[0], self._single),))
-        else:
-            result = self._unflatten([_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)])
-        if self.mutations:
-            live = {**program.state_dict, **program.constants}
-            flat = list(result) if isinstance(result, list | tuple) else [result]
-            for index, target in self.mutations:
-                dest = live[target]
-                dest._data[...] = flat[index]._data
-                dest._version += 1
-        return result
+            return self._unflatten((_new_tensor(arrays[0], self._single),))
+        return self._unflatten([_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)])
+
+    def _call_updating(self, program: Any, flat_args: list) -> Any:
+        """A program that updates some of its inputs: run it, then write each new value into the live
+        tensor (its views see it, its ``_version`` moves on as eager's in-place ops move it); outputs
+        that are an updated input are that input itself, as in eager. An updated input sharing memory
+        with another input runs on the interpreter (functional code would read the stale copy)."""
+        targets = []
+        for _, index, key, _ in self.writes:
+            dest = flat_args[index]
+            for k, attribute in key:
+                dest = getattr(dest, k) if attribute else dest[k]
+            targets.append(dest)
+        if self.interpret or _aliased(targets, flat_args):
+            return program.graph_module(*flat_args)
+        arrays = self._run(flat_args)
+        tensors = [_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)]
+        for (result, _, _, count), dest in zip(self.writes, targets, strict=True):
+            dest._data[...] = arrays[result]
+            dest._version += count
+            tensors[result] = dest
+        return self._unflatten(tensors)
+
+
+def _aliased(targets: list, values: list) -> bool:
+    """Whether some updated tensor shares memory with another input tensor."""
+    import numpy as np
+
+    for dest in targets:
+        data = dest._data
+        for v in values:
+            other = getattr(v, "_data", None)
+            if v is not dest and isinstance(other, np.ndarray) and np.may_share_memory(data, other):
+                return True
+    return False
 
 
 def compile(program: Any, *, strict: bool = True, **options: Any) -> Any:  # noqa: A001 - torch's name
@@ -149,8 +183,6 @@ def _build(program: Any, *, strict: bool, options: dict) -> NativeRunner | None:
 
 def _unsupported_signature(program: Any) -> str | None:
     kinds = {spec.kind for spec in program.graph_signature.output_specs}
-    if OutputKind.USER_INPUT_MUTATION in kinds:
-        return "mutations of input containers are not compiled yet"
     if kinds & {OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT}:
         return "joint forward-backward programs are not compiled yet"
     return None
