@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowering.gemm import DEFAULT_SHAPE, Epilogue, GemmShape, compile_gemm, emit_gemm, scratch_bytes
+from lowering.gemm import DEFAULT_SHAPE, GEMV_MAX_N, Epilogue, GemmShape, compile_gemm, emit_gemm, scratch_bytes
 from lowering.gemm_kernels import ACTIVATIONS
 
 ACT_REF = {
@@ -166,6 +166,27 @@ def test_matrix_vector_m1(trans_a: bool, trans_b: bool) -> None:
         a, b = operands(rng, 1, n, k, trans_a, trans_b)
         want, scale = reference(a, b, trans_a, trans_b)
         check(kern(a, b), want, scale)
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_few_columns_run_row_by_row(trans_a: bool) -> None:
+    """B as N x K with N <= GEMV_MAX_N takes the row-by-row dot-product path: every epilogue part,
+    accumulation, a strided A and a batch must still come out right."""
+    rng = np.random.default_rng(12)
+    epi = Epilogue(bias=True, activation="relu", residual=True)
+    kern = compile_gemm(trans_a=trans_a, trans_b=True, epilogue=epi)
+    for m, n, k in [(64, 10, 512), (3, GEMV_MAX_N, 70), (9, 1, 33), (5, 2, 0)]:
+        a, b = operands(rng, m, n, k, trans_a, True)
+        bias = rng.standard_normal(n).astype(np.float32)
+        res = rng.standard_normal((m, n)).astype(np.float32)
+        c0 = rng.standard_normal((m, n)).astype(np.float32)
+        want, scale = reference(a, b, trans_a, True, c0=c0, bias=bias, act="relu", residual=res)
+        check(kern(a, b, c0.copy(), bias=bias, residual=res, accumulate=True), want, scale, nonlinear=True)
+    a, b = operands(rng, 4, 7, 20, trans_a, True, batch=3)
+    res = rng.standard_normal((3, 4, 7)).astype(np.float32)
+    bias = rng.standard_normal(7).astype(np.float32)
+    want, scale = reference(a, b, trans_a, True, bias=bias, act="relu", residual=res)
+    check(kern(a, b, bias=bias, residual=res), want, scale, nonlinear=True)
 
 
 def test_strided_views_use_leading_dimensions() -> None:
