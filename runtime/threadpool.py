@@ -362,7 +362,11 @@ def pool_library() -> Library:
     if not _LIBRARY:
         with _LOCK:
             if not _LIBRARY:
-                _LIBRARY.append(load_object(pool_object(), name="tp_threadpool"))
+                lib = load_object(pool_object(), name="tp_threadpool")
+                # Workers may still be spinning in its code while the interpreter shuts down and clears this
+                # module: one reference is never given back, so the code is never unmapped.
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(lib))
+                _LIBRARY.append(lib)
     return _LIBRARY[0]
 
 
