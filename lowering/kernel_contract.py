@@ -29,7 +29,8 @@ from .conv_emit import conv_col_type, emit_conv
 from .kernel_emit import NestEmitter, origin, uniform_constant
 from .kernel_index import numel
 
-__all__ = ["GemmChain", "match_epilogue", "gemm_operand", "emit_gemm", "emit_conv", "conv_col_type"]
+__all__ = ["GemmChain", "match_epilogue", "gemm_operand", "gemm_copy_source", "emit_gemm", "emit_conv",
+           "conv_col_type"]
 
 
 @dataclass
@@ -141,6 +142,26 @@ def gemm_operand(v: Value, has_buffer: Callable[[Value], bool]) -> tuple[Value, 
             if src is not None and not src[1]:
                 return src[0], True
     return None
+
+
+def _swaps_last_two(v: Value) -> bool:
+    op = v.owner
+    if not isinstance(op, Operation) or op.name != "tp.permute":
+        return False
+    r = len(op.attributes["perm"])
+    return r >= 2 and list(op.attributes["perm"]) == list(range(r - 2)) + [r - 1, r - 2]
+
+
+def gemm_copy_source(v: Value) -> Value:
+    """The value to give a buffer so that gemm operand ``v`` (which has none) can be read from it.
+
+    For ``v = permute(s)`` swapping the last two dims that is ``s``, read with the ``trans_*`` flag:
+    copying ``s`` keeps its rows (a plain vectorized copy), where copying ``v`` would be a transposing
+    copy with strided loads (7x slower for attention's ``k.transpose(-1, -2)``). Otherwise ``v``.
+    """
+    if _swaps_last_two(v) and not _swaps_last_two(v.owner.operands[0]):
+        return v.owner.operands[0]
+    return v
 
 
 def _batch_offset(index: tuple, out_batch: tuple, shape: tuple) -> sympy.Expr:

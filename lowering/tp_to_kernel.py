@@ -47,7 +47,15 @@ from dialect.opdef import ASSERTION
 from dialect.opdef import REGISTRY as _OPS
 from dialect.types import BufferType, TensorType
 
-from .kernel_contract import GemmChain, conv_col_type, emit_conv, emit_gemm, gemm_operand, match_epilogue
+from .kernel_contract import (
+    GemmChain,
+    conv_col_type,
+    emit_conv,
+    emit_gemm,
+    gemm_copy_source,
+    gemm_operand,
+    match_epilogue,
+)
 from .kernel_emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, Materialise, NestEmitter, uniform_constant
 from .kernel_gather import GATHERS, emit_scatter_add
 from .kernel_nonzero import UnbackedExtentError, pad_unbacked
@@ -146,7 +154,7 @@ class _Lowering:
             for ch in chains.values():
                 for v in ch.matmul.operands:
                     if gemm_operand(v, has_buffer) is None:
-                        need.append(v)
+                        need.append(gemm_copy_source(v))
                 need += [v for v in (ch.bias, ch.residual) if v is not None and not has_buffer(v)]
             for op in convs.values():
                 if not has_buffer(op.operands[1]):
