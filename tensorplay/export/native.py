@@ -21,6 +21,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import numpy as np
+
 from .. import _dtype
 from .._tensor import Tensor
 from .dynamic_shapes import ConstraintsExceededError
@@ -98,7 +100,7 @@ class NativeRunner:
             for k, attribute in key:
                 dest = getattr(dest, k) if attribute else dest[k]
             targets.append(dest)
-        if self.interpret or _aliased(targets, flat_args):
+        if self.interpret or _aliased(targets, [index for _, index, _, _ in self.writes], flat_args):
             return program.graph_module(*flat_args)
         arrays = self._run(flat_args)
         tensors = [_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)]
@@ -109,15 +111,13 @@ class NativeRunner:
         return self._unflatten(tensors)
 
 
-def _aliased(targets: list, values: list) -> bool:
-    """Whether some updated tensor shares memory with another input tensor."""
-    import numpy as np
-
-    for dest in targets:
+def _aliased(targets: list, positions: list[int], values: list) -> bool:
+    """Whether some updated tensor shares memory with another input (the same tensor passed twice too)."""
+    for dest, position in zip(targets, positions, strict=True):
         data = dest._data
-        for v in values:
+        for i, v in enumerate(values):
             other = getattr(v, "_data", None)
-            if v is not dest and isinstance(other, np.ndarray) and np.may_share_memory(data, other):
+            if i != position and isinstance(other, np.ndarray) and np.may_share_memory(data, other):
                 return True
     return False
 
