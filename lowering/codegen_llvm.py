@@ -135,6 +135,7 @@ class _Codegen:
                     raise CodegenError(f"output '{f.args[self.nin + i].name}' has dimension {d} whose symbols are "
                                        "not determined by the input sizes")
         self.gemm_sizes: list[sympy.Expr] = []
+        gemm_mnk: set[tuple[sympy.Expr, sympy.Expr, sympy.Expr]] = set()
         self.par_count = 0
         for op in f.walk():
             if op.name == "kernel.gemm":
@@ -142,7 +143,10 @@ class _Codegen:
                 if any(s not in bound for x in ("m", "n", "k") for s in a[x].free_symbols):
                     raise CodegenError("kernel.gemm: m, n and k must depend only on header symbols, got "
                                        f"m={a['m']}, n={a['n']}, k={a['k']}")
-                self.gemm_sizes.append(gemm_scratch_expr(a["m"], a["n"], a["k"]))
+                mnk = (a["m"], a["n"], a["k"])
+                if mnk not in gemm_mnk:  # sympy.Max over many equal sizes is quadratic (an unrolled LSTM: 128)
+                    gemm_mnk.add(mnk)
+                    self.gemm_sizes.append(gemm_scratch_expr(*mnk))
         plan_size = f.workspace.size if f.workspace is not None else sympy.Integer(0)
         self.scratch_offset = _round_up(plan_size, _ALIGN)
         scratch = sympy.Max(*self.gemm_sizes) if self.gemm_sizes else sympy.Integer(0)

@@ -6,9 +6,10 @@ from ``<prefix>.body``. :func:`plan_kernel` decides that function's parameters a
 * every value the kernel reads from outside (an input, output, weight or ``kernel.alloc`` buffer, or
   a scalar) becomes a parameter, in order of first use; buffers are ``noalias`` unless two
   parameters name the same memory (the same argument or workspace slot);
-* the loop-invariant part of every ``kernel.load``/``kernel.store`` address (its flat index terms that
-  use header symbols only) becomes an ``i64`` offset parameter: the slice ``x[:, t, :]`` reads the same
-  code for every ``t``;
+* the loop-invariant part of a buffer's first ``kernel.load``/``kernel.store`` address (its flat
+  index terms that use header symbols only) becomes an ``i64`` offset parameter, and the buffer's
+  other accesses keep their distance to it in the code: the slice ``x[:, t, :]`` runs the same code
+  for every ``t``, and ``x[2*i]``, ``x[2*i + 1]`` stay visibly adjacent for the vectorizer;
 * the key is the kernel's op tree with values numbered by first appearance, addresses written
   relative to those offset parameters, and no ``origin``/``name`` attributes. Kernels with equal keys
   are one function called with different arguments. Kernels holding a ``kernel.gemm`` stay apart
@@ -144,7 +145,7 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol]) -> KernelPlan:
     externals: list[Value] = []
     ext_index: dict[int, int] = {}
     offsets: list[sympy.Expr] = []
-    off_index: dict[tuple[int, sympy.Expr], int] = {}
+    off_index: dict[int, int] = {}
     addresses: dict[Operation, sympy.Expr] = {}
 
     def ref(v: Value) -> str:
@@ -161,14 +162,17 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol]) -> KernelPlan:
 
     def address(o: Operation, buf: Value) -> str:
         root = ref(buf)
+        if id(buf) in inside:  # a buffer of the kernel's own: addressed as written
+            return f"{root}{attr_text(o.attributes['index'])}"
         variant, invariant = _split(flat_index(buf.type, o.attributes["index"]), header)
-        slot = (ext_index.get(id(buf), -1), invariant)
-        k = off_index.get(slot)
-        if k is None:
-            k = off_index[slot] = len(offsets)
+        k = off_index.get(ext_index[id(buf)])
+        if k is None:  # the first access of a buffer sets its offset parameter
+            k = off_index[ext_index[id(buf)]] = len(offsets)
             offsets.append(invariant)
-        addresses[o] = variant + offset_symbol(k)
-        return f"{root}[{variant} + $o{k}]"
+        # later accesses keep their distance to the first in the code (x[2i] and x[2i + 1] stay adjacent)
+        rel = variant + sympy.expand(invariant - offsets[k])
+        addresses[o] = rel + offset_symbol(k)
+        return f"{root}[{rel} + $o{k}]"
 
     lines: list[str] = []
 

@@ -195,12 +195,63 @@ def _linear_max(e: sympy.Expr, ranges: dict) -> sympy.Expr | None:
     return top
 
 
+def _number(v: sympy.Expr) -> int | float | None:
+    """A range end as a Python number (None when it is symbolic)."""
+    if v in (sympy.oo, -sympy.oo):
+        return math.inf if v == sympy.oo else -math.inf
+    return int(v) if v.is_Integer else None
+
+
 class _Prover:
     """``a <= b`` proofs under a function's symbol ranges, cached, able to see through 64-byte rounding."""
 
     def __init__(self, facts: Facts):
         self.facts = facts
         self.cache: dict[sympy.Expr, bool] = {}
+        self.forms: dict[sympy.Expr, tuple[Fraction, dict[sympy.Symbol, Fraction]] | None] = {}
+        self.bounds = {s: (_number(lo), _number(hi)) for s, (lo, hi) in facts.ranges.items()}
+
+    def _form(self, e: sympy.Expr) -> tuple[Fraction, dict[sympy.Symbol, Fraction]] | None:
+        """``e`` as ``(constant, {symbol: coefficient})`` when it is linear (None otherwise), cached."""
+        if e in self.forms:
+            return self.forms[e]
+        const, coeffs, form = Fraction(0), {}, None
+        for term in sympy.Add.make_args(e):
+            c, rest = term.as_coeff_Mul()
+            if not c.is_Rational:
+                break
+            if rest == 1:
+                const += Fraction(int(c.p), int(c.q))
+            elif rest.is_Symbol:
+                coeffs[rest] = coeffs.get(rest, 0) + Fraction(int(c.p), int(c.q))
+            else:
+                break
+        else:
+            form = (const, coeffs)
+        self.forms[e] = form
+        return form
+
+    def le_sum(self, lhs: tuple[sympy.Expr, ...], rhs: tuple[sympy.Expr, ...]) -> bool:
+        """``sum(lhs) <= sum(rhs)``; linear sides are decided with plain arithmetic over the ranges."""
+        forms = [self._form(e) for e in lhs + rhs]
+        if any(fm is None or any(self.bounds.get(s, (0, 0))[0] is None or self.bounds.get(s, (0, 0))[1] is None
+                                 for s in fm[1]) for fm in forms):
+            return self.le(sympy.Add(*lhs), sympy.Add(*rhs))
+        top, coeffs = Fraction(0), {}
+        for k, (const, cs) in enumerate(forms):
+            sign = 1 if k < len(lhs) else -1
+            top += sign * const
+            for s, c in cs.items():
+                coeffs[s] = coeffs.get(s, 0) + sign * c
+        for s, c in coeffs.items():
+            if c == 0:
+                continue
+            lo, hi = self.bounds.get(s, (0, math.inf))
+            end = hi if c > 0 else lo
+            if end in (math.inf, -math.inf):
+                return False
+            top += c * end
+        return top <= 0
 
     def le(self, a: sympy.Expr, b: sympy.Expr) -> bool:
         d = sympy.expand(a - b)
@@ -253,7 +304,7 @@ def proves_le(a: sympy.Expr, b: sympy.Expr, facts: Facts) -> bool:
 
 def _fits(at: sympy.Expr, size: sympy.Expr, live: list[tuple[SlotInfo, sympy.Expr]], prover: _Prover) -> bool:
     """``[at, at + size)`` provably misses every live slot."""
-    return all(prover.le(at + size, off) or prover.le(off + o.size, at) for o, off in live)
+    return all(prover.le_sum((at, size), (off,)) or prover.le_sum((off, o.size), (at,)) for o, off in live)
 
 
 def plan_memory(f: Function) -> None:
@@ -274,9 +325,9 @@ def plan_memory(f: Function) -> None:
         else:
             at = total
         end = sympy.expand(at + s.size)
-        if prover.le(end, total):
+        if prover.le_sum((end,), (total,)):
             pass
-        elif at == total or prover.le(total, end):
+        elif at == total or prover.le_sum((total,), (end,)):
             total = end
         else:
             total = sympy.Max(total, end)

@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+import sympy
 
 import tensorplay as tp
 from dialect import parse
@@ -70,6 +71,29 @@ def test_slices_at_symbolic_offsets_share_one_function():
         outs = exe(x)
         for row, got in enumerate(outs):
             np.testing.assert_allclose(got, np.exp(x[row]), rtol=1e-6)
+
+
+def test_accesses_of_one_buffer_keep_their_distance_in_the_code():
+    text = """func @k(%x: buffer<[16], f32>, %y: buffer<[8], f32>) -> () {
+  kernel.kernel {name = "pairs"} {
+    kernel.for {iv = i0, upper = 4} {
+      %0 = kernel.load %x {index = [2*i0 + 8]} : f32
+      %1 = kernel.load %x {index = [2*i0 + 9]} : f32
+      %2 = kernel.add %0, %1 : f32
+      kernel.store %2, %y {index = [i0 + 4]}
+    }
+  }
+  kernel.return
+}
+"""
+    f = parse(text).functions[0]
+    plan = plan_kernel(f.body.ops[0], set())
+    assert plan.offsets == [8, 4]  # one per buffer: x starts at 8, y at 4
+    plain = {sympy.sympify(str(e)) for e in plan.addresses.values()}  # symbols by name only
+    assert plain == {sympy.sympify(e) for e in ("2*i0 + _off0", "2*i0 + _off0 + 1", "i0 + _off1")}
+    x = np.arange(16, dtype=np.float32)
+    (got,) = compile_kernel_module(f, num_outputs=1)(x)
+    np.testing.assert_array_equal(got[4:], x[8::2] + x[9::2])
 
 
 def test_kernels_differing_in_a_constant_or_op_get_their_own_function():
