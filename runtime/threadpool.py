@@ -30,8 +30,8 @@ How it works:
 
 Linking: :mod:`runtime.jit` resolves every ``tp_parallel_`` symbol against :func:`pool_library`
 (one Library per process, never unmapped, since its threads live as long as the process);
-:func:`runtime.standalone.write_bundle` links :func:`pool_object` into a bundle's shared library
-when the program calls the pool.
+:func:`runtime.aot.link_shared` and :func:`runtime.standalone.write_bundle` link :func:`pool_object`
+into a shared library whose program calls the pool (each library then has its own pool).
 
 Example::
 
@@ -52,7 +52,7 @@ import llvmlite.ir as ir
 from .jit import Library, compile_object, load_object, undefined_symbols
 from .target import host_cpu
 
-__all__ = ["CALLER_YIELDS", "MAX_WORKERS", "PARALLEL_FOR", "POOL_PREFIX", "SPIN", "declare_parallel_for",
+__all__ = ["CALLER_YIELDS", "CHUNK_FN", "MAX_WORKERS", "PARALLEL_FOR", "POOL_PREFIX", "SPIN", "declare_parallel_for",
            "emit_pool_ir", "needs_pool", "pool_library", "pool_object", "pool_stats"]
 
 POOL_PREFIX = "tp_parallel_"
@@ -70,6 +70,7 @@ _SYNC_BYTES = 64  # room for a glibc pthread_mutex_t (40) / pthread_cond_t (48);
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
+#: ``void fn(void *env, int64_t chunk, int64_t num_chunks)``: what ``tp_parallel_for`` runs.
 CHUNK_FN = ir.FunctionType(VOID, [PTR, I64, I64])
 #: ``ptr`` once printed; llvmlite types an indirect call by its pointer's pointee.
 CHUNK_PTR = ir.PointerType(CHUNK_FN)
