@@ -70,6 +70,7 @@ from .gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, g
 from .gemm_prepack import pack_sites, slot_symbol
 from .kernel_functions import KernelPlan, offset_symbol, plan_kernel
 from .kernel_gather import CODEGEN as _GATHER_CODEGEN
+from .kernel_gather import INDEX_ERROR, ErrorWord
 from .kernel_nonzero import counts_layout, emit_nonzero_call
 from .kernel_random import CODEGEN as _RANDOM_CODEGEN
 from .kernel_sort import emit_sort_call
@@ -151,6 +152,8 @@ class _Codegen:
         self.scratch_offset = _round_up(plan_size, _ALIGN)
         scratch = sympy.Max(*self.gemm_sizes) if self.gemm_sizes else sympy.Integer(0)
         self.workspace_size = self.scratch_offset + scratch if self.gemm_sizes else sympy.sympify(plan_size)
+        self.index_error = ErrorWord(f, self.workspace_size, len(self.plan.assertions) + 1)  # kernel.check_index
+        self.workspace_size = self.index_error.size  # before the nonzero counts, which must end the workspace
         self.counts_offset, self.workspace_size, self.counts_meta = counts_layout(f, self.workspace_size)
         # top-level kernels: one internal function per distinct key (see lowering.kernel_functions)
         self.kernel_fns: dict[str, ir.Function] = {}
@@ -173,7 +176,8 @@ class _Codegen:
                 **self.counts_meta}
         if self.profiler is not None:
             meta.update(profile=True, kernels=self.kernels)
-        sig = Signature(tuple(specs[:self.nin]), tuple(specs[self.nin:]), tuple(self.plan.assertions), meta)
+        checks = tuple(self.plan.assertions) + ((INDEX_ERROR,) if self.index_error.offset is not None else ())
+        sig = Signature(tuple(specs[:self.nin]), tuple(specs[self.nin:]), checks, meta)
         return str(self.module), sig
 
     def _emit_run(self, body: ir.Function) -> None:
@@ -193,8 +197,9 @@ class _Codegen:
             base, k = (in_ptrs, i) if i < self.nin else (out_ptrs, i - self.nin)
             args.append(b.load(b.gep(base, [i64(k)], inbounds=True, source_etype=PTR), typ=PTR))
         args += [em.symbols[s] for s in self.plan.symbols] + [ws, nthreads]
+        self.index_error.clear(b, em, ws)
         b.call(body, args)
-        b.ret(ir.Constant(I32, 0))
+        b.ret(self.index_error.result(b, em, ws))
 
     def _emit_body(self) -> ir.Function:
         f, syms = self.f, self.plan.symbols
@@ -260,6 +265,9 @@ class _Codegen:
         if name in SHAPE_VALUE_OPS:
             sc.vals[op.result] = shape_value(op, sc.em, sc.vals, self._dim_of_input(sc), self.plan.positions,
                                              lambda i, j: sc.em.emit(self.out_shapes[i - self.nin][j]))
+            return
+        if name == "kernel.check_index":
+            self.index_error.emit_check(sc, op)
             return
         rule = _GATHER_CODEGEN.get(name) or _RANDOM_CODEGEN.get(name)  # kernel.load_at/store_at/random
         if rule is not None:

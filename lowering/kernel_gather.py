@@ -22,9 +22,13 @@ movement op. A gathered value that is not a buffer gets one (:class:`lowering.ke
 sequential nest over the index's shape adds each ``src`` element at its position (in row-major order,
 so float results are deterministic and equal to numpy's ``np.add.at``).
 
-Out-of-range positions are *clamped* into ``[0, dim)`` natively (no crash, no error: eager and the
-interpreter raise ``IndexError``). Negative indices are wrapped by the tp conversion where eager allows
-them (``take``, ``x[idx]``); at the tp level every index is in range.
+Out-of-range indices are errors, as in eager: where the lowering loads a position it also emits
+``kernel.check_index %pos {upper = dim}`` (once per position, in the loop that computes it). Native code
+then records the failure in a word of the workspace and ``<p>_run`` returns its code, which Python raises
+as ``AssertionError("index out of range ...")`` (:data:`INDEX_ERROR`); the accesses themselves clamp into
+``[0, dim)`` so nothing is read or written out of bounds before the error is reported. The kernel-level
+interpreter raises ``IndexError``. Negative indices are wrapped by the tp conversion where eager allows
+them (``take``, ``x[idx]``).
 """
 
 from __future__ import annotations
@@ -36,16 +40,18 @@ import llvmlite.ir as ir
 import numpy as np
 import sympy
 
-from dialect.attrs import EXPRS, INT
+from dialect.attrs import EXPR, EXPRS, INT
 from dialect.ir import Operation, Value
 from dialect.opdef import PURE, SIDE_EFFECT, A, OpError, op
 from dialect.shapes import elem_dtype
 from dialect.types import BufferType, IndexType, ScalarType, TensorType
+from runtime.abi import Assertion
 
 from .kernel_emit import SCALAR_RULES, Materialise, NestEmitter, uniform_constant
 from .kernel_index import Index, broadcast_index, permute_index, reshape_index, slice_index
 
-__all__ = ["CODEGEN", "GATHERS", "OWN_NEST", "gather_scalar", "emit_scatter_add", "emit_load_at", "emit_store_at"]
+__all__ = ["CODEGEN", "INDEX_ERROR", "GATHERS", "ErrorWord", "OWN_NEST", "gather_scalar", "emit_scatter_add",
+           "emit_load_at", "emit_store_at"]
 
 GATHERS = ("tp.gather", "tp.index_select")
 #: tp ops lowered by a nest of their own (always materialised).
@@ -106,6 +112,26 @@ class StoreAt:
 
     def reference(ctx, args, attrs):
         args[1][_where(ctx, args[1], args[2], attrs)] = args[0]
+        return []
+
+
+@op("kernel.check_index", operands=["position"], attrs=[A("upper", EXPR)], traits=[SIDE_EFFECT])
+class CheckIndex:
+    """Fail the program (an index error) unless ``0 <= position < upper``.
+
+        kernel.check_index %0 {upper = 50257}
+    """
+
+    def infer(types, attrs, facts):
+        t = types[0]
+        if not (isinstance(t, IndexType) or (isinstance(t, ScalarType) and t.dtype.is_int)):
+            raise OpError(f"kernel.check_index: position must be an integer scalar or index, got {t}")
+        return []
+
+    def reference(ctx, args, attrs):
+        n = ctx.eval(attrs["upper"])
+        if not 0 <= int(args[0]) < n:
+            raise IndexError(f"index {int(args[0])} is out of range for a dimension of size {n}")
         return []
 
 
@@ -227,7 +253,13 @@ def _position(em: NestEmitter, idx: Value, at: Index, dim: sympy.Expr) -> sympy.
     range) when it is affine, else the loaded kernel scalar."""
     e = _affine(em, idx, at)
     if e is None:
-        return em.scalar(idx, at)
+        pos = em.scalar(idx, at)
+        key = ("check_index", pos, dim)
+        if not any(key in lv.memo for lv in em.levels):
+            depth = em.depth_of(em.simplify(at))
+            em.levels[depth].memo[key] = em.at_depth(
+                depth, lambda: em.create(depth, "kernel.check_index", [pos], {"upper": dim}, []))
+        return pos
     e = em.simplify([e])[0]
     ends = _ends(em, e)
     if ends is None or em.facts.prove(sympy.And(sympy.Ge(ends[0], 0), sympy.Lt(ends[1], dim))) is not True:
@@ -297,14 +329,66 @@ def _address(sc: Any, op: Operation, buf: Value, pos: ir.Value) -> ir.Value:
     strides.reverse()
     b, em = sc.b, sc.em
     i64 = ir.IntType(64)
-    p = pos if pos.type == i64 else (b.sext(pos, i64) if pos.type.width < 64 else b.trunc(pos, i64))
-    p = b.add(p, em.emit(index[ax]))
+    p = b.add(_as_i64(b, pos), em.emit(index[ax]))
     hi = b.sub(em.emit(t.shape[ax]), ir.Constant(i64, 1))
     p = b.select(b.icmp_signed(">", p, hi), hi, p)
     p = b.select(b.icmp_signed("<", p, ir.Constant(i64, 0)), ir.Constant(i64, 0), p)
     static = sympy.expand(sum((e * s for k, (e, s) in enumerate(zip(index, strides)) if k != ax), sympy.Integer(0)))
     flat = b.add(em.emit(static), b.mul(p, em.emit(strides[ax])))
     return b.gep(sc.vals[buf], [flat], inbounds=True, source_etype=storage_type(t.dtype))
+
+
+#: What ``<p>_run`` returning the code of a failed ``kernel.check_index`` means (one code per program).
+INDEX_ERROR = Assertion("value", "index out of range: a gather, index_select, embedding, take or scatter got an "
+                                 "index outside the dimension it indexes")
+
+
+class ErrorWord:
+    """The workspace word where native ``kernel.check_index`` failures are recorded, and its code.
+
+    ``offset`` is None when the function has no check; else the word sits after the workspace ``size``.
+    """
+
+    __slots__ = ("offset", "code", "size")
+
+    def __init__(self, f: Any, size: sympy.Expr, code: int):
+        self.code = code
+        if any(o.name == "kernel.check_index" for o in f.walk()):
+            self.offset: sympy.Expr | None = sympy.ceiling(sympy.sympify(size) / 8) * 8
+            self.size = self.offset + 8
+        else:
+            self.offset, self.size = None, sympy.sympify(size)
+
+    def _ptr(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> ir.Value:
+        return b.gep(ws, [em.emit(self.offset)], inbounds=True, source_etype=ir.IntType(8))
+
+    def clear(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> None:
+        """In ``<p>_run``, before the body runs."""
+        if self.offset is not None:
+            b.store(ir.Constant(ir.IntType(32), 0), self._ptr(b, em, ws))
+
+    def result(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> ir.Value:
+        """In ``<p>_run``, after the body: 0, or the code of a failed check."""
+        if self.offset is None:
+            return ir.Constant(ir.IntType(32), 0)
+        return b.load(self._ptr(b, em, ws), typ=ir.IntType(32))
+
+    def emit_check(self, sc: Any, op: Operation) -> None:
+        """Codegen of ``kernel.check_index``: an atomic store of the code when the position is out of range."""
+        b = sc.b
+        pos = _as_i64(b, sc.vals[op.operands[0]])
+        bad = b.icmp_unsigned(">=", pos, sc.em.emit(op.attributes["upper"]))  # negative: huge unsigned
+        offset = sc.em.emit(self.offset)  # outside the branch: the emitter caches what it emits
+        with b.if_then(bad, likely=False):
+            word = b.gep(sc.ws, [offset], inbounds=True, source_etype=ir.IntType(8))
+            b.atomic_rmw("xchg", word, ir.Constant(ir.IntType(32), self.code), "monotonic")  # threads may race
+
+
+def _as_i64(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    i64 = ir.IntType(64)
+    if v.type == i64:
+        return v
+    return b.sext(v, i64) if v.type.width < 64 else b.trunc(v, i64)
 
 
 def emit_load_at(sc: Any, op: Operation) -> None:

@@ -1,6 +1,6 @@
 """Native gather / index_select / scatter_add (lowering.kernel_gather): tp text and exported programs compiled
 to native code, compared with numpy formulas (exact: these ops move data), plus the kernel-level shape of
-the lowering (gathers fused into their consumers, affine indices as plain index math, clamping)."""
+the lowering (gathers fused into their consumers, affine indices as plain index math) and index errors."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def test_index_select_loads_each_index_once_per_row():
     text = print_module(lower_text(EMBED))
     row, inner = text.index("kernel.for {iv = i0"), text.index("kernel.for {iv = i1")
     ids_load = text.index("kernel.load %ids")
-    assert row < ids_load < inner < text.index("kernel.load_at %w")
+    assert row < ids_load < text.index("kernel.check_index") < inner < text.index("kernel.load_at %w")
 
 
 def test_gather_matches_take_along_axis():
@@ -94,13 +94,24 @@ def test_scatter_add_nest_is_sequential():
     assert count(low, "kernel.store_at") == 1
 
 
-@pytest.mark.parametrize("bad", [[60, 1], [-3, 2]])
-def test_out_of_range_indices_are_clamped_natively(bad):
-    """Documented behaviour: no crash and no error natively, positions clamp into [0, n)."""
+@pytest.mark.parametrize("bad", [[60, 1], [-3, 2], [5] * 63 + [50]])
+def test_out_of_range_indices_fail_the_call_then_the_program_still_works(bad):
     exe = _exe(EMBED)
     w = np.arange(400, dtype=np.float32).reshape(50, 8) / 400
-    (got,) = exe(w, np.array(bad, np.int64))
-    np.testing.assert_allclose(got, np.tanh(w[np.clip(bad, 0, 49)]), rtol=1e-6)
+    with pytest.raises(AssertionError, match="index out of range"):
+        exe(w, np.array(bad, np.int64))
+    (got,) = exe(w, np.array([49, 0], np.int64))  # the error word is cleared on every call
+    np.testing.assert_allclose(got, np.tanh(w[[49, 0]]), rtol=1e-6)
+
+
+def test_out_of_range_scatter_index_fails_natively_and_in_the_kernel_interpreter():
+    low = lower_text(SCATTER)
+    x, v = np.zeros((5, 2), np.float32), np.ones((3, 2), np.float32)
+    i = np.array([[0, 1], [5, 2], [3, 4]])
+    with pytest.raises(AssertionError, match="index out of range"):
+        compile_kernel_module(low)(x, i, v)
+    with pytest.raises(IndexError, match="out of range"):
+        run(low, [x, i, v])
 
 
 def test_kernel_level_interpreter_agrees_with_native_code():
@@ -126,6 +137,15 @@ def _native(fn, dynamic=None, **inputs):
     prog = export(fn, dynamic_shapes=dynamic, **inputs)
     tp.compile(prog)  # strict: raises when anything would run on the interpreter
     return prog
+
+
+def test_a_bad_token_id_raises_from_the_native_program():
+    emb = tp.nn.Embedding(10, 4)
+    prog = _native(lambda ids: emb(ids), {"ids": {0: Dim.AUTO}}, ids=tp.tensor([1, 2, 3]))
+    with pytest.raises(AssertionError, match="index out of range"):
+        prog(ids=tp.tensor([1, 10, 2]))
+    with pytest.raises(IndexError):  # eager, for comparison
+        emb(tp.tensor([1, 10, 2]))
 
 
 def test_embedding_program_is_native_with_dynamic_length():
