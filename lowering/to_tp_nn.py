@@ -320,8 +320,8 @@ def size_tensor(cx: Cx, e: Any) -> Value:
     kernel lowering reads back as the expression itself); UnsupportedOp when the sign of ``e`` is unknown."""
     facts, parts = cx.b.facts, ([], [])
 
-    def nonneg(t: sympy.Expr) -> bool:  # Mod(a, b) of sizes a, b >= 0 counts as >= 0 (a tensor sized by
-        c, rest = t.as_coeff_Mul()      # it is empty when b = 0, where the value is undefined)
+    def nonneg(t: sympy.Expr) -> bool:  # c*Mod(a, b) with c > 0 and b >= 0 counts as >= 0 (a tensor sized
+        c, rest = t.as_coeff_Mul()      # by it is empty when b = 0, where the value is undefined)
         if c > 0 and isinstance(rest, sympy.Mod):  # takes the divisor's sign
             return facts.prove(sympy.Ge(rest.args[1], 0)) is True
         return facts.prove(sympy.Ge(t, 0)) is True
