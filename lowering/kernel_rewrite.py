@@ -1,4 +1,4 @@
-"""Kernel-level rewrites run by ``fuse`` after the loop nests are built: avoid recomputation and division.
+"""Kernel-level rewrites run by ``fuse`` after the loop nests are built: less recomputation, division, div/mod.
 
 :func:`stash_reduced_values` -- a row loop that reduces an expensive value and then recomputes the same
 value in the loop writing its output (softmax: ``exp(x - max)`` feeds both the row sum and the
@@ -18,6 +18,9 @@ when ``|d|`` is so large or small that ``1/d`` would leave the normal range, so 
 within 1.5 ulp (two roundings) of ``a / d`` for every ``d``, and the special values (0, inf, NaN)
 come out as IEEE division gives them.
 
+:func:`split_div_mod_loops` -- an innermost loop whose indices read ``floor(i/c)`` and ``Mod(i, c)``
+(a reshape after a transpose) becomes two loops with affine indices, so it vectorizes.
+
 >>> from dialect import parse
 >>> from lowering.tp_to_kernel import lower_module
 >>> m = parse('''func @main(%x: tensor<[4, 64], f32>) -> (tensor<[4, 64], f32>) {
@@ -31,8 +34,8 @@ come out as IEEE division gives them.
 ... ''')
 >>> _ = lower_module(m)
 >>> f = m.functions[0]
->>> stash_reduced_values(f), reciprocal_divisions(f)
-(1, 1)
+>>> stash_reduced_values(f), reciprocal_divisions(f), split_div_mod_loops(f)
+(1, 1, 0)
 >>> sum(op.name == "kernel.exp" for op in f.walk())  # computed once per element
 1
 """
@@ -46,9 +49,9 @@ import sympy
 
 from dialect.ir import Block, Function, Operation, Region, Value
 from dialect.opdef import lookup
-from dialect.types import F32, F64, I1, BufferType, ScalarType
+from dialect.types import F32, F64, I1, BufferType, ScalarType, sym
 
-__all__ = ["stash_reduced_values", "reciprocal_divisions", "rewrite_kernels"]
+__all__ = ["stash_reduced_values", "reciprocal_divisions", "split_div_mod_loops", "rewrite_kernels"]
 
 #: ops whose value is worth a store and two loads instead of being computed twice
 _COSTLY = {f"kernel.{n}" for n in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin",
@@ -63,8 +66,8 @@ def _new(name: str, operands: list[Value], types: list, attrs: dict | None = Non
 
 
 def rewrite_kernels(f: Function) -> int:
-    """Run both rewrites on a kernel-level function; returns how many sites changed."""
-    return stash_reduced_values(f) + reciprocal_divisions(f)
+    """Run the rewrites on a kernel-level function; returns how many sites changed."""
+    return stash_reduced_values(f) + reciprocal_divisions(f) + split_div_mod_loops(f)
 
 
 # ---------------------------------------------------------------------------------------- stash
@@ -133,9 +136,10 @@ def _injective_store(store: Operation, iv: sympy.Symbol) -> bool:
     return step.is_Integer and step != 0 and iv not in (moving[0] - step * iv).free_symbols
 
 
-def _fresh_symbol(f: Function, prefix: str) -> sympy.Symbol:
-    used = {str(op.attributes["iv"]) for op in f.walk() if "iv" in op.attributes}
-    return next(sympy.Symbol(f"{prefix}{k}", integer=True) for k in itertools.count() if f"{prefix}{k}" not in used)
+def _fresh_symbol(f: Function, prefix: str, avoid: set[str] = frozenset()) -> sympy.Symbol:
+    used = {str(op.attributes["iv"]) for op in f.walk() if "iv" in op.attributes} | {str(x) for x in f.symbols}
+    used |= avoid
+    return next(sym(f"{prefix}{k}") for k in itertools.count() if f"{prefix}{k}" not in used)
 
 
 def _drop_dead(body: Block) -> None:
@@ -256,4 +260,66 @@ def reciprocal_divisions(f: Function) -> int:
             div.results[0].replace_all_uses_with(quot)
             loop.body.remove(div)
             done += 1
+    return done
+
+
+# ---------------------------------------------------------------------------------------- loop split
+def _map_exprs(value, fn):
+    """``value`` with ``fn`` applied to every sympy expression in it (lists and tuples included)."""
+    if isinstance(value, sympy.Basic):
+        return fn(value)
+    if isinstance(value, (list, tuple)) and any(isinstance(x, sympy.Basic) for x in value):
+        return type(value)(_map_exprs(x, fn) for x in value)
+    return value
+
+
+def _div_mod_step(loop: Operation) -> int | None:
+    """The ``c`` when every ``floor``/``Mod`` of the loop symbol in the nest is ``floor(iv/c)`` or
+    ``Mod(iv, c)`` with one integer ``c > 1`` (and there is at least one)."""
+    iv, steps = loop.attributes["iv"], set()
+    for op in loop.walk():
+        for value in op.attributes.values():
+            exprs = [value] if isinstance(value, sympy.Basic) else value if isinstance(value, (list, tuple)) else []
+            for e in exprs:
+                if not isinstance(e, sympy.Basic) or iv not in e.free_symbols:
+                    continue
+                for atom in e.atoms(sympy.floor, sympy.Mod):
+                    if iv not in atom.free_symbols:
+                        continue
+                    c = sympy.simplify(iv / atom.args[0]) if isinstance(atom, sympy.floor) else atom.args[1]
+                    if isinstance(atom, sympy.Mod) and atom.args[0] != iv or not (c.is_Integer and c > 1):
+                        return None
+                    steps.add(int(c))
+    return steps.pop() if len(steps) == 1 else None
+
+
+def split_div_mod_loops(f: Function) -> int:
+    """Split an innermost ``for i in [0, n*c)`` whose indices read ``floor(i/c)`` and ``Mod(i, c)`` (a reshape
+    after a transpose: attention's ``a.transpose(1, 2).reshape(b, s, d)``) into ``for o in [0, n)``,
+    ``for d in [0, c)`` with ``i = c*o + d``: the inner loop's indices become affine, so it vectorizes."""
+    done = 0
+    for loop in [op for op in f.walk() if op.name == "kernel.for"]:
+        a = loop.attributes
+        if a["lower"] != 0 or a["step"] != 1 or any(op.regions for op in loop.body.walk()):
+            continue  # innermost loops only: an outer loop's indices do not decide vectorization
+        c = _div_mod_step(loop)
+        if c is None or sympy.Mod(a["upper"], c) != 0:
+            continue
+        iv, outer = a["iv"], _fresh_symbol(f, "i")
+        inner = _fresh_symbol(f, "i", avoid={str(outer)})
+        whole = {sympy.floor(iv / c): outer, sympy.Mod(iv, c): inner}
+
+        def rewrite(e: sympy.Basic, iv=iv, whole=whole, at=c * outer + inner) -> sympy.Basic:
+            return sympy.expand(e.xreplace(whole).subs(iv, at)) if iv in e.free_symbols else e
+
+        for op in list(loop.walk())[1:]:
+            op.attributes = {k: _map_exprs(v, rewrite) for k, v in op.attributes.items()}
+        split = _new("kernel.for", [], [], {"iv": inner, "upper": sympy.Integer(c), "parallel": False})
+        split.regions = [loop.regions[0]]
+        split.regions[0].parent = split
+        loop.regions = [Region(Block())]
+        loop.regions[0].parent = loop
+        loop.body.append(split)
+        loop.attributes = {**a, "iv": outer, "upper": sympy.simplify(a["upper"] / c)}
+        done += 1
     return done

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import sympy
 
 import lowering.fuse  # noqa: F401  (registers fuse / plan-memory)
 from dialect import parse
@@ -142,3 +143,34 @@ def test_division_by_a_value_varying_in_the_loop_is_left_alone():
 }"""
     m = check_lowering(text, [{}])
     assert _count(m, "kernel.div") == 1 and _count(m, "kernel.abs") == 0
+
+
+def test_reshape_after_transpose_splits_the_loop_into_affine_indices():
+    text = """func @main(%a: tensor<[s0, 4, 8, 16], f32>) -> (tensor<[s0, 8, 64], f32>) where {s0 in [1, 8]} {
+  %0 = tp.permute %a {perm = [0, 2, 1, 3]} : tensor<[s0, 8, 4, 16], f32>
+  %1 = tp.reshape %0 {shape = [s0, 8, 64]} : tensor<[s0, 8, 64], f32>
+  %2 = tp.exp %1 : tensor<[s0, 8, 64], f32>
+  tp.return %2
+}"""
+    m = check_lowering(text, [{"s0": 1}, {"s0": 3}], exact=True)
+    indices = [e for op in m.functions[0].walk() if op.name in ("kernel.load", "kernel.store")
+               for e in op.attributes["index"]]
+    assert not any(isinstance(e, sympy.Basic) and e.atoms(sympy.floor, sympy.Mod) for e in indices)
+    inner = [op for op in m.functions[0].walk() if op.name == "kernel.for" and
+             not any(o.name == "kernel.for" for o in list(op.walk())[1:])]
+    assert [op.attributes["upper"] for op in inner] == [16]
+    exe = compile_kernel_module(_lower(text), num_outputs=1, num_threads=1)
+    a = np.random.default_rng(2).standard_normal((2, 4, 8, 16)).astype(np.float32)
+    np.testing.assert_allclose(exe(a)[0], np.exp(a.transpose(0, 2, 1, 3).reshape(2, 8, 64)), rtol=1e-6)
+
+
+def test_div_mod_with_an_offset_is_left_alone():
+    # a flattened slice starting mid-row: floor((i + 3)/4) is not floor(i/c), the loop stays whole
+    text = """func @main(%a: tensor<[6, 4], f32>) -> (tensor<[20], f32>) {
+  %0 = tp.reshape %a {shape = [24]} : tensor<[24], f32>
+  %1 = tp.slice %0 {axis = 0, start = 3, stop = 23, step = 1} : tensor<[20], f32>
+  %2 = tp.neg %1 : tensor<[20], f32>
+  tp.return %2
+}"""
+    m = check_lowering(text, [{}], exact=True)
+    assert sum(op.name == "kernel.for" for op in m.functions[0].walk()) == 1
