@@ -21,11 +21,12 @@ How it works:
   and the workers claim chunks by compare-and-swap on it (whoever is awake takes the work, so a
   worker that wakes late costs nothing but its own wake-up), then the caller waits for the count of
   finished chunks;
-* idle workers spin :data:`SPIN` times (x86 ``pause``), then sleep on a condition variable; the
-  caller waits for stragglers by yielding the CPU :data:`CALLER_YIELDS` times, then sleeps the same
-  way, so nothing burns a core while idle;
+* idle workers spin :data:`SPIN` times (x86 ``pause``), then sleep on a futex (the job word's
+  generation); the caller waits for stragglers by yielding the CPU :data:`CALLER_YIELDS` times, then
+  sleeps on the futex of the finished-chunk count, so nothing burns a core while idle. No lock is
+  ever taken, so a thread preempted anywhere (an oversubscribed machine) never blocks another;
 * ``fork()``: the busy word and the pool's pid are checked against ``getpid()``, so a child finding
-  its parent's state (no worker threads, possibly a held lock) resets the pool and starts its own
+  its parent's state (no worker threads, possibly a pool held by a parent thread) resets the pool and starts its own
   workers (``pthread_atfork`` is not visible to JIT code: glibc links it statically).
 
 Linking: :mod:`runtime.jit` resolves every ``tp_parallel_`` symbol against :func:`pool_library`
@@ -65,9 +66,10 @@ SPIN = 1000
 #: lets a worker sharing the caller's core (an oversubscribed machine) finish its chunk.
 CALLER_YIELDS = 50
 _MAX_CHUNKS = 0xFFFF
-_SYNC_BYTES = 64  # room for a glibc pthread_mutex_t (40) / pthread_cond_t (48); all-zero is the initializer
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}  # Linux syscall numbers (little-endian targets only)
+_FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
 VOID = ir.VoidType()
 #: ``void fn(void *env, int64_t chunk, int64_t num_chunks)``: what ``tp_parallel_for`` runs.
@@ -98,35 +100,33 @@ class _PoolEmitter:
     """Builds the pool's module: its state as internal globals, and the four functions."""
 
     def __init__(self, triple: str) -> None:
+        arch = triple.split("-")[0]
+        if arch not in _SYS_FUTEX:
+            raise ValueError(f"the worker pool is built for Linux on {sorted(_SYS_FUTEX)}, got triple {triple!r}")
+        self.sys_futex = _SYS_FUTEX[arch]
         m = self.m = ir.Module(name="tp_threadpool")
         m.triple = triple
-        self.x86 = triple.startswith(("x86_64", "i386", "i686"))
 
         def var(name: str, ty: ir.Type, align: int = 8) -> ir.GlobalVariable:
             g = ir.GlobalVariable(m, ty, f"tp_pool.{name}")
             g.linkage, g.initializer, g.align = "internal", ir.Constant(ty, None), align
             return g
 
-        sync = ir.ArrayType(I8, _SYNC_BYTES)
         self.word = var("word", I64, 64)  # generation << 32 | chunks << 16 | next chunk
         self.fn, self.env = var("fn", PTR), var("env", PTR)
-        self.done = var("done", I64, 64)  # chunks of the current job finished
+        self.done = var("done", I32, 64)  # chunks of the current job finished (a futex)
         self.busy, self.pid = var("busy", I32, 64), var("pid", I32)  # pid holding the pool; pid owning workers
         self.workers, self.sleepers, self.waiting = var("workers", I32), var("sleepers", I32), var("waiting", I32)
         self.jobs = var("jobs", I64)
-        self.mutex, self.work_cv, self.done_cv = (var(x, sync, 64) for x in ("mutex", "work_cv", "done_cv"))
 
         def ext(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
             return ir.Function(m, ir.FunctionType(ret, list(args)), name)
 
         self.create = ext("pthread_create", I32, PTR, PTR, PTR, PTR)
         self.detach = ext("pthread_detach", I32, I64)
-        self.lock, self.unlock = ext("pthread_mutex_lock", I32, PTR), ext("pthread_mutex_unlock", I32, PTR)
-        self.cond_wait = ext("pthread_cond_wait", I32, PTR, PTR)
-        self.broadcast = ext("pthread_cond_broadcast", I32, PTR)
+        self.syscall = ir.Function(m, ir.FunctionType(I64, [I64], var_arg=True), "syscall")
         self.getpid = ext("getpid", I32)
-        self.memset = m.declare_intrinsic("llvm.memset", [PTR, I64])
-        self.pause = ext("llvm.x86.sse2.pause", VOID) if self.x86 else None
+        self.pause = ext("llvm.x86.sse2.pause", VOID) if arch == "x86_64" else None
         self.sched_yield = ext("sched_yield", I32)
 
     # ------------------------------------------------------------------ small pieces
@@ -146,19 +146,30 @@ class _PoolEmitter:
     def _store(b: ir.IRBuilder, value: ir.Value, g: ir.GlobalVariable, ordering: str = "seq_cst") -> None:
         b.store_atomic(value, g, ordering, _align(g))
 
+    def _generation(self, b: ir.IRBuilder) -> ir.Value:
+        """Address of the job word's generation half (the futex idle workers sleep on; little-endian)."""
+        return b.gep(self.word, [_c(4)], inbounds=True, source_etype=I8)
+
     @staticmethod
     def _fields(b: ir.IRBuilder, w: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
         """(generation, chunks, next chunk) of a job word."""
         return b.lshr(w, _c(32)), b.and_(b.lshr(w, _c(16)), _c(_MAX_CHUNKS)), b.and_(w, _c(_MAX_CHUNKS))
 
-    def _wait_until(self, f: ir.Function, b: ir.IRBuilder, ready, cv: ir.GlobalVariable,
-                    counter: ir.GlobalVariable, add: bool, polls: int, yielding: bool) -> None:
-        """Poll ``ready(b) -> i1`` up to ``polls`` times (pausing, or ``yielding`` the CPU, between polls),
-        then sleep on ``cv`` until it holds.
+    def _futex(self, b: ir.IRBuilder, addr: ir.Value, op: int, value: ir.Value) -> None:
+        """``syscall(SYS_futex, addr, op, value, NULL)``: ``_FUTEX_WAIT`` sleeps while ``*addr == value``
+        (checked atomically by the kernel); ``_FUTEX_WAKE`` wakes up to ``value`` sleepers on ``addr``."""
+        b.call(self.syscall, [_c(self.sys_futex), addr, _c(op), value, ir.Constant(PTR, None)])
+
+    def _wait_until(self, f: ir.Function, b: ir.IRBuilder, futex: ir.Value, ready, counter: ir.GlobalVariable,
+                    add: bool, polls: int, yielding: bool) -> None:
+        """Poll the i32 at ``futex`` until ``ready(b, value) -> i1`` holds: ``polls`` times (pausing, or
+        ``yielding`` the CPU, in between), then sleeping on the futex.
 
         While asleep the thread is counted in ``counter`` (``add``: increment/decrement, else set to 1/0),
-        so whoever makes ``ready`` true knows to broadcast. Both sides use seq_cst: the sleeper writes
-        the counter then reads the condition, the waker writes the condition then reads the counter.
+        so whoever changes the value knows to wake it. Both sides use seq_cst: the sleeper writes the
+        counter then reads the value, the waker writes the value then reads the counter; the kernel
+        sleeps only while the value is still the one read, so no wake-up is lost. No lock is taken: a
+        thread preempted anywhere here never blocks another.
         """
         pre = b.block
         spin, spin_next, park, check, sleep, out, done = (f.append_basic_block(x) for x in (
@@ -167,7 +178,7 @@ class _PoolEmitter:
         b.position_at_end(spin)
         i = b.phi(I32)
         i.add_incoming(_c(0, I32), pre)
-        b.cbranch(ready(b), done, spin_next)
+        b.cbranch(ready(b, b.load_atomic(futex, "seq_cst", 4, typ=I32)), done, spin_next)
         b.position_at_end(spin_next)
         if yielding:
             b.call(self.sched_yield, [])
@@ -177,23 +188,22 @@ class _PoolEmitter:
         i.add_incoming(nxt, spin_next)
         b.cbranch(b.icmp_signed("<", nxt, _c(polls, I32)), spin, park)
         b.position_at_end(park)
-        b.call(self.lock, [self.mutex])
         if add:
             b.atomic_rmw("add", counter, _c(1, I32), "seq_cst")
         else:
             self._store(b, _c(1, I32), counter)
         b.branch(check)
         b.position_at_end(check)
-        b.cbranch(ready(b), out, sleep)
+        value = b.load_atomic(futex, "seq_cst", 4, typ=I32)
+        b.cbranch(ready(b, value), out, sleep)
         b.position_at_end(sleep)
-        b.call(self.cond_wait, [cv, self.mutex])
+        self._futex(b, futex, _FUTEX_WAIT, b.zext(value, I64))
         b.branch(check)
         b.position_at_end(out)
         if add:
             b.atomic_rmw("sub", counter, _c(1, I32), "seq_cst")
         else:
             self._store(b, _c(0, I32), counter)
-        b.call(self.unlock, [self.mutex])
         b.branch(done)
         b.position_at_end(done)
 
@@ -215,14 +225,12 @@ class _PoolEmitter:
         b.position_at_end(run)
         fn, env = b.load(self.fn, typ=CHUNK_PTR), b.load(self.env, typ=PTR)
         b.call(fn, [env, nxt, n])
-        finished = b.add(b.atomic_rmw("add", self.done, _c(1), "seq_cst"), _c(1))
-        b.cbranch(b.icmp_unsigned("==", finished, n), notify, loop)
+        finished = b.add(b.atomic_rmw("add", self.done, _c(1, I32), "seq_cst"), _c(1, I32))
+        b.cbranch(b.icmp_unsigned("==", b.zext(finished, I64), n), notify, loop)
         b.position_at_end(notify)
         b.cbranch(b.icmp_unsigned("!=", self._load(b, self.waiting), _c(0, I32)), wake, loop)
         b.position_at_end(wake)
-        b.call(self.lock, [self.mutex])
-        b.call(self.broadcast, [self.done_cv])
-        b.call(self.unlock, [self.mutex])
+        self._futex(b, self.done, _FUTEX_WAKE, _c(1))
         b.branch(loop)
         b.position_at_end(out)
         b.ret(w)
@@ -234,9 +242,9 @@ class _PoolEmitter:
         top = f.append_basic_block("top")
         b.branch(top)
         b.position_at_end(top)
-        gen, _, _ = self._fields(b, b.call(drain, []))
-        self._wait_until(f, b, lambda bb: bb.icmp_unsigned("!=", self._fields(bb, self._load(bb, self.word))[0], gen),
-                         self.work_cv, self.sleepers, add=True, polls=SPIN, yielding=False)
+        gen = b.trunc(self._fields(b, b.call(drain, []))[0], I32)
+        self._wait_until(f, b, self._generation(b), lambda bb, v: bb.icmp_unsigned("!=", v, gen),
+                         self.sleepers, add=True, polls=SPIN, yielding=False)
         b.branch(top)
         return f
 
@@ -271,8 +279,6 @@ class _PoolEmitter:
         b.position_at_end(blocks["owned"])
         b.cbranch(b.icmp_unsigned("!=", b.load(self.pid, typ=I32), me), blocks["reset"], blocks["grow"])
         b.position_at_end(blocks["reset"])  # first use, or first use after fork(): no workers here
-        for g in (self.mutex, self.work_cv, self.done_cv):
-            b.call(self.memset, [g, _c(0, I8), _c(_SYNC_BYTES), ir.Constant(I1, 0)])
         for g in (self.workers, self.sleepers, self.waiting):
             self._store(b, _c(0, I32), g)
         gen_only = b.and_(b.load(self.word, typ=I64), _c(~0xFFFFFFFF & (2 ** 64 - 1)))
@@ -295,22 +301,21 @@ class _PoolEmitter:
         k = b.select(b.icmp_signed("<", n, _c(_MAX_CHUNKS)), n, _c(_MAX_CHUNKS))
         b.store(fn, self.fn)
         b.store(env, self.env)
-        self._store(b, _c(0), self.done, "monotonic")
+        self._store(b, _c(0, I32), self.done, "monotonic")
         self._store(b, b.add(b.load(self.jobs, typ=I64), _c(1)), self.jobs, "monotonic")
         gen = b.and_(b.add(b.lshr(b.load(self.word, typ=I64), _c(32)), _c(1)), _c(0xFFFFFFFF))
         self._store(b, b.or_(b.shl(gen, _c(32)), b.shl(k, _c(16))), self.word)
         asleep = self._load(b, self.sleepers)
         b.cbranch(b.icmp_signed(">", asleep, _c(0, I32)), blocks["wake"], blocks["work"])
         b.position_at_end(blocks["wake"])
-        b.call(self.lock, [self.mutex])
-        b.call(self.broadcast, [self.work_cv])
-        b.call(self.unlock, [self.mutex])
+        self._futex(b, self._generation(b), _FUTEX_WAKE, _c(MAX_WORKERS))
         b.branch(blocks["work"])
 
         b.position_at_end(blocks["work"])  # take chunks too, then wait for the ones workers took
         b.call(drain, [])
-        self._wait_until(f, b, lambda bb: bb.icmp_unsigned("==", self._load(bb, self.done), k),
-                         self.done_cv, self.waiting, add=False, polls=CALLER_YIELDS, yielding=True)
+        k32 = b.trunc(k, I32)
+        self._wait_until(f, b, self.done, lambda bb, v: bb.icmp_unsigned("==", v, k32),
+                         self.waiting, add=False, polls=CALLER_YIELDS, yielding=True)
         b.branch(blocks["finish"])
         b.position_at_end(blocks["finish"])
         self._store(b, _c(0, I32), self.busy, "release")
