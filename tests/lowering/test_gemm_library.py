@@ -5,6 +5,7 @@ Results are compared with numpy formulas; compile counts come from ``runtime.jit
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import doctest
 import gc
 import itertools
@@ -61,6 +62,10 @@ TWO_GEMMS_IR = """func @two(%x: buffer<[s0, 24], f32>, %w: buffer<[40, 24], f32>
 }"""
 
 LINEAR_CONFIG = GemmConfig(trans_b=True, epilogue=Epilogue(bias=True, activation="relu"))
+#: the read-only weight arguments of LINEAR_IR / TWO_GEMMS_IR are pack sites (lowering.gemm_prepack):
+#: their programs also call the prepacked-B kernels, taken only when a slot is filled
+LINEAR_PACKED = dataclasses.replace(LINEAR_CONFIG, packed_b=True)
+NT, NT_PACKED = GemmConfig(trans_b=True), GemmConfig(trans_b=True, packed_b=True)
 
 
 def _linear_inputs(rows: int, seed: int = 0):
@@ -122,8 +127,8 @@ def test_config_fields_are_checked():
 
 def test_configs_of_kernel_functions_in_first_use_order():
     f = parse(TWO_GEMMS_IR)
-    assert gemm_configs(f) == [LINEAR_CONFIG, GemmConfig(trans_b=True)]
-    assert gemm_configs(parse(LINEAR_IR + "\n" + TWO_GEMMS_IR)) == [LINEAR_CONFIG, GemmConfig(trans_b=True)]
+    assert gemm_configs(f) == [LINEAR_CONFIG, LINEAR_PACKED, NT, NT_PACKED]
+    assert gemm_configs(parse(LINEAR_IR + "\n" + TWO_GEMMS_IR)) == [LINEAR_CONFIG, LINEAR_PACKED, NT, NT_PACKED]
     with pytest.raises(TypeError, match="expects a dialect Function or Module, got int"):
         gemm_configs(3)
 
@@ -226,8 +231,8 @@ def test_disk_cache_serves_a_new_process_without_compiling(tmp_path):
 def test_programs_link_the_shared_kernel_instead_of_containing_it():
     exe = compile_kernel_module(parse(LINEAR_IR), num_threads=1)
     lib = exe.library
-    assert lib.links == (gemm_library(LINEAR_CONFIG),)
-    assert configs_of_object(lib.object) == [LINEAR_CONFIG]
+    assert lib.links == (gemm_library(LINEAR_CONFIG), gemm_library(LINEAR_PACKED))
+    assert configs_of_object(lib.object) == [LINEAR_CONFIG, LINEAR_PACKED]
     text, _ = emit_llvm(parse(LINEAR_IR))
     assert f'declare void @"{LINEAR_CONFIG.symbol}"(' in text and "pack_a" not in text and "micro" not in text
     for rows in (1, 5, 31):
@@ -238,11 +243,11 @@ def test_programs_link_the_shared_kernel_instead_of_containing_it():
 
 def test_second_program_with_the_same_configuration_compiles_only_itself():
     exe = compile_kernel_module(parse(TWO_GEMMS_IR), num_threads=1, cache=False)
-    assert exe.library.links == (gemm_library(LINEAR_CONFIG), gemm_library(GemmConfig(trans_b=True)))
+    assert exe.library.links == tuple(map(gemm_library, (LINEAR_CONFIG, LINEAR_PACKED, NT, NT_PACKED)))
     before = stats()["compiles"]
     again = compile_kernel_module(parse(LINEAR_IR), num_threads=1, cache=False)
     assert stats()["compiles"] - before == 1  # only the program: its kernel is already in the process
-    assert again.library.links == (gemm_library(LINEAR_CONFIG),)
+    assert again.library.links == (gemm_library(LINEAR_CONFIG), gemm_library(LINEAR_PACKED))
     x, w, b = _linear_inputs(6, seed=9)
     v = np.random.default_rng(4).standard_normal((24, 40), dtype=np.float32)
     y, z = exe(x, w, b, v)
@@ -255,7 +260,7 @@ def test_object_code_resolves_gemm_symbols_without_explicit_links():
     text, _ = emit_llvm(parse(LINEAR_IR), prefix="relinked")
     obj, _ = compile_object(text)
     lib = load_object(obj, name="relinked")  # the tp_gemm_ resolver of lowering.gemm_library
-    assert lib.links == (gemm_library(LINEAR_CONFIG),)
+    assert set(lib.links) == {gemm_library(LINEAR_CONFIG), gemm_library(LINEAR_PACKED)}
     exe = Executable(lib, "relinked", emit_llvm(parse(LINEAR_IR), prefix="relinked")[1])
     x, w, b = _linear_inputs(4, seed=2)
     np.testing.assert_allclose(exe(x, w, b)[0], _relu(x @ w.T + b), rtol=1e-5, atol=1e-5)
@@ -268,7 +273,7 @@ def test_aot_links_program_and_kernel_objects_into_one_library(tmp_path):
     text, sig = emit_llvm(parse(TWO_GEMMS_IR), prefix="lin2")
     obj, _ = compile_object(text)
     configs = configs_of_object(obj)
-    assert sorted(c.symbol for c in configs) == sorted([LINEAR_CONFIG.symbol, GemmConfig(trans_b=True).symbol])
+    assert sorted(c.symbol for c in configs) == sorted(c.symbol for c in (LINEAR_CONFIG, LINEAR_PACKED, NT, NT_PACKED))
     so = link_shared([obj, *gemm_objects(configs)], tmp_path / "liblin2.so", extra_args=["-Wl,-z,defs"])
     exe = Executable(SharedLibrary(so), "lin2", sig)
     x, w, b = _linear_inputs(9, seed=5)
