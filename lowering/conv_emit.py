@@ -30,11 +30,14 @@ A 3x3 convolution with padding 1 over ``buffer<[s0, 8, 16, 16]>`` (one group) be
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sympy
 
 from dialect.ir import Operation, Value
 from dialect.types import TensorType
 
+from .conv_winograd import emit_winograd, winograd_applies
 from .kernel_emit import NestEmitter, origin
 from .kernel_index import numel
 
@@ -112,16 +115,22 @@ def _close_to(em: NestEmitter, depth: int) -> None:
         em.close_loop()
 
 
-def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, *, col: Value | None,
-              image: Value | None) -> None:
+def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
+              input_buffer: Value | None) -> None:
     """The loop over images of ``op`` (a tp.conv without its bias) writing ``out`` (NC... layout).
 
-    ``weight`` and ``out`` are buffers; ``col`` is the :func:`conv_col_type` buffer (None when the
-    convolution needs no im2col). ``image`` (shape ``[C, spatial...]``) is given when the input has no
-    buffer of its own: each image of it is computed once into ``image`` (the fused elementwise prologue)
-    instead of being recomputed by every kernel tap.
+    ``weight`` and ``out`` are buffers, ``alloc`` gives workspace buffers. ``input_buffer`` is the input's
+    buffer, or None when the input is computed inline: each image of it is then computed once into a
+    scratch image (the fused elementwise prologue) instead of being recomputed by every kernel tap.
+    3x3 stride-1 convolutions :func:`lowering.conv_winograd.winograd_applies` to go through Winograd.
     """
+    if winograd_applies(op):
+        emit_winograd(em, op, weight, out, alloc, input_buffer)
+        return
     x = op.operands[0]
+    col_type = conv_col_type(op)
+    col = alloc(col_type) if col_type is not None else None
+    image = alloc(TensorType(x.type.shape[1:], x.type.dtype)) if input_buffer is None else None
     xt, wt, yt = x.type, op.operands[1].type, op.result.type
     g = op.attributes["groups"]
     cg, og = sympy.cancel(xt.shape[1] / g), sympy.cancel(wt.shape[0] / g)
@@ -136,7 +145,7 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, *, col:
         _close_to(em, depth)
         src, at, img_off = image, [], sympy.Integer(0)
     else:
-        src, at, img_off = em.buffer_of(x), [n_i], n_i * xt.shape[1] * numel(xt.shape[2:])
+        src, at, img_off = input_buffer, [n_i], n_i * xt.shape[1] * numel(xt.shape[2:])
     if col is not None:
         zero = em.constant(0.0, xt.dtype)
         idx = em.loops([g, cg, *ks], parallel=False)

@@ -49,7 +49,6 @@ from dialect.types import BufferType, TensorType
 
 from .kernel_contract import (
     GemmChain,
-    conv_col_type,
     emit_conv,
     emit_gemm,
     gemm_copy_source,
@@ -316,11 +315,7 @@ class _Lowering:
             raise Materialise(op.operands[1], "conv weight needs a buffer")
         has_bias = len(op.operands) == 3
         raw = target if target is not None and not has_bias else self.alloc(op.result.type)
-        x = op.operands[0]
-        image = None if self.buffer_of(x) is not None else self.alloc(TensorType(x.type.shape[1:], x.type.dtype))
-        col_type = conv_col_type(op)
-        emit_conv(self.nest("conv"), op, w, raw, col=self.alloc(col_type) if col_type is not None else None,
-                  image=image)
+        emit_conv(self.nest("conv"), op, w, raw, self.alloc, self.buffer_of(op.operands[0]))
         if not has_bias:
             self.buf[op.result] = raw
             return
