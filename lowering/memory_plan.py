@@ -209,21 +209,23 @@ class _Prover:
         self.facts = facts
         self.cache: dict[sympy.Expr, bool] = {}
         self.forms: dict[sympy.Expr, tuple[Fraction, dict[sympy.Symbol, Fraction]] | None] = {}
+        self.sums: dict[tuple[tuple[sympy.Expr, ...], tuple[sympy.Expr, ...]], bool] = {}
         self.bounds = {s: (_number(lo), _number(hi)) for s, (lo, hi) in facts.ranges.items()}
 
     def _form(self, e: sympy.Expr) -> tuple[Fraction, dict[sympy.Symbol, Fraction]] | None:
         """``e`` as ``(constant, {symbol: coefficient})`` when it is linear (None otherwise), cached."""
         if e in self.forms:
             return self.forms[e]
-        const, coeffs, form = Fraction(0), {}, None
+        const, coeffs, form = 0, {}, None
         for term in sympy.Add.make_args(e):
             c, rest = term.as_coeff_Mul()
             if not c.is_Rational:
                 break
+            v = int(c.p) if c.q == 1 else Fraction(int(c.p), int(c.q))  # ints stay ints: much faster
             if rest == 1:
-                const += Fraction(int(c.p), int(c.q))
+                const += v
             elif rest.is_Symbol:
-                coeffs[rest] = coeffs.get(rest, 0) + Fraction(int(c.p), int(c.q))
+                coeffs[rest] = coeffs.get(rest, 0) + v
             else:
                 break
         else:
@@ -233,11 +235,17 @@ class _Prover:
 
     def le_sum(self, lhs: tuple[sympy.Expr, ...], rhs: tuple[sympy.Expr, ...]) -> bool:
         """``sum(lhs) <= sum(rhs)``; linear sides are decided with plain arithmetic over the ranges."""
+        known = self.sums.get((lhs, rhs))
+        if known is None:
+            known = self.sums[(lhs, rhs)] = self._le_sum(lhs, rhs)
+        return known
+
+    def _le_sum(self, lhs: tuple[sympy.Expr, ...], rhs: tuple[sympy.Expr, ...]) -> bool:
         forms = [self._form(e) for e in lhs + rhs]
         if any(fm is None or any(self.bounds.get(s, (0, 0))[0] is None or self.bounds.get(s, (0, 0))[1] is None
                                  for s in fm[1]) for fm in forms):
             return self.le(sympy.Add(*lhs), sympy.Add(*rhs))
-        top, coeffs = Fraction(0), {}
+        top, coeffs = 0, {}
         for k, (const, cs) in enumerate(forms):
             sign = 1 if k < len(lhs) else -1
             top += sign * const
