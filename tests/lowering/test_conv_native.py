@@ -176,3 +176,45 @@ def test_resnet_basic_block_matches_torch():
         with torch.inference_mode():
             want = theirs(torch.from_numpy(xb)).numpy()
         np.testing.assert_allclose(_run(prog, xb), want, rtol=1e-4, atol=1e-5)
+
+
+# Winograd F(2x2, 3x3) (lowering/conv_winograd.py): 3x3, stride 1, >= 16 channels, even output sizes.
+WINOGRAD = {
+    "pad1_square": ((2, 16, 8, 8), 16, 1, True),
+    "pad0_rect": ((1, 16, 10, 6), 24, 0, False),
+    "pad2_rect": ((2, 20, 4, 10), 16, 2, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WINOGRAD))
+def test_winograd_matches_numpy(case):
+    xs, cout, pad, bias = WINOGRAD[case]
+    x, w, b = _inputs(xs, (cout, xs[1], 3, 3), bias, seed=7)
+    args = [a for a in (x, w, b) if a is not None]
+    prog = export(_module((1, 1), (pad, pad), (1, 1), 1), *[tp.tensor(a) for a in args],
+                  dynamic_shapes=({0: Dim("batch", min=1, max=64)}, None) + ((None,) if bias else ()))
+    kernel = tp.compile(prog, num_threads=1).ir("kernel")
+    assert kernel.count("kernel.gemm") == 1 and f"k = {xs[1]}," in kernel  # the 16 products contract Cin only
+    for batch in (1, 3):
+        xb = np.random.default_rng(batch).standard_normal((batch, *xs[1:]), dtype=np.float32)
+        want = _conv_ref(xb, w, b, (1, 1), (pad, pad), (1, 1), 1)
+        np.testing.assert_allclose(_run(prog, xb, w, b), want, rtol=1e-5, atol=2e-5)
+
+
+def test_winograd_with_fused_prologue_and_odd_fallback():
+    """An inlined BN-like prologue feeds the Winograd copy; an odd output size falls back to im2col."""
+    rng = np.random.default_rng(8)
+    w = rng.standard_normal((16, 16, 3, 3), dtype=np.float32)
+    s = rng.standard_normal((16, 1, 1), dtype=np.float32)
+
+    class Pre(tp.nn.Module):
+        def forward(self, x, w, s):
+            return F.conv2d(F.relu(x * s - 0.5), w, None, 1, 1)
+
+    for size, winograd in ((6, True), (7, False)):
+        x = rng.standard_normal((2, 16, size, size), dtype=np.float32)
+        prog = export(Pre(), tp.tensor(x), tp.tensor(w), tp.tensor(s))
+        kernel = tp.compile(prog, num_threads=1).ir("kernel")
+        assert ("k = 16," in kernel) == winograd and ("k = 144," in kernel) != winograd
+        want = _conv_ref(np.maximum(x * s - 0.5, 0), w, None, (1, 1), (1, 1), (1, 1), 1)
+        np.testing.assert_allclose(_run(prog, x, w, s), want, rtol=1e-5, atol=2e-5)
