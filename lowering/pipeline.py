@@ -28,7 +28,6 @@ True
 from __future__ import annotations
 
 import dataclasses
-import operator
 import os
 import sys
 import time
@@ -187,26 +186,25 @@ class CompiledProgram:
                 return general  # literal arguments between live ones, or the graph's own constants
         if not order or any(name not in position for name in self.binding.fixed):
             return general
-        pick = operator.itemgetter(*order)
-        single = len(order) == 1
-        exe = self.executable
-        tail = tuple(literals)
         fixed = [(position[name], name) for name in self.binding.fixed]
-        check = self.binding.check_fixed
-        repack = self._prepack.refresher(position) if self._prepack else None
-
-        def fast(values: Sequence[Any]) -> list[np.ndarray]:
-            for i, name in fixed:
-                check(name, values[i])
-            if repack is not None:
-                repack(values)
-            picked = pick(values)
-            try:
-                arrays = [picked._data] if single else [v._data for v in picked]
-                return exe(*arrays, *tail)
-            except (AttributeError, TypeError, ValueError):  # not a tensor, or not as the code takes it
-                return general(values)
-        return fast
+        # One generated function per program: no per-call loops or lists beyond the call itself, e.g.
+        #     def fast(values):
+        #         try:
+        #             return exe(values[6]._data, values[0]._data, values[1]._data)
+        #         except (AttributeError, TypeError, ValueError):
+        #             return general(values)
+        checks = [f"    check({name!r}, values[{i}])" for i, name in fixed]
+        repack = self._prepack.refresher(position) if self._prepack else None  # lowering.gemm_prepack
+        checks += ["    repack(values)"] if repack is not None else []
+        arrays = [f"values[{i}]._data" for i in order] + [f"tail[{j}]" for j in range(len(literals))]
+        source = "\n".join(["def fast(values):", *checks, "    try:",
+                             f"        return exe({', '.join(arrays)})",
+                             "    except (AttributeError, TypeError, ValueError):  # not as the code takes it",
+                             "        return general(values)"])
+        namespace = {"exe": self.executable, "tail": tuple(literals), "general": general,
+                     "check": self.binding.check_fixed, "repack": repack}
+        exec(compile(source, "<native call>", "exec"), namespace)  # noqa: S102
+        return namespace["fast"]
 
     def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
         """Run on values by placeholder name (state included); returns the flat native results."""

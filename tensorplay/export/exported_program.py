@@ -33,7 +33,7 @@ from .graph_signature import (
     InputKind,
     OutputKind,
 )
-from .native import native_runner
+from .native import _FALLBACK, native_runner
 
 __all__ = ["CallSpec", "EqualityConstraint", "ExportedProgram", "ModuleCallEntry", "ModuleCallSignature", "Verifier"]
 
@@ -309,6 +309,9 @@ class ExportedProgram:
         plan = self.__dict__.get("_plan")
         if plan is None or plan.code is not self.graph_module.code:
             plan = self._call_plan()
+        if plan.simple and not kwargs and len(args) == plan.num_user:  # the common case, inlined
+            raw = _run_program(self, plan.read_state(self, args))
+            return raw[0] if plan.single and raw.__class__ is tuple and len(raw) == 1 else plan.user_result(raw)
         return plan.user_result(_run_program(self, plan.flat_args(self, args, kwargs)))
 
     @staticmethod
@@ -412,7 +415,7 @@ class _CallPlan:
     """
 
     __slots__ = ("code", "num_user", "state_first", "slots", "read_state", "checks", "num_mutations",
-                 "out_spec", "leaf")
+                 "out_spec", "leaf", "simple", "single")
 
     def __init__(self, program: ExportedProgram) -> None:
         gm = program.graph_module
@@ -427,6 +430,8 @@ class _CallPlan:
         self.num_mutations = gm.meta.get("num_mutations", 0)
         self.out_spec = gm.meta.get("out_spec")
         self.leaf = self.out_spec is not None and self.out_spec.is_leaf()
+        self.simple = self.state_first and not self.checks  # positional args need no more than the state
+        self.single = self.leaf and not self.num_mutations  # the result is the graph's one output
 
     def flat_args(self, program: ExportedProgram, args: tuple, kwargs: dict) -> list:
         """Placeholder values in graph order: the user's arguments and the live state."""
@@ -478,47 +483,55 @@ def _registry_steps(root: Any, target: str) -> list[tuple[str, str]] | None:
     return steps
 
 
-def _state_reader(program: ExportedProgram, targets: list[str]) -> Callable[[ExportedProgram], list]:
-    """A function giving the live value of every lifted state ``target`` (what ``_state_value`` gives).
+def _state_reader(program: ExportedProgram, targets: list[str]) -> Callable[..., list]:
+    """A function giving the live value of every lifted state ``target`` (what ``_state_value`` gives),
+    followed by ``args`` (``read_state(program, args)``: the placeholder values when state comes first).
 
     It is generated once per program from where each target is found now, sharing the lookups of a
     common owner, e.g. for ``fc1.weight`` and ``fc1.bias``::
 
-        m0 = root.__dict__['_modules']['fc1']
-        m1 = m0.__dict__['_parameters']['weight']
-        m2 = m0.__dict__['_parameters']['bias']
+        m0 = root.__dict__['_modules']
+        m1 = m0['fc1'].__dict__['_parameters']
+        return [m1['weight'], m1['bias']]
 
     and so still reads the model's current tensors on every call (a parameter replaced or a module
     swapped is seen). When a lookup fails (the model changed shape), every target is resolved afresh.
     """
     root = program.graph_module.root
     names: dict[tuple, str] = {(): "root"}
-    lines, results, slow = [], [], []
+    lines, results = [], []
+
+    def local(path: tuple, expr: str) -> str:
+        if path not in names:
+            names[path] = f"m{len(names) - 1}"
+            lines.append(f"        {names[path]} = {expr}")
+        return names[path]
+
     for target in targets:
         steps = _registry_steps(root, target)
         if steps is None:  # lifted constants kept with the program, or state resolved another way
-            slow.append(target)
-            results.append(f"state({target!r})")
+            results.append(f"program._state_value({target!r})")
             continue
         path: tuple = ()
-        for store, key in steps:
-            parent, path = names[path], (*path, (store, key))
-            if path not in names:
-                names[path] = f"m{len(names) - 1}"
-                read = (f"{parent}[{key!r}]" if store == "" else f"getattr({parent}, {key!r})" if store == "."
-                        else f"{parent}.__dict__[{store!r}][{key!r}]")
-                lines.append(f"        {names[path]} = {read}")
-        results.append(names[path])
+        expr = "root"
+        for i, (store, key) in enumerate(steps):
+            owner = local(path, expr) if path else "root"
+            if store in ("", "."):
+                expr = f"{owner}[{key!r}]" if store == "" else f"getattr({owner}, {key!r})"
+            else:  # a module registry: one local per (owner, registry), shared by its entries
+                expr = f"{local((*path, store), f'{owner}.__dict__[{store!r}]')}[{key!r}]"
+            path = (*path, (store, key))
+            if i == len(steps) - 1:
+                results.append(expr)
     source = "\n".join([
-        "def read_state(program):",
+        "def read_state(program, args=()):",
         "    root = program.graph_module.root",
-        "    state = program._state_value",
         "    try:",
         *lines,
+        f"        return [{''.join(r + ', ' for r in results)}*args]",
         "    except (KeyError, AttributeError, TypeError):",
-        "        return [state(t) for t in targets]",
-        f"    return [{', '.join(results)}]",
-    ]) if lines else "def read_state(program):\n    return [program._state_value(t) for t in targets]"
+        "        return [*[program._state_value(t) for t in targets], *args]",
+    ])
     namespace: dict[str, Any] = {"targets": tuple(targets)}
     exec(compile(source, f"<state reader of {len(targets)} targets>", "exec"), namespace)  # noqa: S102
     return namespace["read_state"]
@@ -615,7 +628,10 @@ def _check_fixed(value: Any, want: Any, label: str, read: frozenset = frozenset(
 def _run_program(program: ExportedProgram, flat_args: list) -> Any:
     """Run ``program`` on ``flat_args`` (state first): native code, compiled on first use; the graph
     interpreter only for programs the compiler cannot lower yet (see :mod:`tensorplay.export.native`)."""
-    runner = native_runner(program)
+    cached = program.__dict__.get("_native")  # native_runner's cache hit, inlined: this is every call
+    runner = cached[1] if cached is not None and cached[0] is program.graph_module.code else native_runner(program)
+    if runner is _FALLBACK:
+        runner = None
     if runner is None:
         return program.graph_module(*flat_args)
     return runner(program, flat_args)

@@ -79,14 +79,15 @@ class NativeRunner:
         flat = type(outputs) is tuple and all(type(r) is Result and not r.number and r.index == i
                                               for i, r in enumerate(outputs))
         self._unflatten = tuple if flat and len(outputs) == len(self.dtypes) else binding.unflatten
-        self._single = self.dtypes[0] if len(self.dtypes) == 1 else None
+        self._single = self.dtypes[0] if len(self.dtypes) == 1 and self._unflatten is tuple and not (
+            self.writes or self.interpret) else None
 
     def __call__(self, program: Any, flat_args: list) -> Any:
+        if self._single is not None:  # one result and no input updates: the common case
+            return (_new_tensor(self._run(flat_args)[0], self._single),)
         if self.writes or self.interpret:
             return self._call_updating(program, flat_args)
         arrays = self._run(flat_args)
-        if self._single is not None:
-            return self._unflatten((_new_tensor(arrays[0], self._single),))
         return self._unflatten([_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)])
 
     def _call_updating(self, program: Any, flat_args: list) -> Any:
