@@ -110,3 +110,17 @@ def test_kernel_level_form_and_refusal_message():
 ''').functions[0]
     with pytest.raises(LoweringError, match="tp.sum .* sized by tensor data"):
         lower_function(g)
+
+
+def test_kernel_level_interpretation_pads_with_zero_rows():
+    from dialect.interpret import run
+    f = parse('''func @main(%x: tensor<[2, 3], f32>) -> (tensor<[u0, 2], i64>) where {u0 in [0, 6]} {
+  %0 = tp.nonzero %x {rows = u0} : tensor<[u0, 2], i64>
+  tp.return %0
+}
+''').functions[0]
+    x = np.array([[0, 1, 0], [2, 0, 3]], np.float32)
+    out = np.full((6, 2), 7, np.int64)
+    run(lower_function(f), [x, out])
+    np.testing.assert_array_equal(out[:3], np.argwhere(x))
+    np.testing.assert_array_equal(out[3:], 0)
