@@ -46,7 +46,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import llvmlite.ir as ir
@@ -156,7 +156,7 @@ class _Codegen:
         self.workspace_size = self.index_error.size  # before the nonzero counts, which must end the workspace
         self.counts_offset, self.workspace_size, self.counts_meta = counts_layout(f, self.workspace_size)
         # top-level kernels: one internal function per distinct key (see lowering.kernel_functions)
-        self.kernel_fns: dict[str, ir.Function] = {}
+        self.kernel_fns: dict[Hashable, ir.Function] = {}
         self.kernels: list[dict[str, Any]] = []
         self.addresses: dict[Operation, sympy.Expr] = {}
         self.in_kernel = False
@@ -470,8 +470,9 @@ class _Codegen:
                 return sc.ops.finish(b.fadd(acc, v, flags=flags), dt)
             if combine == "mul":
                 return sc.ops.finish(b.fmul(acc, v, flags=flags), dt)
-        name = {"add": "add", "mul": "mul", "max": "maximum", "min": "minimum"}[combine]
-        return sc.ops.binary(name, acc, v, dt)
+        if combine in ("max", "min"):
+            return sc.ops.reduce_extremum("maximum" if combine == "max" else "minimum", acc, v, dt)
+        return sc.ops.binary(combine, acc, v, dt)
 
     # ----------------------------------------------------------------- parallel loops
     def _parallel_for(self, sc: _Scope, op: Operation) -> None:

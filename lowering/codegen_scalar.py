@@ -85,13 +85,20 @@ class ScalarOps:
         return ir.Constant(ty, min(max(int(value), lo), hi))
 
     def _intrinsic(self, name: str, args: Sequence[ir.Value], ret: ir.Type | None = None,
-                   suffix: str | None = None) -> ir.Value:
+                   suffix: str | None = None, fastmath: Sequence[str] = ()) -> ir.Value:
         """Call ``name.<suffix>`` (default suffix: the operand type, e.g. ``llvm.maximum.f32``)."""
         ret = ret or args[0].type
         full = f"{name}.{suffix or _tag(args[0].type)}"
         mod = self.b.module
         fn = mod.globals.get(full) or ir.Function(mod, ir.FunctionType(ret, [a.type for a in args]), full)
-        return self.b.call(fn, list(args))
+        return self.b.call(fn, list(args), fastmath=tuple(fastmath))
+
+    def reduce_extremum(self, name: str, acc: ir.Value, x: ir.Value, dt: DType) -> ir.Value:
+        """``maximum``/``minimum`` combining a reduction: NaN propagates as in :meth:`binary`, but the
+        order of -0 and +0 is left free (``nsz``), which halves the x86 code of a float max/min reduction."""
+        if not dt.is_float:
+            return self.binary(name, acc, x, dt)
+        return self.finish(self._intrinsic(f"llvm.{name}", [acc, x], fastmath=("nsz",)), dt)
 
     def _libm(self, name: str, args: Sequence[ir.Value], dt: DType) -> ir.Value:
         sym = _LIBM[name][0 if dt != F64 else 1]

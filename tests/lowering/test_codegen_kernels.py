@@ -340,3 +340,37 @@ def test_zero_sized_inputs():
     exe = compile_kernel_module(parse(text), num_threads=2)
     for shape in [(0, 5), (4, 0), (0, 0)]:
         check(text, [f32(*shape)], exe=exe)
+
+
+ROW_EXTREMA = """func @k(%x: buffer<[s0, 67], f32>, %hi: buffer<[s0], f32>, %lo: buffer<[s0], f32>) -> ()
+    where {s0 in [1, 128]} {
+  kernel.for {iv = i0, parallel = true, upper = s0} {
+    %0 = kernel.reduce {combine = max, init = -inf, iv = r0, upper = 67} : f32 {
+      %1 = kernel.load %x {index = [i0, r0]} : f32
+      kernel.yield %1
+    }
+    kernel.store %0, %hi {index = [i0]}
+    %2 = kernel.reduce {combine = min, init = inf, iv = r1, upper = 67} : f32 {
+      %3 = kernel.load %x {index = [i0, r1]} : f32
+      kernel.yield %3
+    }
+    kernel.store %2, %lo {index = [i0]}
+  }
+  kernel.return
+}"""
+
+
+def test_max_min_reductions_propagate_nan_wherever_it_sits():
+    """The reductions' max/min leave the order of -0/+0 free (nsz) but must keep NaN, in any lane."""
+    exe = compile_kernel_module(parse(ROW_EXTREMA), num_outputs=2, num_threads=1)
+    x = f32(70, 67)
+    for row, col in enumerate(range(67)):  # a NaN at every position (vector lanes, tail)
+        x[row, col] = np.nan
+    x[67, :] = -np.inf
+    x[68, :] = 0.0
+    x[68, 5] = -0.0
+    x[69, 30] = np.inf
+    hi, lo = exe(x)
+    np.testing.assert_array_equal(hi, np.max(x, axis=1))
+    np.testing.assert_array_equal(lo, np.min(x, axis=1))
+    assert np.isnan(hi[:67]).all() and np.isnan(lo[:67]).all()
