@@ -10,7 +10,7 @@ from ``<prefix>.body``. :func:`plan_kernel` decides that function's parameters a
   index terms that use header symbols only) becomes an ``i64`` offset parameter, and the buffer's
   other accesses keep their distance to it in the code: the slice ``x[:, t, :]`` runs the same code
   for every ``t``, and ``x[2*i]``, ``x[2*i + 1]`` stay visibly adjacent for the vectorizer;
-* the key is the kernel's op tree with values numbered by first appearance, addresses written
+* the key is the kernel's op tree (a nested tuple) with values numbered by first appearance, addresses written
   relative to those offset parameters, and no ``origin``/``name`` attributes. Kernels with equal keys
   are one function called with different arguments. Kernels holding a ``kernel.gemm`` stay apart
   (each call site may have its own prepacked weights; the function is one library call anyway).
@@ -46,7 +46,7 @@ Two slices of one buffer, at offsets 0 and 512, share a key::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +104,7 @@ class KernelPlan:
     """
 
     op: Operation
-    key: str
+    key: Hashable
     externals: list[Value]
     noalias: list[bool]
     offsets: list[sympy.Expr]
@@ -160,10 +160,10 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol]) -> KernelPlan:
             externals.append(v)
         return f"$a{k}"
 
-    def address(o: Operation, buf: Value) -> str:
+    def address(o: Operation, buf: Value) -> tuple:
         root = ref(buf)
         if id(buf) in inside:  # a buffer of the kernel's own: addressed as written
-            return f"{root}{attr_text(o.attributes['index'])}"
+            return (root, _hashable(o.attributes["index"]))
         variant, invariant = _split(flat_index(buf.type, o.attributes["index"]), header)
         k = off_index.get(ext_index[id(buf)])
         if k is None:  # the first access of a buffer sets its offset parameter
@@ -172,27 +172,26 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol]) -> KernelPlan:
         # later accesses keep their distance to the first in the code (x[2i] and x[2i + 1] stay adjacent)
         rel = variant + sympy.expand(invariant - offsets[k])
         addresses[o] = rel + offset_symbol(k)
-        return f"{root}[{rel} + $o{k}]"
+        return (root, rel, k)
 
-    lines: list[str] = []
+    lines: list[tuple] = []
 
     def visit(ops: Iterable[Operation], depth: int) -> None:
         for o in ops:
             if o.name in _ADDRESSED:
                 buf = o.operands[0] if o.name == "kernel.load" else o.operands[1]
                 at = address(o, buf)
-                operands = [ref(v) for v in o.operands if v is not buf]
-                attrs = {k: v for k, v in o.attributes.items() if k != "index" and k not in _SKIP_ATTRS}
-                body = f"{o.name} {at} {','.join(operands)} {_attrs(attrs)} : {buf.type.dtype}"
+                operands = tuple(ref(v) for v in o.operands if v is not buf)
+                attrs = _attrs(o.attributes, skip=("index", *_SKIP_ATTRS))
+                body = (o.name, at, operands, attrs, buf.type.dtype)
             else:
-                operands = [f"{ref(v)}:{v.type}" for v in o.operands]
-                attrs = {k: v for k, v in o.attributes.items() if k not in _SKIP_ATTRS}
-                body = f"{o.name} {','.join(operands)} {_attrs(attrs)}"
+                operands = tuple((ref(v), v.type) for v in o.operands)
+                body = (o.name, operands, _attrs(o.attributes, skip=_SKIP_ATTRS))
             results = []
             for r in o.results:
                 local[id(r)] = name = f"%{len(local)}"
-                results.append(f"{name}:{r.type}")
-            lines.append(f"{' ' * depth}{','.join(results)}={body}")
+                results.append((name, r.type))
+            lines.append((depth, tuple(results), body))
             for region in o.regions:
                 for a in region.block.args:
                     local[id(a)] = f"%{len(local)}"
@@ -201,17 +200,28 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol]) -> KernelPlan:
     visit(op.body.ops, 0)
     mem = [_memory(v) if isinstance(v.type, BufferType) else None for v in externals]
     noalias = [m is not None and mem.count(m) == 1 for m in mem]
-    params = ";".join(f"{v.type}{'!' if na else ''}" for v, na in zip(externals, noalias))
-    key = f"({params})\n" + "\n".join(lines)
+    params = tuple((v.type, na) for v, na in zip(externals, noalias))
+    key: tuple = (params, tuple(lines))
     if any(o.name == "kernel.gemm" for o in op.walk()):
         # a gemm call site may own a slot of prepacked weights (lowering.gemm_prepack): never shared,
         # and cheap to keep apart (the kernel is one library call)
-        key += f"\n#{id(op)}"
+        key += (id(op),)
     return KernelPlan(op, key, externals, noalias, offsets, addresses, kernel_info(op))
 
 
-def _attrs(attrs: dict[str, Any]) -> str:
-    return "{" + ", ".join(f"{k}={attr_text(attrs[k])}" for k in sorted(attrs)) + "}"
+def _hashable(v: Any) -> Hashable:
+    """An attribute value as a hashable key part (lists become tuples; anything else unhashable, text)."""
+    if isinstance(v, (list, tuple)):
+        return tuple(_hashable(x) for x in v)
+    try:
+        hash(v)
+    except TypeError:
+        return attr_text(v)
+    return v
+
+
+def _attrs(attrs: dict[str, Any], skip: tuple[str, ...]) -> tuple:
+    return tuple((k, _hashable(attrs[k])) for k in sorted(attrs) if k not in skip)
 
 
 def kernel_info(op: Operation) -> KernelInfo:
