@@ -2,10 +2,12 @@
 
 Calling a program (or ``ExportedProgram.call_exported(p)``) compiles it on first use with
 :func:`lowering.pipeline.compile_program` and then runs the native function; the compiled code is
-cached on the program (and on disk by the runtime). Buffer and parameter mutations come back as
-extra results and are written into the live tensors, exactly as the interpreted graph's in-place ops
-would. A program the compiler cannot lower yet runs on the graph interpreter instead, after one
-warning naming every unsupported op (``strict=True`` raises instead).
+cached on the program (and on disk by the runtime). In-place updates of inputs (a user tensor, a
+tensor inside an input container, a buffer or parameter) come back as extra results and are written
+into the live tensors, exactly as the interpreted graph's in-place ops would (views see them,
+``_version`` moves on once per in-place op). A program the compiler cannot lower yet runs on the
+graph interpreter instead, after one warning naming every unsupported op (``strict=True`` raises
+instead).
 
 >>> import tensorplay as tp
 >>> from tensorplay.export import export

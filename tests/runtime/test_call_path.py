@@ -1,5 +1,6 @@
 """The output pool behind ``Executable`` outputs: big outputs come from reused blocks, and an output the
 caller still holds (or a view of it) is never handed out again."""
+import doctest
 import threading
 
 import numpy as np
@@ -115,3 +116,7 @@ def test_threads_sharing_a_pool_each_keep_their_own_outputs():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_output_pool_docstring_examples():
+    assert doctest.testmod(output_pool).failed == 0
