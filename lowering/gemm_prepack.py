@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -162,10 +163,11 @@ class Prepacker:
     name, or literal arrays). Sites whose ``B`` is a user input are left to the kernel.
     """
 
-    __slots__ = ("_named", "_literal", "__weakref__")
+    __slots__ = ("_library", "_named", "_literal", "__weakref__")
 
     def __init__(self, library: Any, prefix: str, sites: Mapping[Any, PackSite], n_user: int, held: list,
                  literals: list) -> None:
+        self._library = weakref.ref(library)  # the slots live in its memory (see __del__)
         self._named: list[tuple[str, _Slot]] = []
         self._literal: list[_Slot] = []
         for site in sites.values():
@@ -185,6 +187,15 @@ class Prepacker:
 
     def __bool__(self) -> bool:
         return bool(self._named or self._literal)
+
+    def __del__(self) -> None:
+        # The packed copies die with this object: code still reachable elsewhere must not read them. A dead
+        # library (weak references to garbage are cleared before finalizers run) has no slots to clear.
+        library = getattr(self, "_library", None)
+        if library is None or library() is None:
+            return
+        for slot in [s for _, s in getattr(self, "_named", ())] + list(getattr(self, "_literal", ())):
+            slot.cell[0] = slot.cell[1] = 0
 
     @property
     def names(self) -> list[str]:

@@ -174,3 +174,23 @@ def test_exported_program_call_path_repacks_after_optimizer_style_updates() -> N
     want = _reference(model, np.asarray(x._data, np.float64))
     np.testing.assert_allclose(np.asarray(run(x)._data), want, rtol=1e-5, atol=1e-5)
     assert all(slot.packed is not packed[name] for name, slot in compiled._prepack._named)
+
+
+def test_slots_are_cleared_when_the_compiled_program_goes() -> None:
+    """The executable may outlive its CompiledProgram: it must not read packed copies that were freed."""
+    import gc
+
+    from lowering.pipeline import compile_program
+
+    tp, model, prog = _mlp_program()
+    compiled = compile_program(prog)
+    x = tp.randn(5, 40)
+    state = compiled.state_of(prog)
+    compiled.run({"x": x, **state})
+    cells = [slot.cell for _, slot in compiled._prepack._named]
+    assert all(c[0] for c in cells)
+    exe, held = compiled.executable, [np.asarray(state[name]._data) for name in compiled._prepack.names]
+    del compiled
+    gc.collect()
+    assert not any(c[0] or c[1] for c in cells)
+    assert exe is not None and held  # still alive: a direct call now packs B itself
