@@ -12,7 +12,7 @@ load it back (the row is still in L1). Before / after, inside ``kernel.for i0``:
     %s = kernel.reduce {combine = add, iv = r2, upper = 64} { %e = kernel.load %out0 {index = [i0, r2]} }
     kernel.for {iv = i1, upper = 64} { %e = kernel.load %out0 {index = [i0, i1]} ; ... ; kernel.store V ... }
 
-:func:`reciprocal_divisions` -- ``a / d`` inside a loop with ``d`` defined outside it becomes
+:func:`reciprocal_divisions` -- ``a / d`` inside an innermost loop with ``d`` defined outside it becomes
 ``(a * r) * s`` with ``r = 1 / (d * s)`` computed once before the loop; ``s`` is 1, or a power of two
 when ``|d|`` is so large or small that ``1/d`` would leave the normal range, so the quotient stays
 within 1.5 ulp (two roundings) of ``a / d`` for every ``d``, and the special values (0, inf, NaN)
@@ -235,28 +235,45 @@ def _scalar_op(block: Block, anchor: Operation, name: str, operands: list[Value]
     return block.insert_before(anchor, op).results[0]
 
 
+def _constant_reciprocal(d: Value, t: ScalarType) -> float | None:
+    """``1/c`` for a ``kernel.constant`` divisor ``c`` whose reciprocal is a normal number, else None."""
+    op = d.owner
+    if not isinstance(op, Operation) or op.name != "kernel.constant":
+        return None
+    c = float(op.attributes["value"])
+    big_exp, _ = _SCALE_EXP[t.dtype]
+    return 1.0 / c if c != 0 and 2.0 ** -big_exp < abs(c) < 2.0 ** big_exp else None
+
+
 def reciprocal_divisions(f: Function) -> int:
-    """Turn float32/float64 ``a / d`` with ``d`` invariant in the innermost enclosing loop into two
-    multiplies by a reciprocal computed before that loop (see the module docstring); returns the count."""
+    """Turn float32/float64 ``a / d`` in an innermost loop, with ``d`` defined outside it, into
+    multiplies by a reciprocal computed before that loop (see the module docstring): a constant ``d``
+    gives one multiply by ``1/d``; returns the count."""
     done = 0
     for loop in [op for op in f.walk() if op.name == "kernel.for"]:
+        if any(op.regions for op in loop.body.walk()):
+            continue  # a division per outer iteration (a mean, say) is not worth it
         for div in [op for op in loop.body.ops if op.name == "kernel.div"]:
             a, d = div.operands
             t = div.results[0].type
             if t.dtype not in _SCALE_EXP or _inside(d.owner if isinstance(d.owner, Operation) else None, loop.body):
                 continue
-            big_exp, k = _SCALE_EXP[t.dtype]
             outer, i1, origin = loop.parent, ScalarType(I1), div.attributes.get("origin")
-            mag = _scalar_op(outer, loop, "kernel.abs", [d], t)
-            big = _scalar_op(outer, loop, "kernel.gt", [mag, _const(outer, loop, 2.0 ** big_exp, t)], i1)
-            small = _scalar_op(outer, loop, "kernel.lt", [mag, _const(outer, loop, 2.0 ** -big_exp, t)], i1)
-            up = _scalar_op(outer, loop, "kernel.where", [small, _const(outer, loop, 2.0 ** k, t),
-                                                          _const(outer, loop, 1.0, t)], t)
-            scale = _scalar_op(outer, loop, "kernel.where", [big, _const(outer, loop, 2.0 ** -k, t), up], t)
-            recip = _scalar_op(outer, loop, "kernel.div",
-                               [_const(outer, loop, 1.0, t), _scalar_op(outer, loop, "kernel.mul", [d, scale], t)], t)
-            prod = _scalar_op(loop.body, div, "kernel.mul", [a, recip], t, origin)
-            quot = _scalar_op(loop.body, div, "kernel.mul", [prod, scale], t, origin)
+            inverse = _constant_reciprocal(d, t)
+            if inverse is not None:
+                quot = _scalar_op(loop.body, div, "kernel.mul", [a, _const(outer, loop, inverse, t)], t, origin)
+            else:
+                big_exp, k = _SCALE_EXP[t.dtype]
+                mag = _scalar_op(outer, loop, "kernel.abs", [d], t)
+                big = _scalar_op(outer, loop, "kernel.gt", [mag, _const(outer, loop, 2.0 ** big_exp, t)], i1)
+                small = _scalar_op(outer, loop, "kernel.lt", [mag, _const(outer, loop, 2.0 ** -big_exp, t)], i1)
+                up = _scalar_op(outer, loop, "kernel.where", [small, _const(outer, loop, 2.0 ** k, t),
+                                                              _const(outer, loop, 1.0, t)], t)
+                scale = _scalar_op(outer, loop, "kernel.where", [big, _const(outer, loop, 2.0 ** -k, t), up], t)
+                scaled = _scalar_op(outer, loop, "kernel.mul", [d, scale], t)
+                recip = _scalar_op(outer, loop, "kernel.div", [_const(outer, loop, 1.0, t), scaled], t)
+                prod = _scalar_op(loop.body, div, "kernel.mul", [a, recip], t, origin)
+                quot = _scalar_op(loop.body, div, "kernel.mul", [prod, scale], t, origin)
             div.results[0].replace_all_uses_with(quot)
             loop.body.remove(div)
             done += 1

@@ -174,3 +174,29 @@ def test_div_mod_with_an_offset_is_left_alone():
 }"""
     m = check_lowering(text, [{}], exact=True)
     assert sum(op.name == "kernel.for" for op in m.functions[0].walk()) == 1
+
+
+def test_division_by_a_constant_is_one_multiply():
+    text = """func @main(%x: tensor<[s0, 8], f32>) -> (tensor<[s0, 8], f32>) where {s0 in [1, 64]} {
+  %0 = tp.constant {value = dense<3.0>} : tensor<[], f32>
+  %1 = tp.div %x, %0 : tensor<[s0, 8], f32>
+  tp.return %1
+}"""
+    m = check_lowering(text, [{"s0": 5}])
+    assert _count(m, "kernel.div") == 0 and _count(m, "kernel.mul") == 1
+    x = np.random.default_rng(4).standard_normal((64, 8)).astype(np.float32) * 1e30
+    (got,) = compile_kernel_module(_lower(text), num_outputs=1, num_threads=1)(x)
+    want = x / np.float32(3.0)
+    assert np.max(np.abs(got.astype(np.float64) - want) / np.spacing(np.abs(want))) <= 1.5
+
+
+def test_a_per_row_division_outside_the_innermost_loop_is_left_alone():
+    # the mean of a row: one division per row, next to a reduction; not worth a reciprocal
+    text = """func @main(%x: tensor<[s0, 8], f32>) -> (tensor<[s0, 1], f32>) where {s0 in [1, 64]} {
+  %0 = tp.sum %x {axes = [1], keepdim = true} : tensor<[s0, 1], f32>
+  %1 = tp.constant {value = dense<7.0>} : tensor<[], f32>
+  %2 = tp.div %0, %1 : tensor<[s0, 1], f32>
+  tp.return %2
+}"""
+    m = check_lowering(text, [{"s0": 5}])
+    assert _count(m, "kernel.div") == 1
