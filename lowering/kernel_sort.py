@@ -7,10 +7,11 @@ their i64 indices (``tp.topk`` becomes a sort plus a slice, see :mod:`lowering.t
       kernel.sort %x, %out0, %out1, %t0 {axis = 1, descending = true}
     }
 
-``%t0`` is workspace scratch of ``2 * n`` i64 (two permutation arrays of one row). Each row is sorted by
-merging runs of 1, 2, 4 ... indices, taking the right run's head only when it comes strictly first, so
-equal keys keep their order (as eager and numpy's stable sort do) and the work is O(n log n). NaN sorts
-as the largest value: last ascending, first descending. Rows run one after the other.
+``%t0`` is workspace scratch of ``4 * n`` i64: two index arrays of one row, then two key arrays (the keys
+travel with their indices, so merging reads memory in order). Each row is sorted by merging runs of 1, 2,
+4 ... entries, taking the right run's head only when it comes strictly first, so equal keys keep their
+order (as eager and numpy's stable sort do) and the work is O(n log n). NaN sorts as the largest value:
+last ascending, first descending. Rows run one after the other.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ __all__ = ["scratch_type", "emit_sort_call", "row_layout"]
     traits=[SIDE_EFFECT])
 class KernelSort:
     """Stable sort of ``input`` along ``axis`` into ``values`` and i64 ``indices`` (same shape); ``scratch``
-    holds at least 2 * dim i64 (NaN sorts as the largest value).
+    holds at least 4 * dim i64 (NaN sorts as the largest value).
 
         kernel.sort %x, %v, %i, %t0 {axis = 1, descending = true}
     """
@@ -63,8 +64,9 @@ class KernelSort:
 
 
 def scratch_type(t: BufferType | object, axis: int) -> BufferType:
-    """The i64 scratch buffer a sort of a tensor of type ``t`` along ``axis`` needs (two rows of indices)."""
-    return BufferType((2 * t.shape[axis % t.rank],), I64)
+    """The i64 scratch buffer a sort of a tensor of type ``t`` along ``axis`` needs (two rows of indices and
+    two of keys, each key in an i64 slot at most)."""
+    return BufferType((4 * t.shape[axis % t.rank],), I64)
 
 
 def row_layout(shape: tuple, axis: int) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
@@ -169,21 +171,28 @@ class _SortEmitter:
         x, vals, idx, scratch, outer, n, inner = self.fn.args
         self.src, self.dst = self.var(i64(0)), self.var(i64(0))  # offsets (0 or n) of the two arrays
         self.width = self.var(i64(0))
+        self.keys = b.gep(scratch, [b.mul(n, i64(2))], inbounds=True, source_etype=LL_I64)  # after the indices
 
         def row(r: ir.Value) -> None:
             base = b.add(b.mul(b.sdiv(r, inner), b.mul(n, inner)), b.srem(r, inner))
-            self.counted(i64(0), n, lambda j: b.store(j, self.at(scratch, j, LL_I64)), "init")
+
+            def init(j: ir.Value) -> None:
+                b.store(j, self.at(scratch, j, LL_I64))
+                raw = b.load(self.at(x, b.add(base, b.mul(j, inner)), self.ety), typ=self.ety)
+                b.store(raw, self.at(self.keys, j, self.ety))
+
+            self.counted(i64(0), n, init, "init")
             b.store(i64(0), self.src)
             b.store(n, self.dst)
             b.store(i64(1), self.width)
-            self.loop(lambda: b.icmp_signed("<", self.get(self.width), n), lambda: self.pass_(x, base), "pass")
+            self.loop(lambda: b.icmp_signed("<", self.get(self.width), n), self.pass_, "pass")
             src = self.get(self.src)
 
             def out(j: ir.Value) -> None:
                 k = b.load(self.at(scratch, b.add(src, j), LL_I64), typ=LL_I64)
                 at = b.add(base, b.mul(j, inner))
                 b.store(k, self.at(idx, at, LL_I64))
-                value = b.load(self.at(x, b.add(base, b.mul(k, inner)), self.ety), typ=self.ety)
+                value = b.load(self.at(self.keys, b.add(src, j), self.ety), typ=self.ety)
                 b.store(value, self.at(vals, at, self.ety))
 
             self.counted(i64(0), n, out, "out")
@@ -192,13 +201,15 @@ class _SortEmitter:
             self.counted(i64(0), b.mul(outer, inner), row, "row")
         b.ret_void()
 
-    def key(self, x: ir.Value, base: ir.Value, array: ir.Value, k: ir.Value) -> ir.Value:
+    def entry(self, array: ir.Value, k: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """(index, stored key, key as a compute value) at position ``k`` of the array at offset ``array``."""
         b = self.b
-        scratch, inner = self.fn.args[3], self.fn.args[6]
-        j = b.load(self.at(scratch, b.add(array, k), LL_I64), typ=LL_I64)
-        return j, self.ops.load(self.at(x, b.add(base, b.mul(j, inner)), self.ety), self.dt)
+        at = b.add(array, k)
+        j = b.load(self.at(self.fn.args[3], at, LL_I64), typ=LL_I64)
+        ptr = self.at(self.keys, at, self.ety)
+        return j, b.load(ptr, typ=self.ety), self.ops.load(ptr, self.dt)
 
-    def pass_(self, x: ir.Value, base: ir.Value) -> None:
+    def pass_(self) -> None:
         """Merge every pair of adjacent runs of ``width`` from src into dst, then swap and double width."""
         b = self.b
         scratch, n = self.fn.args[3], self.fn.args[5]
@@ -216,10 +227,11 @@ class _SortEmitter:
             def take(k: ir.Value) -> None:
                 pk, qk = self.get(p), self.get(q)
                 left_ok, right_ok = b.icmp_signed("<", pk, mid), b.icmp_signed("<", qk, hi)
-                jp, up = self.key(x, base, src, b.select(left_ok, pk, lo))
-                jq, uq = self.key(x, base, src, b.select(right_ok, qk, lo))
+                jp, rp, up = self.entry(src, b.select(left_ok, pk, lo))
+                jq, rq, uq = self.entry(src, b.select(right_ok, qk, lo))
                 right = b.and_(right_ok, b.or_(b.not_(left_ok), self.before(uq, up)))
                 b.store(b.select(right, jq, jp), self.at(scratch, b.add(dst, k), LL_I64))
+                b.store(b.select(right, rq, rp), self.at(self.keys, b.add(dst, k), self.ety))
                 b.store(b.select(right, pk, b.add(pk, i64(1))), p)
                 b.store(b.select(right, b.add(qk, i64(1)), qk), q)
 

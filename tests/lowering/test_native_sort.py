@@ -141,7 +141,7 @@ def test_kernel_level_form():
 ''').functions[0]
     text = str(Module([lower_function(f)]))
     assert "kernel.sort %x" in text and "descending = true" in text
-    assert "buffer<[16], i64>" in text  # scratch: two index rows of 8
+    assert "buffer<[32], i64>" in text  # scratch: two index rows and two key rows of 8
 
 
 def test_kernel_level_interpretation_matches_numpy():
@@ -160,3 +160,15 @@ def test_kernel_level_interpretation_matches_numpy():
     want = _ref_argsort(np.exp(x), 1, False)[:, :3]
     np.testing.assert_array_equal(indices, want)
     np.testing.assert_allclose(values, np.take_along_axis(np.exp(x), want, 1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sort_half_precision_keys_match_eager(dtype):
+    """Keys stored as 16 bits (bf16 as the top half of a float32) compare as floats, NaN first descending."""
+    x = tp.tensor(np.array([[3, 1, np.nan, -2, 1, 0.5, -np.inf, 1]], np.float32)).to(getattr(tp, dtype))
+    prog = export(lambda x: tuple(tp.sort(x, dim=1, descending=True)), x)
+    tp.compile(prog)
+    values, indices = prog(x)
+    want = _ref_argsort(x.float().numpy(), 1, True)
+    np.testing.assert_array_equal(indices.numpy(), want)
+    np.testing.assert_array_equal(values.float().numpy(), np.take_along_axis(x.float().numpy(), want, 1))
