@@ -218,3 +218,22 @@ def test_winograd_with_fused_prologue_and_odd_fallback():
         assert ("k = 16," in kernel) == winograd and ("k = 144," in kernel) != winograd
         want = _conv_ref(np.maximum(x * s - 0.5, 0), w, None, (1, 1), (1, 1), (1, 1), 1)
         np.testing.assert_allclose(_run(prog, x, w, s), want, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("xs, ws, stride, pad, dil, dims", [
+    ((2, 3, 17), (4, 3, 3), 2, 1, 1, {2: Dim("L", min=4, max=100)}),
+    ((1, 16, 12, 10), (16, 16, 3, 3), 1, 1, 1, {2: Dim("H", min=4, max=64)}),  # symbolic size: no Winograd
+    ((1, 4, 12, 10), (5, 4, 3, 3), 2, 2, 2, {0: Dim("n"), 3: Dim("W", min=8, max=64)}),
+])
+def test_conv_dynamic_spatial_size(xs, ws, stride, pad, dil, dims):
+    """Padding split points are symbolic expressions of the input size."""
+    rng = np.random.default_rng(9)
+    x, w = rng.standard_normal(xs, dtype=np.float32), rng.standard_normal(ws, dtype=np.float32)
+    nd = x.ndim - 2
+    prog = export(_module((stride,) * nd, (pad,) * nd, (dil,) * nd, 1), tp.tensor(x), tp.tensor(w),
+                  dynamic_shapes=(dims, None))
+    tp.compile(prog, num_threads=1)
+    for grow in (0, 3):
+        xb = rng.standard_normal([s + grow * (k in dims) for k, s in enumerate(xs)], dtype=np.float32)
+        want = _conv_ref(xb, w, None, (stride,) * nd, (pad,) * nd, (dil,) * nd, 1)
+        np.testing.assert_allclose(_run(prog, xb, w), want, rtol=1e-5, atol=5e-5)
