@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from lowering.gemm import Epilogue, compile_gemm, scratch_bytes  # noqa: E402
+from lowering.gemm_prepack import pack_b  # noqa: E402
 
 SQUARE = (64, 256, 512, 1024, 2048)
 #: (M, K, N) with B in the nn.Linear layout (N x K): the transformer block's GEMMs (seq 128, d_model 256,
@@ -56,6 +57,15 @@ def raw_call(kern, a: np.ndarray, b: np.ndarray, c: np.ndarray, scratch: np.ndar
     m, n = c.shape
     k = a.shape[1]
     args = (1, m, n, k, a.ctypes.data, a.shape[1], 0, b.ctypes.data, b.shape[1], 0, c.ctypes.data, n, 0,
+            None if bias is None else bias.ctypes.data, None, n, 0, 0, scratch.ctypes.data)
+    fn = kern._fn
+    return lambda: fn(*args)
+
+
+def packed_call(kern, a: np.ndarray, packed: np.ndarray, n: int, c: np.ndarray, scratch: np.ndarray, bias=None):
+    """Like :func:`raw_call` for a ``packed_b`` kernel: ``packed`` is ``B`` packed once beforehand."""
+    m, k = a.shape
+    args = (1, m, n, k, a.ctypes.data, k, 0, packed.ctypes.data, 0, 0, c.ctypes.data, n, 0,
             None if bias is None else bias.ctypes.data, None, n, 0, 0, scratch.ctypes.data)
     fn = kern._fn
     return lambda: fn(*args)
@@ -91,6 +101,8 @@ def main() -> None:
     nn_kernel = compile_gemm()
     nt_kernel = compile_gemm(trans_b=True)
     fused = compile_gemm(trans_b=True, epilogue=Epilogue(bias=True, activation="relu"))
+    nt_packed = compile_gemm(trans_b=True, packed_b=True)
+    fused_packed = compile_gemm(trans_b=True, epilogue=Epilogue(bias=True, activation="relu"), packed_b=True)
 
     print(f"{'shape':>22} {'numpy':>9} {'torch':>9} {'ours':>9} {'ours/np':>8}   (GFLOP/s, 1 thread)")
     for n in opts.sizes:
@@ -110,7 +122,8 @@ def main() -> None:
         print(f"{f'{n}x{n}x{n}':>22} {row['numpy']:9.1f} {row.get('torch', float('nan')):9.1f} "
               f"{row['ours']:9.1f} {row['ours'] / row['numpy']:8.2f}")
 
-    print(f"\n{'M x K x N, B as N x K':>22} {'numpy':>9} {'torch':>9} {'ours':>9} {'ours/np':>8}   (GFLOP/s)")
+    print(f"\n{'M x K x N, B as N x K':>22} {'numpy':>9} {'torch':>9} {'ours':>9} {'ours/np':>8} {'prepacked':>9}"
+          "   (GFLOP/s; prepacked: B packed once beforehand)")
     for m, k, n in LINEAR:
         a = rng.standard_normal((m, k), dtype=np.float32)
         w = rng.standard_normal((n, k), dtype=np.float32)
@@ -122,12 +135,14 @@ def main() -> None:
             ta, tw = torch.from_numpy(a), torch.from_numpy(w)
             row["torch"] = flops / best_seconds(partial(torch.nn.functional.linear, ta, tw)) / 1e9
         row["ours"] = flops / best_seconds(raw_call(nt_kernel, a, w, c, scratch)) / 1e9
+        packed = pack_b(w, trans_b=True)
+        row["ours_prepacked"] = flops / best_seconds(packed_call(nt_packed, a, packed, n, c, scratch)) / 1e9
         results["linear"].append(row)
         print(f"{f'{m}x{k}x{n}':>22} {row['numpy']:9.1f} {row.get('torch', float('nan')):9.1f} "
-              f"{row['ours']:9.1f} {row['ours'] / row['numpy']:8.2f}")
+              f"{row['ours']:9.1f} {row['ours'] / row['numpy']:8.2f} {row['ours_prepacked']:9.1f}")
 
     print(f"\n{'M=1 GEMV (K->N)':>22} {'numpy':>9} {'torch':>9} {'ours':>9} {'ours/np':>8}   "
-          "(microseconds per call; +bias+relu fused)")
+          f"{'prepacked':>9}  (microseconds per call; +bias+relu fused)")
     for k, n in GEMV:
         x = rng.standard_normal((1, k), dtype=np.float32)
         w = rng.standard_normal((n, k), dtype=np.float32)
@@ -139,11 +154,13 @@ def main() -> None:
             tx, tw, tbias = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(bias)
             row["torch_us"] = 1e6 * best_seconds(partial(_torch_linear_relu, torch, tx, tw, tbias))
         row["ours_us"] = 1e6 * best_seconds(raw_call(fused, x, w, c, scratch, bias))
+        row["ours_prepacked_us"] = 1e6 * best_seconds(packed_call(fused_packed, x, pack_b(w, True), n, c, scratch,
+                                                                  bias))
         row["ours_plain_us"] = 1e6 * best_seconds(raw_call(nt_kernel, x, w, c, scratch))
         row["ours_GFLOPs"] = 2.0 * k * n / row["ours_plain_us"] / 1e3
         results["gemv"].append(row)
         print(f"{f'{k}->{n}':>22} {row['numpy_us']:9.2f} {row.get('torch_us', float('nan')):9.2f} "
-              f"{row['ours_us']:9.2f} {row['numpy_us'] / row['ours_us']:8.2f}x")
+              f"{row['ours_us']:9.2f} {row['numpy_us'] / row['ours_us']:8.2f}x {row['ours_prepacked_us']:9.2f}")
 
     opts.json.write_text(json.dumps(results, indent=2))
     print(f"\nwrote {opts.json}")

@@ -342,10 +342,13 @@ _KERNELS_LOCK = threading.Lock()
 
 
 def compile_gemm(*, trans_a: bool = False, trans_b: bool = False, epilogue: Epilogue = NO_EPILOGUE,
-                 shape: GemmShape = DEFAULT_SHAPE, cache: bool = True, dtype: str = "f32") -> GemmKernel:
+                 shape: GemmShape = DEFAULT_SHAPE, cache: bool = True, dtype: str = "f32",
+                 packed_b: bool = False) -> GemmKernel:
     """JIT-compile (once per configuration and process) a GEMM kernel callable on numpy arrays.
 
     ``dtype`` other than ``"f32"`` builds :func:`lowering.gemm_generic.emit_gemm_generic` (``shape`` unused).
+    ``packed_b`` kernels take ``B`` prepacked (:func:`lowering.gemm_prepack.pack_b`): call their ``_fn``
+    directly (the numpy wrapper reads ``B`` as a matrix).
 
     >>> import numpy as np
     >>> k = compile_gemm()
@@ -360,17 +363,20 @@ def compile_gemm(*, trans_a: bool = False, trans_b: bool = False, epilogue: Epil
 
     if dtype not in NUMPY_DTYPES:
         raise ValueError(f"compile_gemm: dtype must be one of {sorted(NUMPY_DTYPES)}, got {dtype!r}")
-    key = (bool(trans_a), bool(trans_b), epilogue, shape, dtype)
+    if packed_b and dtype != "f32":
+        raise ValueError(f"compile_gemm: a prepacked B exists for f32 only, got dtype {dtype!r}")
+    key = (bool(trans_a), bool(trans_b), epilogue, shape, dtype, bool(packed_b))
     with _KERNELS_LOCK:
         kern = _KERNELS.get(key)
         if kern is None:
             module = ir.Module(name="gemm")
             if dtype == "f32":
-                emit_gemm(module, "tp_gemm", trans_a=trans_a, trans_b=trans_b, epilogue=epilogue, shape=shape)
+                emit_gemm(module, "tp_gemm", trans_a=trans_a, trans_b=trans_b, epilogue=epilogue, shape=shape,
+                          packed_b=packed_b)
             else:
                 emit_gemm_generic(module, "tp_gemm", dtype, trans_a=trans_a, trans_b=trans_b, epilogue=epilogue)
             lib = compile_ir(module, cache=cache, name=f"gemm_{'t' if trans_a else 'n'}{'t' if trans_b else 'n'}_"
-                             f"{dtype}_{epilogue.describe()}")
+                             f"{dtype}_{epilogue.describe()}{'_packed_b' if packed_b else ''}")
             kern = _KERNELS[key] = GemmKernel(trans_a, trans_b, epilogue, shape, lib,
                                               lib.function("tp_gemm", None, *_CTYPES), dtype)
     return kern
