@@ -101,7 +101,7 @@ class _PoolEmitter:
 
     def __init__(self, triple: str) -> None:
         arch = triple.split("-")[0]
-        if arch not in _SYS_FUTEX:
+        if arch not in _SYS_FUTEX or "-linux" not in triple:
             raise ValueError(f"the worker pool is built for Linux on {sorted(_SYS_FUTEX)}, got triple {triple!r}")
         self.sys_futex = _SYS_FUTEX[arch]
         m = self.m = ir.Module(name="tp_threadpool")

@@ -21,7 +21,15 @@ from lowering.codegen_llvm import compile_kernel_module, emit_llvm
 from runtime.abi import Executable
 from runtime.aot import SharedLibrary, link_shared
 from runtime.jit import compile_ir, compile_object, undefined_symbols
-from runtime.threadpool import MAX_WORKERS, PARALLEL_FOR, needs_pool, pool_library, pool_object, pool_stats
+from runtime.threadpool import (
+    MAX_WORKERS,
+    PARALLEL_FOR,
+    emit_pool_ir,
+    needs_pool,
+    pool_library,
+    pool_object,
+    pool_stats,
+)
 
 # A chunk function that counts its calls per chunk and records the chunk count it was given, a nested
 # variant whose chunks each run an inner pool job, and drivers calling tp_parallel_for.
@@ -190,6 +198,21 @@ def test_pool_is_one_library_per_process_and_linked_by_prefix(harness):
     assert pool_library() is pool_library() and lib.links == (pool_library(),)
     assert needs_pool(lib.object) and not needs_pool(pool_object())
     assert PARALLEL_FOR in undefined_symbols(lib.object)
+
+
+def test_pool_ir_for_linux_on_x86_64_and_aarch64_only():
+    import llvmlite.binding as llvm
+
+    from runtime.target import ensure_initialized
+
+    ensure_initialized()
+    for triple, pause in (("x86_64-unknown-linux-gnu", True), ("aarch64-unknown-linux-gnu", False)):
+        text = emit_pool_ir(triple)
+        llvm.parse_assembly(text).verify()
+        assert ("llvm.x86.sse2.pause" in text) == pause and "pthread_mutex" not in text
+    for triple in ("x86_64-apple-darwin", "riscv64-unknown-linux-gnu"):
+        with pytest.raises(ValueError, match=f"Linux on .*got triple '{triple}'"):
+            emit_pool_ir(triple)
 
 
 # ------------------------------------------------------------------------------------ compiled programs
