@@ -377,21 +377,34 @@ def _eye(cx: Cx, n: Any, m: Any = None, **kw: Any) -> Value:
 
 @rule("diagonal")
 def _diagonal(cx: Cx, input: Value, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Value:
-    """Move the two dims last, flatten them and take every ``(cols + 1)``-th element from the start."""
+    """Move the two dims last, flatten them and take every ``(cols + 1)``-th element from the start.
+
+    The columns must be static (the step); static rows with symbolic columns swap the two dims (and negate
+    the offset). Symbolic rows get ``cols + |offset| + 1`` zero rows padded on, which bounds the slice's stop
+    by a constant so its bounds are provable by intervals; the diagonal never reaches them."""
     rank = input.type.rank
     d1, d2 = _tuple(dim1, 1, "dim1")[0] % rank, _tuple(dim2, 1, "dim2")[0] % rank
     rows, cols = input.type.shape[d1], input.type.shape[d2]
-    if not (rows.is_Integer and cols.is_Integer):
+    if not cols.is_Integer and rows.is_Integer:
+        d1, d2, rows, cols, offset = d2, d1, cols, rows, -offset
+    if not cols.is_Integer:
         raise UnsupportedOp(f"diagonal of a {rows} x {cols} matrix: a symbolic extent (the step is a static int)")
     rest = [i for i in range(rank) if i not in (d1, d2)]
     x = cx.permute(input, rest + [d1, d2])
     lead = [input.type.shape[i] for i in rest]
     length = cx.out_shape()[-1]
+    padded = not rows.is_Integer
+    if padded:
+        extra = int(cols) + abs(offset) + 1
+        x = cx.emit("tp.pad", x, pads=[(0, 0)] * len(lead) + [(0, extra), (0, 0)])
+        rows = rows + extra
     flat = cx.reshape(x, [*lead, rows * cols])
     start = offset if offset >= 0 else -offset * int(cols)
     step = int(cols) + 1
     if sympy.sympify(length) == 0:
         return cx.slice(flat, len(lead), 0, 0)
+    if padded:  # a stop provably >= start even when the length may be 0
+        return cx.slice(flat, len(lead), start, start + length * step, step)
     return cx.slice(flat, len(lead), start, start + (length - 1) * step + 1, step)
 
 

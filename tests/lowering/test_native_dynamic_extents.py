@@ -1,4 +1,4 @@
-"""Ops whose lowering depends on a dynamic extent, compiled natively and compared with numpy.
+"""Ops whose lowering depends on a dynamic extent (cumprod, diagonal), compiled natively and compared with numpy.
 
 cumprod along an unbounded dynamic dim is a masked product (lowering/to_tp_movement.py); along a bounded
 one it stays a Hillis-Steele scan.
@@ -49,3 +49,32 @@ def test_cumprod_along_a_bounded_dynamic_dim_keeps_the_scan():
     for n in (6, 8, 1):
         y = np.linspace(0.5, 1.5, 2 * n, dtype=np.float32).reshape(n, 2)
         np.testing.assert_allclose(prog(tp.tensor(y)).numpy(), np.cumprod(y, axis=0), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("offset", [0, 2, -1, -3])
+@pytest.mark.parametrize("dynamic_dim", [0, 1])
+def test_diagonal_with_one_dynamic_dim(offset, dynamic_dim):
+    """Symbolic rows pad zero rows so the strided slice is provably in bounds; symbolic columns swap dims."""
+    def f(x):
+        return tp.diagonal(x, offset)
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    prog = export(f, tp.tensor(x), dynamic_shapes={"x": {dynamic_dim: Dim("n", min=1, max=40)}})
+    tp.compile(prog)
+    for n in (1, 3, 4, 5, 9):
+        shape = (n, 4) if dynamic_dim == 0 else (5, n)
+        y = rng.standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(prog(tp.tensor(y)).numpy(), np.diagonal(y, offset))
+
+
+def test_diagonal_of_a_batch_with_dynamic_rows():
+    def f(x):
+        return tp.diagonal(x, 1, 1, 2)
+
+    x = np.arange(2 * 6 * 3, dtype=np.float32).reshape(2, 6, 3)
+    prog = export(f, tp.tensor(x), dynamic_shapes={"x": {1: Dim("n", min=1)}})
+    tp.compile(prog)
+    for n in (6, 2, 11):
+        y = np.arange(2 * n * 3, dtype=np.float32).reshape(2, n, 3)
+        np.testing.assert_array_equal(prog(tp.tensor(y)).numpy(), np.diagonal(y, 1, 1, 2))
