@@ -225,6 +225,8 @@ def emit_pack(module: ir.Module, name: str, *, panel: int, contiguous: bool) -> 
                     for r0 in range(0, panel, LANES):
                         _pack_transposed(b, lp, kc, gep(b, src, b.mul(b.add(e0, i64(r0)), ld)), ld,
                                          gep(b, panel_dst, i64(r0)), panel)
+                elif panel < LANES:  # e.g. A's MR-row panels: 16 x 16 transposes with zero rows past the panel
+                    _pack_transposed(b, lp, kc, gep(b, src, b.mul(e0, ld)), ld, panel_dst, panel, rows=panel)
                 else:
                     # transposing copy: walk each source line once, write it strided
                     for r in range(panel):
@@ -265,21 +267,32 @@ def transpose16(b: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
 
 
 def _pack_transposed(b: ir.IRBuilder, lp: Loops, kc: ir.Value, src: ir.Value, ld: ir.Value, dst: ir.Value,
-                     panel: int) -> None:
-    """``dst[k*panel + r] = src[r*ld + k]`` for ``r < 16, k < kc``: 16 x 16 blocks transposed in registers."""
-    lines = [gep(b, src, b.mul(i64(r), ld)) for r in range(LANES)]
+                     panel: int, rows: int = LANES) -> None:
+    """``dst[k*panel + r] = src[r*ld + k]`` for ``r < rows <= 16, k < kc``: 16 x 16 blocks transposed in
+    registers (rows past ``rows`` are zeros, and only the first ``rows`` lanes of each column are stored)."""
+    lines = [gep(b, src, b.mul(i64(r), ld)) for r in range(rows)]
+    zero = _zero()
+    keep = ir.Constant(V16_I1, [ir.Constant(I1, int(r < rows)) for r in range(LANES)])
+
+    def put(vec: ir.Value, ptr: ir.Value) -> None:
+        if rows == LANES:
+            b.store(vec, ptr, align=4)
+        else:
+            masked_store(b, vec, ptr, keep)
+
     body_end = b.sub(kc, b.srem(kc, i64(LANES)))
     with lp.range(i64(0), body_end, LANES, "tk") as k0:
-        cols = transpose16(b, [load_v(b, gep(b, line, k0)) for line in lines])
+        cols = transpose16(b, [load_v(b, gep(b, line, k0)) for line in lines] + [zero] * (LANES - rows))
         for c, vec in enumerate(cols):
-            b.store(vec, gep(b, dst, b.mul(b.add(k0, i64(c)), i64(panel))), align=4)
+            put(vec, gep(b, dst, b.mul(b.add(k0, i64(c)), i64(panel))))
     rest = b.sub(kc, body_end)
     with Loops(b).when(b.icmp_signed(">", rest, i64(0)), "tail"):
         mask = lane_mask(b, rest)
-        cols = transpose16(b, [masked_load(b, gep(b, line, body_end), mask) for line in lines])
+        cols = transpose16(b, [masked_load(b, gep(b, line, body_end), mask) for line in lines]
+                           + [zero] * (LANES - rows))
         for c, vec in enumerate(cols):
             with lp.when(b.icmp_signed("<", i64(c), rest), f"tail{c}"):
-                b.store(vec, gep(b, dst, b.mul(b.add(body_end, i64(c)), i64(panel))), align=4)
+                put(vec, gep(b, dst, b.mul(b.add(body_end, i64(c)), i64(panel))))
 
 
 # --------------------------------------------------------------------------------------
