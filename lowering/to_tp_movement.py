@@ -102,12 +102,22 @@ def _pieces(cx: Cx, input: Value, dim: Any) -> list[Value]:
     start, out = sympy.Integer(0), []
     for shape in [t.shape for t in cx.out]:
         n = shape[axis] if len(shape) == input.type.rank else sympy.Integer(1)
-        if cx.b.facts.prove(sympy.Le(start + n, input.type.shape[axis])) is not True:
-            raise UnsupportedOp(f"pieces of a symbolic extent {input.type.shape[axis]} the dialect cannot prove "
-                                f"in bounds ({start} + {n})")
-        out.append(cx.slice(input, axis, start, start + n))
+        facts = cx.b.facts
+        if all(facts.prove(r) is True for r in (sympy.Ge(start, 0), sympy.Ge(n, 0),
+                                                 sympy.Le(start + n, input.type.shape[axis]))):
+            out.append(cx.slice(input, axis, start, start + n))
+        else:  # ceil(n / chunks) pieces: in bounds by the capture's guards, not provably by intervals
+            out.append(_gather_range(cx, input, axis, start, n))
         start = start + n
     return out
+
+
+def _gather_range(cx: Cx, input: Value, axis: int, start: Any, n: Any) -> Value:
+    """Positions ``start .. start + n - 1`` along ``axis`` as a gather (indices checked when it runs)."""
+    where = cx.emit("tp.iota", shape=[n], axis=0, dtype=I64)
+    if sympy.sympify(start) != 0:
+        where = cx.emit("tp.add", where, cx.expand(size_tensor(cx, start), [n]))
+    return cx.emit("tp.index_select", input, where, axis=axis)
 
 
 def _fold_mod(cx: Cx, e: sympy.Expr) -> sympy.Expr:

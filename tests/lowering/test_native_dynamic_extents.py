@@ -1,4 +1,5 @@
-"""Ops whose lowering depends on a dynamic extent (cumprod, diagonal), compiled natively and compared with numpy.
+"""Ops whose lowering depends on a dynamic extent (cumprod, diagonal, chunk), compiled natively and compared
+with numpy.
 
 cumprod along an unbounded dynamic dim is a masked product (lowering/to_tp_movement.py); along a bounded
 one it stays a Hillis-Steele scan.
@@ -78,3 +79,27 @@ def test_diagonal_of_a_batch_with_dynamic_rows():
     for n in (6, 2, 11):
         y = np.arange(2 * n * 3, dtype=np.float32).reshape(2, n, 3)
         np.testing.assert_array_equal(prog(tp.tensor(y)).numpy(), np.diagonal(y, 1, 1, 2))
+
+
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_chunk_of_a_dynamic_dim(chunks):
+    """Pieces of ceil(n / chunks) are in bounds by the capture's guards; unprovable ones are gathers."""
+    from tensorplay.export.dynamic_shapes import ConstraintsExceededError
+
+    def f(x):
+        return tuple(tp.chunk(x, chunks, 0))
+
+    x = np.arange(7 * 2, dtype=np.float32).reshape(7, 2)
+    prog = export(f, tp.tensor(x), dynamic_shapes={"x": {0: Dim.AUTO}})
+    tp.compile(prog)
+    for n in (7, 8, 9, 12):
+        y = np.arange(n * 2, dtype=np.float32).reshape(n, 2)
+        want = [p.numpy() for p in tp.chunk(tp.tensor(y), chunks, 0)]
+        try:
+            got = prog(tp.tensor(y))
+        except ConstraintsExceededError:
+            assert len(want) != len(f(tp.tensor(x)))  # only a size giving another number of pieces is refused
+            continue
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.numpy(), w)

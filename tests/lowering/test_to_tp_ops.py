@@ -32,7 +32,6 @@ UNSUPPORTED: dict[str, str] = {}
 
 #: op -> why it converts with static extents only (a dynamic first dim must give LoweringError).
 STATIC_ONLY: dict[str, str] = {
-    "chunk": "a piece of ceil(n / chunks) is not provably inside a symbolic extent n under interval reasoning",
     "diagonal": "rows and columns both symbolic: the flat stride (columns + 1) must be a static int",
     "avg_pool_backward": "pooling windows are unrolled: spatial extents must be static, and a dynamic grad "
                          "batch must provably equal the input's",
