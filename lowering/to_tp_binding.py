@@ -103,15 +103,7 @@ class Binding:
 
     def unflatten(self, results: list[Any]) -> Any:
         """The graph's output structure rebuilt from the function's results."""
-        def fill(spec: Any) -> Any:
-            if isinstance(spec, Result):
-                return int(results[spec.index]) if spec.number else results[spec.index]
-            if isinstance(spec, (list, tuple)):
-                return rebuild(spec, [fill(s) for s in spec])
-            if isinstance(spec, dict):
-                return {k: fill(v) for k, v in spec.items()}
-            return spec
-        return fill(self.outputs)
+        return _fill(self.outputs, results)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +113,18 @@ class Result:
 
     def __repr__(self) -> str:
         return f"<result {self.index}>"
+
+
+def _fill(spec: Any, results: list[Any]) -> Any:
+    # a plain recursive function: a nested closure would form a reference cycle holding ``results``
+    # (big outputs would then live until the cyclic GC ran)
+    if isinstance(spec, Result):
+        return int(results[spec.index]) if spec.number else results[spec.index]
+    if isinstance(spec, (list, tuple)):
+        return rebuild(spec, [_fill(s, results) for s in spec])
+    if isinstance(spec, dict):
+        return {k: _fill(v, results) for k, v in spec.items()}
+    return spec
 
 
 def rebuild(like: Any, items: list) -> Any:

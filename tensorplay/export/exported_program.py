@@ -24,7 +24,7 @@ from typing import Any
 
 from .._tensor import Tensor
 from ..graph import Graph, GraphCaptureError, GraphModule
-from ..graph._pytree import TreeSpec, _context_equal, _flatten_one, tree_unflatten
+from ..graph._pytree import _NODE_DEFS, TreeSpec, _context_equal, _flatten_one, tree_unflatten
 from ..nn import Module
 from .graph_signature import (
     ConstantArgument,
@@ -455,7 +455,19 @@ class _CallPlan:
             return user[0] if len(user) == 1 else tuple(user)
         if self.leaf and len(user) == 1:
             return user[0]
-        return tree_unflatten(user, self.out_spec)
+        if len(user) != self.out_spec.num_leaves:
+            return tree_unflatten(user, self.out_spec)  # raises, naming both counts
+        return _rebuild(self.out_spec, iter(user))
+
+
+def _rebuild(spec: TreeSpec, leaves: Iterator) -> Any:
+    """``tree_unflatten`` without its self-referencing closure: that reference cycle would keep the
+    results (big output buffers) alive until the cyclic GC runs."""
+    if spec.type is None:
+        return next(leaves)
+    children = [_rebuild(child, leaves) for child in spec.children_specs]
+    node_def = _NODE_DEFS.get(spec.type)
+    return node_def.unflatten(children, spec.context) if node_def is not None else spec.type(*children)
 
 
 def _registry_steps(root: Any, target: str) -> list[tuple[str, str]] | None:

@@ -263,3 +263,20 @@ def test_strided_and_numpy_inputs_take_the_general_route():
     np.testing.assert_allclose(_arr(prog(strided)), base.T * 2, rtol=1e-6)
     with pytest.raises(TypeError, match="dtype float32"):
         prog(tp.ones(2, 3, dtype=tp.int64))
+
+
+def test_outputs_are_freed_as_soon_as_the_caller_drops_them():
+    import gc
+    import weakref
+
+    prog = export(lambda x: {"double": x * 2, "parts": [x + 1, x - 1]}, tp.ones(4))
+    _native(prog)
+    gc.disable()  # no reference cycle may hold the results (big outputs would stay until a collection)
+    try:
+        out = prog(tp.ones(4))
+        refs = [weakref.ref(t) for t in (out["double"], *out["parts"])]
+        np.testing.assert_allclose(_arr(out["parts"][0]), [2.0] * 4)
+        del out
+        assert all(r() is None for r in refs)
+    finally:
+        gc.enable()
