@@ -205,9 +205,38 @@ def _value_to(cx: Cx, value: Any, dtype: Any, shape: tuple) -> Value:
     return cx.expand(v, shape)
 
 
+def _mask_fill(cx: Cx, input: Value, key: Any, value: Any) -> Value | None:
+    """``x[..., mask, ...] = v`` for one boolean mask among slices and a single value: ``where(mask, v, view)``
+    written back through the slices (no data-dependent count), else None."""
+    t: TensorType = input.type
+    if not isinstance(value, (Value, bool, int, float)) or (isinstance(value, Value) and value.type.numel() != 1):
+        return None
+    entries = _entries(key, t.rank)
+    masks = [i for i, (kind, val, _) in enumerate(entries) if kind == "mask" and isinstance(val, Value)]
+    if len(masks) != 1 or any(kind != "slice" for i, (kind, _, _) in enumerate(entries) if i != masks[0]):
+        return None
+    at, mask = masks[0], entries[masks[0]][1]
+    k = mask.type.rank
+    basic = [val for _, val, _ in entries[:at]] + [slice(None)] * k + [val for _, val, _ in entries[at + 1:]]
+    view = index_tensor(cx, input, tuple(basic))
+    if any(cx.b.facts.equal(a, b) is not True for a, b in zip(mask.type.shape, view.type.shape[at:at + k])):
+        return None
+    shape = view.type.shape
+    m = cx.expand(cx.reshape(mask, [1] * at + list(mask.type.shape) + [1] * (t.rank - at - k)), shape)
+    v = cx.tensor(value, t.dtype) if not isinstance(value, Value) else cx.cast(value, t.dtype)
+    v = cx.reshape(v, []) if v.type.rank else v
+    new = cx.emit("tp.where", m, cx.expand(v, shape), view)
+    if all(val == slice(None) for i, (_, val, _) in enumerate(entries) if i != at):
+        return new  # the mask covers the whole tensor
+    return _assign(cx, input, tuple(basic), new)
+
+
 @rule("assign")
 def _assign(cx: Cx, input: Value, key: Any, value: Any, accumulate: bool = False) -> Value:
     t: TensorType = input.type
+    filled = None if accumulate else _mask_fill(cx, input, key, value)
+    if filled is not None:
+        return filled
     n = t.numel()
     positions = cx.reshape(iota(cx, n, I64), t.shape)
     where = index_tensor(cx, positions, key)

@@ -124,3 +124,25 @@ def test_kernel_level_interpretation_pads_with_zero_rows():
     run(lower_function(f), [x, out])
     np.testing.assert_array_equal(out[:3], np.argwhere(x))
     np.testing.assert_array_equal(out[3:], 0)
+
+
+def test_mask_assignment_of_a_value_needs_no_count():
+    """``x[mask] = v`` and ``x[1:, mask] = v`` (a single value) are selects, not scatters over nonzero rows."""
+    from tensorplay.ops import REGISTRY
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    m2, m1 = rng.random((4, 3)) < 0.5, np.array([True, False, True])
+
+    def f(x, m2, m1):
+        a = REGISTRY["assign"](x, m2, 0.0)
+        b = REGISTRY["assign"](x, (slice(1, None), m1), 2.5)
+        return a, b
+
+    prog, compiled = _program(f, x, m2, m1)
+    assert "kernel.nonzero" not in compiled.ir("kernel")
+    a, b = prog(tp.tensor(x), tp.tensor(m2), tp.tensor(m1))
+    want_a, want_b = x.copy(), x.copy()
+    want_a[m2] = 0.0
+    want_b[1:, m1] = 2.5
+    np.testing.assert_array_equal(a.numpy(), want_a)
+    np.testing.assert_array_equal(b.numpy(), want_b)
