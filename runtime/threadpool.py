@@ -97,7 +97,8 @@ def _c(value: int, ty: ir.IntType = I64) -> ir.Constant:
 
 
 class _PoolEmitter:
-    """Builds the pool's module: its state as internal globals, and the four functions."""
+    """Builds the pool's module: its state as internal globals, ``tp_parallel_for``, the worker loop, and
+    two counters for :func:`pool_stats`."""
 
     def __init__(self, triple: str) -> None:
         arch = triple.split("-")[0]
@@ -140,7 +141,6 @@ class _PoolEmitter:
     @staticmethod
     def _load(b: ir.IRBuilder, g: ir.GlobalVariable, ordering: str = "seq_cst") -> ir.Value:
         return b.load_atomic(g, ordering, _align(g), typ=g.value_type)
-
 
     @staticmethod
     def _store(b: ir.IRBuilder, value: ir.Value, g: ir.GlobalVariable, ordering: str = "seq_cst") -> None:
