@@ -150,7 +150,8 @@ class _Codegen:
                     self.gemm_sizes.append(gemm_scratch_expr(*mnk))
         plan_size = f.workspace.size if f.workspace is not None else sympy.Integer(0)
         self.scratch_offset = _round_up(plan_size, _ALIGN)
-        scratch = sympy.Max(*self.gemm_sizes) if self.gemm_sizes else sympy.Integer(0)
+        # unevaluated: simplifying a Max of symbolic sizes costs seconds and the emitter takes it as it is
+        scratch = sympy.Max(*self.gemm_sizes, evaluate=False) if self.gemm_sizes else sympy.Integer(0)
         self.workspace_size = self.scratch_offset + scratch if self.gemm_sizes else sympy.sympify(plan_size)
         self.index_error = ErrorWord(f, self.workspace_size, len(self.plan.assertions) + 1)  # kernel.check_index
         self.workspace_size = self.index_error.size  # before the nonzero counts, which must end the workspace
