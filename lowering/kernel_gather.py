@@ -209,6 +209,9 @@ _RELATIONS = {"tp.lt": sympy.Lt, "tp.le": sympy.Le, "tp.gt": sympy.Gt, "tp.ge": 
 def _decide(em: NestEmitter, v: Value, index: Index, depth: int) -> bool | None:
     """The value of a comparison of affine integer tensors when the loop ranges decide it (else None)."""
     o = v.owner
+    if isinstance(o, Operation) and o.name == "tp.constant":
+        c = uniform_constant(v)
+        return None if c is None else bool(c)
     if not isinstance(o, Operation) or o.name not in _RELATIONS:
         return None
     x, y = (_affine(em, w, broadcast_index(index, w.type.shape), depth + 1) for w in o.operands)
@@ -248,22 +251,31 @@ def _ends(em: NestEmitter, e: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | Non
     return sympy.expand(lo), sympy.expand(hi)
 
 
+def _check(em: NestEmitter, pos: Value, index: Sequence[sympy.Expr], dim: sympy.Expr) -> None:
+    """A ``kernel.check_index`` of ``pos`` (computed at ``index``), once, in the loop that computes it."""
+    key = ("check_index", pos, dim)
+    if not any(key in lv.memo for lv in em.levels):
+        depth = em.depth_of(em.simplify(index))
+        em.levels[depth].memo[key] = em.at_depth(
+            depth, lambda: em.create(depth, "kernel.check_index", [pos], {"upper": dim}, []))
+
+
 def _position(em: NestEmitter, idx: Value, at: Index, dim: sympy.Expr) -> sympy.Expr | Value:
-    """The position an index tensor holds at ``at``: a sympy expression (clamped unless provably in
-    range) when it is affine, else the loaded kernel scalar."""
+    """The position an index tensor holds at ``at``: the loaded kernel scalar (checked), or a sympy expression
+    when it is affine. An affine position not provably in range is checked when it is loop invariant (a
+    literal index), else clamped: positions varying with the loops come from iota/arange arithmetic (flip,
+    roll, interpolate), in range by construction where the ranges cannot prove it."""
     e = _affine(em, idx, at)
     if e is None:
         pos = em.scalar(idx, at)
-        key = ("check_index", pos, dim)
-        if not any(key in lv.memo for lv in em.levels):
-            depth = em.depth_of(em.simplify(at))
-            em.levels[depth].memo[key] = em.at_depth(
-                depth, lambda: em.create(depth, "kernel.check_index", [pos], {"upper": dim}, []))
+        _check(em, pos, at, dim)
         return pos
     e = em.simplify([e])[0]
     ends = _ends(em, e)
     if ends is None or em.facts.prove(sympy.And(sympy.Ge(ends[0], 0), sympy.Lt(ends[1], dim))) is not True:
-        e = sympy.Min(sympy.Max(e, 0), dim - 1)
+        if not any(lv.iv in e.free_symbols for lv in em.levels if lv.iv is not None):
+            _check(em, em.index_value(e), (e,), dim)
+        e = sympy.Max(sympy.Min(e, dim - 1), 0)  # never negative, even for an empty dim (the call fails then)
     return e
 
 

@@ -148,6 +148,14 @@ def test_a_bad_token_id_raises_from_the_native_program():
         emb(tp.tensor([1, 10, 2]))
 
 
+def test_a_literal_index_is_checked_against_a_dynamic_dim():
+    prog = _native(lambda x: x[[5]] * 2, {"x": {0: Dim.AUTO}}, x=tp.randn(8, 4))
+    x = np.random.default_rng(8).standard_normal((6, 4)).astype(np.float32)
+    np.testing.assert_allclose(prog(x=tp.tensor(x)).numpy(), x[[5]] * 2, rtol=1e-6)
+    with pytest.raises(AssertionError, match="index out of range"):
+        prog(x=tp.ones(3, 4))
+
+
 def test_embedding_program_is_native_with_dynamic_length():
     emb = tp.nn.Embedding(30, 6)
     prog = _native(lambda ids: emb(ids) * 2, {"ids": {1: Dim.AUTO}}, ids=tp.tensor([[1, 2, 3]]))
