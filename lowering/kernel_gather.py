@@ -15,15 +15,17 @@ buffer at that position (``tp.index_select %w, %ids {axis = 0}`` feeding a store
     }
 
 An index whose value is an affine function of loop variables (``tp.iota``/``tp.arange`` arithmetic, as
-``flip`` produces) needs no load: it becomes an ordinary index expression, so the gather is a plain
-movement op. A gathered value that is not a buffer gets one (:class:`lowering.kernel_emit.Materialise`).
+``flip`` and ``roll`` produce, literals, wraps of negatives the loop ranges decide) needs no load: it
+becomes an ordinary index expression, so the gather is a plain movement op. A gathered value that is not
+a buffer gets one (:class:`lowering.kernel_emit.Materialise`).
 
 ``tp.scatter_add`` is materialised: one parallel nest copies ``input`` to the result, then one
 sequential nest over the index's shape adds each ``src`` element at its position (in row-major order,
 so float results are deterministic and equal to numpy's ``np.add.at``).
 
-Out-of-range indices are errors, as in eager: where the lowering loads a position it also emits
-``kernel.check_index %pos {upper = dim}`` (once per position, in the loop that computes it). Native code
+Out-of-range indices are errors, as in eager: where the lowering loads a position (or uses a loop-invariant
+affine one it cannot prove in range) it also emits ``kernel.check_index %pos {upper = dim}``, once, in the
+loop that computes it; affine positions varying with the loops are clamped instead. Native code
 then records the failure in a word of the workspace and ``<p>_run`` returns its code, which Python raises
 as ``AssertionError("index out of range ...")`` (:data:`INDEX_ERROR`); the accesses themselves clamp into
 ``[0, dim)`` so nothing is read or written out of bounds before the error is reported. The kernel-level
