@@ -104,6 +104,22 @@ def test_out_of_range_indices_fail_the_call_then_the_program_still_works(bad):
     np.testing.assert_allclose(got, np.tanh(w[[49, 0]]), rtol=1e-6)
 
 
+def test_index_errors_are_reported_from_parallel_chunks():
+    text = """func @main(%w: tensor<[500, 768], f32>, %ids: tensor<[s0], i64>) -> (tensor<[s0, 768], f32>)
+    where {s0 in [1, 100000]} {
+  %0 = tp.index_select %w, %ids {axis = 0} : tensor<[s0, 768], f32>
+  tp.return %0
+}"""
+    exe = compile_kernel_module(lower_text(text), num_threads=2)  # 4096 x 768 rows: split over threads
+    rng = np.random.default_rng(9)
+    w, ids = rng.standard_normal((500, 768)).astype(np.float32), rng.integers(0, 500, 4096)
+    bad = ids.copy()
+    bad[[5, 4000]] = [-1, 500]  # one in each half
+    with pytest.raises(AssertionError, match="index out of range"):
+        exe(w, bad)
+    np.testing.assert_array_equal(exe(w, ids)[0], w[ids])
+
+
 def test_out_of_range_scatter_index_fails_natively_and_in_the_kernel_interpreter():
     low = lower_text(SCATTER)
     x, v = np.zeros((5, 2), np.float32), np.ones((3, 2), np.float32)
