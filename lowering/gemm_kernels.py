@@ -623,13 +623,17 @@ def emit_gemv_packed(module: ir.Module, name: str, shape: GemmShape) -> ir.Funct
                 panel = gep(b, block, b.add(b.mul(nc_pad, pc), b.mul(jr, kc)))
                 a_blk = gep(b, a, pc)
 
-                def step(k: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
+                def fmas(k: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
                     av = splat(b, b.load(gep(b, a_blk, k), typ=F32))
                     row = gep(b, panel, b.mul(k, i64(nr)))
                     return [fma16(b, av, load_v(b, gep(b, row, i64(v * LANES)), align=64), s)
                             for v, s in enumerate(sums)]
 
-                return _acc_loop(b, i64(0), kc, 1, accs, step, "pk")
+                # two k per step into two sets of sums: twice the independent FMA chains
+                pairs = _acc_loop(b, i64(0), kc, 2, accs + [_zero()] * nv,
+                                  lambda k, s: fmas(k, s[:nv]) + fmas(b.add(k, i64(1)), s[nv:]), "pk")
+                sums = [b.fadd(x, y) for x, y in zip(pairs[:nv], pairs[nv:], strict=True)]
+                return _acc_loop(b, b.sub(kc, b.srem(kc, i64(2))), kc, 1, sums, fmas, "pk1")
 
             # depth blocks as an accumulating loop: pc = 0, KC, 2 KC, ... while pc < K
             sums = _acc_loop_while(b, kdim, shape.kc, [_zero()] * nv, depth, "pc")
