@@ -7,8 +7,8 @@ OpenBLAS core-type overrides (they slow a current numpy down)::
         python bench/bench_gemm.py --json bench/gemm.json
 
 Ours is timed through the raw native entry with cached pointers (what a compiled graph
-does); the numpy-wrapper overhead is reported separately. Prints GFLOP/s, best of several
-repeats, and writes the same numbers as JSON.
+does); the numpy-wrapper overhead is reported separately. Prints GFLOP/s from the best of many
+short batches of calls (robust to a loaded machine), and writes the same numbers as JSON.
 """
 
 from __future__ import annotations
@@ -37,19 +37,25 @@ LINEAR = ((128, 256, 768), (128, 256, 1024), (128, 1024, 256), (64, 784, 512), (
 GEMV = ((784, 512), (512, 512), (512, 10), (4096, 4096))  # (K, N) at M = 1, weights as nn.Linear (N x K)
 
 
-def best_seconds(fn, min_time: float = 0.3, repeats: int = 5) -> float:
+def best_seconds(fn, min_time: float = 0.3, batch_time: float = 2e-4) -> float:
+    """Seconds per call: the best of many short batches (each about ``batch_time``, at least one call)
+    for ``min_time`` in total. Short batches fit between the scheduler's preemptions, so the best one
+    is close to an unloaded machine's time even when other processes share the cores."""
     fn()
     t0 = time.perf_counter()
     fn()
     once = max(time.perf_counter() - t0, 1e-7)
-    number = max(1, int(min_time / repeats / once))
+    number = max(1, int(batch_time / once))
     best = float("inf")
-    for _ in range(repeats):
+    deadline = time.perf_counter() + min_time
+    while True:
         t0 = time.perf_counter()
         for _ in range(number):
             fn()
-        best = min(best, (time.perf_counter() - t0) / number)
-    return best
+        t1 = time.perf_counter()
+        best = min(best, (t1 - t0) / number)
+        if t1 > deadline:
+            return best
 
 
 def raw_call(kern, a: np.ndarray, b: np.ndarray, c: np.ndarray, scratch: np.ndarray, bias=None):
