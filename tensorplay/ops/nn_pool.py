@@ -18,7 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from .. import _dtype
 from ._nn_util import backward_from_decomposition, is_int, ntuple, require_float, tp, window_out_size
 from ._registry import register
-from ._shapes import TensorMeta, holds
+from ._shapes import TensorMeta, holds, sym_eq
 
 __all__ = ["max_pool", "avg_pool", "avg_pool_backward", "adaptive_avg_pool", "adaptive_max_pool",
            "pool_params"]
@@ -181,7 +181,8 @@ avg_pool = register(
 def _avg_pool_backward_meta(grad, input, kernel_size, stride=None, padding=0, ceil_mode=False,
                             count_include_pad=True, divisor_override=None):
     out = _avg_pool_meta(input, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-    if not isinstance(grad, TensorMeta) or grad.ndim != out.ndim:
+    if not isinstance(grad, TensorMeta) or grad.ndim != out.ndim or not all(
+            sym_eq(g, o) for g, o in zip(grad.shape, out.shape, strict=True)):
         raise RuntimeError(f"avg_pool_backward(): expected grad of shape {list(out.shape)}, got "
                            f"{list(grad.shape) if isinstance(grad, TensorMeta) else type(grad).__name__}")
     return TensorMeta(input.shape, input.dtype)
