@@ -241,7 +241,7 @@ def _col2im_meta(input, output_size, kernel_size, dilation=1, padding=0, stride=
     out_size, kernel, dilation, padding, stride = _fold_params(output_size, kernel_size, dilation, padding, stride)
     k = kernel[0] * kernel[1]
     ck = input.shape[-2]
-    if is_int(ck) and ck % k:
+    if ck % k if is_int(ck) else not holds(sympy.Eq(sympy.Mod(ck, k), 0), "fold's channel dim must divide"):
         raise RuntimeError(f"fold(): Expected size of input's dimension 1 to be divisible by the product of "
                            f"kernel_size, but got input.size(1)={ck} and kernel_size={kernel}")
     counts = _blocks("fold", out_size, kernel, dilation, padding, stride)
