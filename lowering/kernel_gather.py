@@ -281,6 +281,28 @@ def _position(em: NestEmitter, idx: Value, at: Index, dim: sympy.Expr) -> sympy.
     return e
 
 
+def _source(em: NestEmitter, x: Value, index: Index, ax: int) -> tuple[Value, Index, int] | None:
+    """The buffer a gather reads through movement ops (permutes, expands and slices keeping the gathered
+    axis whole, same-shape reshapes), with the index and gathered axis in it; None when there is none."""
+    while (buf := em.buffer_of(x)) is None:
+        o = x.owner
+        if not isinstance(o, Operation):
+            return None
+        a, inner = o.attributes, o.operands[0] if o.operands else None
+        if o.name == "tp.permute":
+            index, ax = permute_index(index, a["perm"]), a["perm"][ax]
+        elif o.name == "tp.expand" and inner.type.rank == x.type.rank and inner.type.shape[ax] != 1:
+            index = broadcast_index(index, inner.type.shape)
+        elif o.name == "tp.slice" and (a["axis"] % x.type.rank != ax or (a["step"] == 1 and a["start"] == 0)):
+            index = slice_index(index, a["axis"] % x.type.rank, a["start"], a["step"])
+        elif o.name == "tp.reshape" and list(inner.type.shape) == list(x.type.shape):
+            pass
+        else:
+            return None
+        x = inner
+    return buf, index, ax
+
+
 def gather_scalar(em: NestEmitter, o: Operation, index: Index) -> Value:
     """Element ``index`` of a ``tp.gather`` / ``tp.index_select`` result."""
     x, idx = o.operands
@@ -290,9 +312,10 @@ def gather_scalar(em: NestEmitter, o: Operation, index: Index) -> Value:
     src = tuple(sympy.Integer(0) if k == ax else e for k, e in enumerate(index))
     if isinstance(pos, sympy.Expr):
         return em.scalar(x, tuple(pos if k == ax else e for k, e in enumerate(src)))
-    buf = em.buffer_of(x)
-    if buf is None:
+    found = _source(em, x, src, ax)
+    if found is None:
         raise Materialise(x, f"{o.name} reads its input at data-dependent positions")
+    buf, src, ax = found
     src = em.simplify(src)
     depth = max(em.depth_of(em.simplify(at)), em.depth_of(src))
     key = ("load_at", buf, pos, ax, src)

@@ -181,6 +181,18 @@ def test_embedding_program_is_native_with_dynamic_length():
         np.testing.assert_allclose(prog(ids=tp.tensor(ids)).numpy(), w[ids] * 2, rtol=1e-6)
 
 
+def test_column_indexing_reads_the_input_through_its_transpose():
+    """``x[:, idx]`` is permute, index_select, permute: the gather reads ``x`` in place (no transposed copy)."""
+    from lowering.pipeline import compile_program
+    prog = export(lambda x, i: x[:, i] + 1, dynamic_shapes={"x": {0: Dim.AUTO}, "i": None}, x=tp.randn(8, 5),
+                  i=tp.tensor([0, 4, 2]))
+    kernel = compile_program(prog).ir("kernel")
+    assert kernel.count("kernel.kernel") == 1 and "kernel.load_at %x" in kernel
+    x = np.random.default_rng(10).standard_normal((6, 5)).astype(np.float32)
+    got = prog(x=tp.tensor(x), i=tp.tensor([0, -1, 2])).numpy()
+    np.testing.assert_array_equal(got, x[:, [0, -1, 2]] + 1)
+
+
 def test_take_wraps_negative_indices_like_eager():
     prog = _native(lambda x, i: tp.take(x, i), {"x": None, "i": {0: Dim.AUTO}}, x=tp.randn(3, 4),
                    i=tp.tensor([0, -1, 5]))
