@@ -39,6 +39,7 @@ import numpy as np
 from dialect import Module, print_module
 from dialect.attrs import WeightRef
 from dialect.passes import PassManager
+from dialect.reference import round_bf16
 
 from .codegen_llvm import compile_kernel_module
 from .fuse import fusion_stats
@@ -113,7 +114,7 @@ class CompiledProgram:
         self._held = held
         self._literals = [None if isinstance(h, WeightRef) else np.ascontiguousarray(h.array) for h in held]
         sig = executable.signature
-        self._literals = [None if lit is None else lit.astype(_storage(spec.dtype), copy=False)
+        self._literals = [None if lit is None else _literal(lit, spec.dtype)
                           for lit, spec in zip(self._literals, sig.inputs[len(binding.arguments):], strict=True)]
 
     @property
@@ -229,6 +230,13 @@ def _array(value: Any) -> np.ndarray:
 
 def _storage(dtype_name: str) -> np.dtype:
     return np.dtype({"bfloat16": "uint16", "bool": "bool"}.get(dtype_name, dtype_name))
+
+
+def _literal(array: np.ndarray, dtype_name: str) -> np.ndarray:
+    """A literal in its native storage: bfloat16 values become their rounded uint16 bit patterns."""
+    if dtype_name == "bfloat16" and array.dtype.kind == "f":
+        return (round_bf16(array).view(np.uint32) >> 16).astype(np.uint16)
+    return array.astype(_storage(dtype_name), copy=False)
 
 
 def _dump(level: str, text: str, options: CompileOptions) -> None:
