@@ -16,8 +16,9 @@ buffer at that position (``tp.index_select %w, %ids {axis = 0}`` feeding a store
 
 An index whose value is an affine function of loop variables (``tp.iota``/``tp.arange`` arithmetic, as
 ``flip`` and ``roll`` produce, literals, wraps of negatives the loop ranges decide) needs no load: it
-becomes an ordinary index expression, so the gather is a plain movement op. A gathered value that is not
-a buffer gets one (:class:`lowering.kernel_emit.Materialise`).
+becomes an ordinary index expression, so the gather is a plain movement op. Otherwise the gather reads a
+buffer, through movement views of it (``x[:, idx]`` reads ``x`` itself through its transpose); a gathered
+value that is neither gets a buffer of its own (:class:`lowering.kernel_emit.Materialise`).
 
 ``tp.scatter_add`` is materialised: one parallel nest copies ``input`` to the result, then one
 sequential nest over the index's shape adds each ``src`` element at its position (in row-major order,
