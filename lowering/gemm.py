@@ -21,8 +21,12 @@ still applies the epilogue). ``C`` must not overlap ``A``, ``B`` or ``R``.
 Algorithm: Goto/BLIS blocking. ``B`` is packed ``KC x NC`` at a time and ``A`` ``MC x KC``
 into the scratch buffer, and a register tile of ``MR x 16*NV`` accumulators (``<16 x float>``
 FMAs) runs over each pair of micro-panels; after the last ``KC`` block the epilogue runs once
-per finished tile, row by row while the tile is hot in L1. ``M == 1`` (and, with ``trans_b``, ``N <= 16``)
-takes a matrix-vector path with no packing, one row of ``A`` at a time.
+per finished tile, row by row while the tile is hot in L1. Packing copies go through 16 x 16
+register transposes where the source runs along K (``B`` as ``N x K``, ``A`` as ``M x K``).
+``M == 1`` (and, with ``trans_b``, ``N <= 16``) takes a matrix-vector path with no packing, one
+row of ``A`` at a time. A ``packed_b`` kernel takes the whole ``B`` packed beforehand
+(:func:`packed_b_floats`; :mod:`lowering.gemm_prepack` does this once for constant weights).
+Element types other than float32 live in :mod:`lowering.gemm_generic` (same C signature).
 
 Example::
 

@@ -1,5 +1,6 @@
-"""IR building blocks of the float32 GEMM: loops, packing, the register-tiled micro-kernel,
-the fused epilogue and the M == 1 matrix-vector kernels. :mod:`lowering.gemm` assembles them.
+"""IR building blocks of the float32 GEMM: loops, packing (16 x 16 register transposes), the
+register-tiled micro-kernel, the fused epilogue and the matrix-vector kernels (``B`` row-major,
+``B`` as ``N x K`` dot products, ``B`` prepacked). :mod:`lowering.gemm` assembles them.
 
 Packed layouts (``MR`` rows by ``NR = 16 * NV`` columns per register tile):
 
