@@ -105,7 +105,7 @@ def packed_b_floats(k: int, n: int, shape: GemmShape = DEFAULT_SHAPE) -> int:
     (``kc x NR`` floats, zero past column ``N``).
 
     >>> packed_b_floats(784, 10)
-    50176
+    25088
     """
     return _round_up(n, shape.nr) * k
 

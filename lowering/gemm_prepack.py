@@ -19,8 +19,8 @@ Example::
     >>> import numpy as np
     >>> w = np.arange(6, dtype=np.float32).reshape(2, 3)        # nn.Linear layout: N=2 x K=3
     >>> p = pack_b(w, trans_b=True)
-    >>> p.shape, p.reshape(3, 64)[:, :2].tolist()                # panel: k rows of NR=64 columns
-    ((192,), [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]])
+    >>> p.shape, p.reshape(3, 32)[:, :2].tolist()                # panel: k rows of NR=32 columns
+    ((96,), [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]])
 """
 
 from __future__ import annotations
