@@ -67,6 +67,9 @@ from .codegen_prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_pre
 from .codegen_scalar import SIGNATURE_DTYPES, ScalarOps
 from .gemm import DEFAULT_SHAPE
 from .gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
+from .gemm_parallel import ENV_TYPE as GEMM_ENV
+from .gemm_parallel import GRAIN as GEMM_GRAIN
+from .gemm_parallel import MAX_GEMM_THREADS, emit_split_gemm
 from .gemm_prepack import pack_sites, slot_symbol
 from .kernel_functions import KernelPlan, offset_symbol, plan_kernel
 from .kernel_gather import CODEGEN as _GATHER_CODEGEN
@@ -89,11 +92,15 @@ _UNARY = {"neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
           "bitwise_not", "isnan", "isinf", "isfinite"}
 
 
-def gemm_scratch_expr(m: Any, n: Any, k: Any) -> sympy.Expr:
-    """:func:`lowering.gemm.scratch_bytes` as a sympy expression of symbolic ``m, n, k``.
+def gemm_scratch_expr(m: Any, n: Any, k: Any, threads: int = 1) -> sympy.Expr:
+    """:func:`lowering.gemm.scratch_bytes` as a sympy expression of symbolic ``m, n, k``; with ``threads > 1``
+    that many 64-byte aligned copies (:func:`lowering.gemm_parallel.thread_scratch_bytes`).
 
     >>> from lowering.gemm import scratch_bytes
     >>> int(gemm_scratch_expr(100, 70, 33)) == scratch_bytes(100, 70, 33)
+    True
+    >>> from lowering.gemm_parallel import thread_scratch_bytes
+    >>> int(gemm_scratch_expr(100, 70, 33, threads=3)) == thread_scratch_bytes(3, 100, 70, 33)
     True
     """
     s = DEFAULT_SHAPE
@@ -101,7 +108,8 @@ def gemm_scratch_expr(m: Any, n: Any, k: Any) -> sympy.Expr:
     kc = sympy.Min(s.kc, k)
     a = sympy.ceiling(sympy.Min(m, s.mc) / s.mr) * s.mr * kc
     bf = sympy.ceiling(sympy.Min(n, s.nc) / s.nr) * s.nr * kc
-    return sympy.Max(4 * (sympy.ceiling(a / 16) * 16 + bf), 4 * k) + 2 * _ALIGN
+    one = sympy.Max(4 * (sympy.ceiling(a / 16) * 16 + bf), 4 * k) + 2 * _ALIGN
+    return one if threads == 1 else threads * _round_up(one, _ALIGN)
 
 
 def _round_up(e: sympy.Expr, m: int) -> sympy.Expr:
@@ -136,7 +144,7 @@ class _Codegen:
                     raise CodegenError(f"output '{f.args[self.nin + i].name}' has dimension {d} whose symbols are "
                                        "not determined by the input sizes")
         self.gemm_sizes: list[sympy.Expr] = []
-        gemm_mnk: set[tuple[sympy.Expr, sympy.Expr, sympy.Expr]] = set()
+        gemm_mnk: set[tuple[sympy.Expr, sympy.Expr, sympy.Expr, int]] = set()
         self.par_count = 0
         for op in f.walk():
             if op.name == "kernel.gemm":
@@ -144,7 +152,7 @@ class _Codegen:
                 if any(s not in bound for x in ("m", "n", "k") for s in a[x].free_symbols):
                     raise CodegenError("kernel.gemm: m, n and k must depend only on header symbols, got "
                                        f"m={a['m']}, n={a['n']}, k={a['k']}")
-                mnk = (a["m"], a["n"], a["k"])
+                mnk = (a["m"], a["n"], a["k"], MAX_GEMM_THREADS if _splittable(op) else 1)
                 if mnk not in gemm_mnk:  # sympy.Max over many equal sizes is quadratic (an unrolled LSTM: 128)
                     gemm_mnk.add(mnk)
                     self.gemm_sizes.append(gemm_scratch_expr(*mnk))
@@ -604,11 +612,12 @@ class _Codegen:
         scratch = b.gep(sc.ws, [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
         args = [i64(1), m, n, k, at(ops[0], a["a_offset"]), lda, i64(0), at(ops[1], a["b_offset"]), ldb, i64(0),
                 at(ops[2], a["c_offset"]), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch]
+        call = self._gemm_caller(sc, op, elem)
         if "_pack_sites" not in self.__dict__:
             self._pack_sites = pack_sites(self.f)
         site = self._pack_sites.get(op)
         if site is None:
-            b.call(fn, args)
+            call(fn, args, False)
             return
         # a constant B may come prepacked: lowering.gemm_prepack fills this slot, zero means "pack it yourself"
         slot_ty = ir.LiteralStructType([PTR, PTR])
@@ -623,9 +632,29 @@ class _Codegen:
         with b.if_else(ready) as (prepacked, plain):
             with prepacked:
                 packed_fn = declare_gemm(self.module, dataclasses.replace(GemmConfig.from_op(op), packed_b=True))
-                b.call(packed_fn, args[:7] + [packed] + args[8:])
+                call(packed_fn, args[:7] + [packed] + args[8:], True)
             with plain:
-                b.call(fn, args)
+                call(fn, args, False)
+
+    def _gemm_caller(self, sc: _Scope, op: Operation, elem: ir.Type) -> Any:
+        """``call(gemm_fn, args, packed_b)``: a plain call, or one split over the worker pool
+        (:mod:`lowering.gemm_parallel`) when the product may be big enough (its scratch was sized for it)."""
+        if sc.in_parallel or not _splittable(op):
+            return lambda fn, args, packed_b: sc.b.call(fn, args)
+        a = op.attributes
+        stride = sc.em.emit(_round_up(gemm_scratch_expr(a["m"], a["n"], a["k"]), _ALIGN))
+        slot = self._entry_alloca(sc, GEMM_ENV)
+        flags = {x: bool(a[x]) for x in ("trans_a", "trans_b", "bias", "residual")}
+        return lambda fn, args, packed_b: emit_split_gemm(sc.b, fn, args, num_threads=self.nthreads, stride=stride,
+                                                          env_slot=slot, packed_b=packed_b, elem=elem, **flags)
+
+
+def _splittable(op: Operation) -> bool:
+    """Whether a ``kernel.gemm`` may be split over threads: float32 and not statically under one grain."""
+    if op.operands[0].type.dtype.name != "f32":
+        return False
+    macs = sympy.sympify(op.attributes["m"] * op.attributes["n"] * op.attributes["k"])
+    return not (macs.is_Integer and int(macs) < GEMM_GRAIN)
 
 
 def _opaque(slot: ir.Instruction) -> ir.Instruction:
