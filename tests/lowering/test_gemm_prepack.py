@@ -194,3 +194,21 @@ def test_slots_are_cleared_when_the_compiled_program_goes() -> None:
     gc.collect()
     assert not any(c[0] or c[1] for c in cells)
     assert exe is not None and held  # still alive: a direct call now packs B itself
+
+
+def test_aot_bundle_of_a_prepacking_program_runs_unpacked(tmp_path) -> None:
+    """An AOT library has its own, zeroed, slots: it packs B itself and still computes the right thing."""
+    import shutil
+
+    from lowering.aot import build_library
+    from runtime.standalone import StandaloneModel
+
+    tp, model, prog = _mlp_program()
+    compiled = tp.compile(prog)
+    x = tp.randn(7, 40)
+    prog(x)  # the JIT's slots are filled
+    assert all(slot.cell[0] for _, slot in compiled._prepack._named)
+    build_library(compiled, tmp_path, "mlp", program=prog, link=shutil.which("cc") is not None)
+    loaded = StandaloneModel.load(tmp_path, "mlp")
+    (got,) = loaded(np.ascontiguousarray(x._data))
+    np.testing.assert_allclose(got, _reference(model, np.asarray(x._data, np.float64)), rtol=1e-5, atol=1e-5)
