@@ -283,6 +283,9 @@ def _exp(e: _Emitter, x: ir.Value, nonpositive: bool = False) -> ir.Value:
     r = e.fma(k, e.c(-ln2_hi), xc)
     r = e.fma(k, e.c(-ln2_lo), r)
     p = e.poly(r, _taylor_exp(7 if e.is_f32 else 13))
+    if nonpositive:  # k >= 1 - 2*bias: 2**(k + bias//2) is normal, the exact power-of-two scale rounds once
+        offset = e.fmt.bias // 2
+        return e.mul(e.mul(p, e.pow2(e.b.add(ki, e.ci(offset)))), e.c(2.0 ** -offset))
     return e.scale(p, ki)
 
 
