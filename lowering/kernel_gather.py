@@ -53,12 +53,10 @@ from runtime.abi import Assertion
 from .kernel_emit import SCALAR_RULES, Materialise, NestEmitter, uniform_constant
 from .kernel_index import Index, broadcast_index, permute_index, reshape_index, slice_index
 
-__all__ = ["CODEGEN", "INDEX_ERROR", "GATHERS", "ErrorWord", "OWN_NEST", "gather_scalar", "emit_scatter_add",
+__all__ = ["CODEGEN", "INDEX_ERROR", "GATHERS", "ErrorWord", "gather_scalar", "emit_scatter_add",
            "emit_load_at", "emit_store_at"]
 
 GATHERS = ("tp.gather", "tp.index_select")
-#: tp ops lowered by a nest of their own (always materialised).
-OWN_NEST = ("tp.scatter_add",)
 
 
 # ============================================================================ kernel ops
