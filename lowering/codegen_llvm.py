@@ -353,7 +353,9 @@ class _Codegen:
     # ----------------------------------------------------------------- kernel functions
     def _kernel_call(self, sc: _Scope, op: Operation) -> None:
         """Call the function of a top-level kernel (emitted on first use of its key), timed when profiling."""
-        plan = plan_kernel(op, set(self.plan.symbols))
+        if "_pack_sites" not in self.__dict__:
+            self._pack_sites = pack_sites(self.f)
+        plan = plan_kernel(op, set(self.plan.symbols), self._pack_sites)
         fn = self.kernel_fns.get(plan.key)
         if fn is None:
             fn = self.kernel_fns[plan.key] = self._kernel_function(plan, [sc.vals[v].type for v in plan.externals])

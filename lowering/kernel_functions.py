@@ -12,8 +12,8 @@ from ``<prefix>.body``. :func:`plan_kernel` decides that function's parameters a
   for every ``t``, and ``x[2*i]``, ``x[2*i + 1]`` stay visibly adjacent for the vectorizer;
 * the key is the kernel's op tree (a nested tuple) with values numbered by first appearance, addresses written
   relative to those offset parameters, and no ``origin``/``name`` attributes. Kernels with equal keys
-  are one function called with different arguments. Kernels holding a ``kernel.gemm`` stay apart
-  (each call site may have its own prepacked weights; the function is one library call anyway).
+  are one function called with different arguments. A ``kernel.gemm`` with its own slot of
+  prepacked weights keeps its kernel apart.
 
 Two slices of one buffer, at offsets 0 and 512, share a key::
 
@@ -46,7 +46,7 @@ Two slices of one buffer, at offsets 0 and 512, share a key::
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Container, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,11 +130,12 @@ def _split(flat: sympy.Expr, header: set[sympy.Symbol]) -> tuple[sympy.Expr, sym
     return sympy.Add(*variant), sympy.Add(*invariant)
 
 
-def plan_kernel(op: Operation, header: set[sympy.Symbol]) -> KernelPlan:
+def plan_kernel(op: Operation, header: set[sympy.Symbol], apart: Container[Operation] = ()) -> KernelPlan:
     """Parameters, rewritten addresses and canonical key of the ``kernel.kernel`` ``op``.
 
     ``header`` holds the function's symbols (bound before any kernel runs); index terms over them
-    only are hoisted into offset parameters.
+    only are hoisted into offset parameters. A kernel holding an op of ``apart`` is never shared (a
+    ``kernel.gemm`` with its own slot of prepacked weights, :func:`lowering.gemm_prepack.pack_sites`).
     """
     inside: set[int] = set()
     for o in op.walk():
@@ -202,9 +203,7 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol]) -> KernelPlan:
     noalias = [m is not None and mem.count(m) == 1 for m in mem]
     params = tuple((v.type, na) for v, na in zip(externals, noalias))
     key: tuple = (params, tuple(lines))
-    if any(o.name == "kernel.gemm" for o in op.walk()):
-        # a gemm call site may own a slot of prepacked weights (lowering.gemm_prepack): never shared,
-        # and cheap to keep apart (the kernel is one library call)
+    if apart and any(o in apart for o in op.walk()):
         key += (id(op),)
     return KernelPlan(op, key, externals, noalias, offsets, addresses, kernel_info(op))
 

@@ -158,17 +158,17 @@ def test_noalias_only_where_parameters_name_different_memory():
     assert plan.noalias == [True, False, False, True]  # a and b are the same workspace slot
 
 
-def test_elementwise_kernels_of_identical_layers_share_a_function_gemms_stay_apart():
-    text = """func @k(%x: buffer<[s0, 16], f32>, %w: buffer<[16, 16], f32>, %v: buffer<[16, 16], f32>,
-    %y: buffer<[s0, 16], f32>) -> () where {s0 in [1, 32]} workspace {size = 128*s0, t0 = 0, t1 = 64*s0} {
-  %h = kernel.alloc {offset = 0, slot = "t0"} : buffer<[s0, 16], f32>
-  %g = kernel.alloc {offset = 64*s0, slot = "t1"} : buffer<[s0, 16], f32>
+def test_elementwise_kernels_of_identical_layers_share_a_function_prepacked_gemms_stay_apart():
+    text = """func @k(%x: buffer<[s0, 32], f32>, %w: buffer<[32, 32], f32>, %v: buffer<[32, 32], f32>,
+    %y: buffer<[s0, 32], f32>) -> () where {s0 in [1, 32]} workspace {size = 256*s0, t0 = 0, t1 = 128*s0} {
+  %h = kernel.alloc {offset = 0, slot = "t0"} : buffer<[s0, 32], f32>
+  %g = kernel.alloc {offset = 128*s0, slot = "t1"} : buffer<[s0, 32], f32>
   kernel.kernel {name = "gemm_0"} {
-    kernel.gemm %x, %w, %h {k = 16, m = s0, n = 16}
+    kernel.gemm %x, %w, %h {k = 32, m = s0, n = 32}
   }
   kernel.kernel {name = "tanh_1"} {
     kernel.for {iv = i0, parallel = true, upper = s0} {
-      kernel.for {iv = i1, upper = 16} {
+      kernel.for {iv = i1, upper = 32} {
         %0 = kernel.load %h {index = [i0, i1]} : f32
         %1 = kernel.tanh %0 : f32
         kernel.store %1, %g {index = [i0, i1]}
@@ -176,11 +176,11 @@ def test_elementwise_kernels_of_identical_layers_share_a_function_gemms_stay_apa
     }
   }
   kernel.kernel {name = "gemm_2"} {
-    kernel.gemm %g, %v, %h {k = 16, m = s0, n = 16}
+    kernel.gemm %g, %v, %h {k = 32, m = s0, n = 32}
   }
   kernel.kernel {name = "tanh_3"} {
     kernel.for {iv = i0, parallel = true, upper = s0} {
-      kernel.for {iv = i1, upper = 16} {
+      kernel.for {iv = i1, upper = 32} {
         %2 = kernel.load %h {index = [i0, i1]} : f32
         %3 = kernel.tanh %2 : f32
         kernel.store %3, %y {index = [i0, i1]}
@@ -192,14 +192,40 @@ def test_elementwise_kernels_of_identical_layers_share_a_function_gemms_stay_apa
 """
     f = parse(text).functions[0]
     llvm_text, sig = emit_llvm(f, num_outputs=1)
+    # constant B with static K, N: each gemm has its own prepacked-weights slot and keeps its function
     assert sorted(_kernel_functions(llvm_text)) == ["tp_main.gemm_0", "tp_main.gemm_2", "tp_main.tanh_1"]
     rng = np.random.default_rng(0)
-    w, v = (rng.standard_normal((16, 16), dtype=np.float32) * 0.3 for _ in range(2))
+    w, v = (rng.standard_normal((32, 32), dtype=np.float32) * 0.2 for _ in range(2))
     exe = compile_kernel_module(f, num_outputs=1, num_threads=2)
     for n in (1, 7, 32):
-        x = rng.standard_normal((n, 16), dtype=np.float32)
+        x = rng.standard_normal((n, 32), dtype=np.float32)
         (got,) = exe(x, w, v)
         np.testing.assert_allclose(got, np.tanh(np.tanh(x @ w) @ v), rtol=1e-5, atol=1e-6)
+
+
+def test_gemm_kernels_without_prepacked_weights_share_a_function():
+    text = """func @k(%a: buffer<[8, s0], f32>, %c: buffer<[8, s0], f32>, %b: buffer<[s0, 8], f32>,
+    %y: buffer<[8, 8], f32>, %z: buffer<[8, 8], f32>) -> () where {s0 in [1, 64]} {
+  kernel.kernel {name = "gemm_0"} {
+    kernel.gemm %a, %b, %y {k = s0, m = 8, n = 8}
+  }
+  kernel.kernel {name = "gemm_1"} {
+    kernel.gemm %c, %b, %z {k = s0, m = 8, n = 8}
+  }
+  kernel.return
+}
+"""
+    f = parse(text).functions[0]
+    llvm_text, _ = emit_llvm(f, num_outputs=2)
+    assert _kernel_functions(llvm_text) == ["tp_main.gemm_0"]  # B has a dynamic K: no prepacked slot
+    rng = np.random.default_rng(1)
+    exe = compile_kernel_module(f, num_outputs=2)
+    for n in (1, 13):
+        a, c = (rng.standard_normal((8, n), dtype=np.float32) for _ in range(2))
+        b = rng.standard_normal((n, 8), dtype=np.float32)
+        y, z = exe(a, c, b)
+        np.testing.assert_allclose(y, a @ b, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(z, c @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_kernel_info_kinds():
