@@ -14,9 +14,11 @@ zero-bordered buffer (running the fused elementwise prologue, if any), transform
 the 16 ``kernel.gemm`` and transforms ``M`` back into the output. Transforms only add, subtract and
 halve, so results stay within float32 rounding of the direct sum (measured ~1e-6 relative).
 
-Used for float32, groups 1, Cin and Cout >= :data:`MIN_CHANNELS` and even static output sizes (else
-:mod:`lowering.conv_emit`'s im2col): at Cin = Cout = 32 on a 32x32 image the 16 products of K = 32
-take about half the time of the one K = 288 product, and the transforms cost a fraction of im2col.
+Used for float32, groups 1 and Cin, Cout >= :data:`MIN_CHANNELS` (else :mod:`lowering.conv_emit`'s
+im2col): at Cin = Cout = 32 on a 32x32 image the 16 products of K = 32 take about half the time of
+the one K = 288 product, and the transforms cost a fraction of im2col. An odd (or symbolic) output
+height or width rounds the tiles up: the input copy gets an extra zero row/column and the output
+transform writes a tile-aligned scratch whose valid part is copied out.
 """
 
 from __future__ import annotations
@@ -43,16 +45,14 @@ def _int(e: sympy.Expr) -> int | None:
 
 def winograd_applies(op: Operation) -> bool:
     """Whether :func:`emit_winograd` handles this tp.conv (2-d 3x3, stride 1, dilation 1, groups 1, f32,
-    static channels >= :data:`MIN_CHANNELS`, static even output height and width)."""
-    xt, wt, yt = op.operands[0].type, op.operands[1].type, op.result.type
+    static channel counts >= :data:`MIN_CHANNELS`; any, even symbolic, height and width)."""
+    xt, wt = op.operands[0].type, op.operands[1].type
     a = op.attributes
     if xt.rank != 4 or xt.dtype.name != "f32" or a["groups"] != 1 or list(a["stride"]) != [1, 1] \
             or list(a["dilation"]) != [1, 1] or [_int(k) for k in wt.shape[2:]] != [3, 3]:
         return False
     cin, cout = _int(wt.shape[1]), _int(wt.shape[0])
-    sizes = [_int(d) for d in yt.shape[2:]]
-    return (cin is not None and cout is not None and min(cin, cout) >= MIN_CHANNELS
-            and all(s is not None and s > 0 and s % 2 == 0 for s in sizes))
+    return cin is not None and cout is not None and min(cin, cout) >= MIN_CHANNELS
 
 
 class _Ops:
@@ -109,9 +109,11 @@ def emit_winograd(em: NestEmitter, op: Operation, weight: Value, out: Value, all
     dt = xt.dtype
     cin, cout = wt.shape[1], wt.shape[0]
     (ph, pw), (oh, ow) = op.attributes["padding"], yt.shape[2:]
-    th, tw = sympy.Integer(oh) / 2, sympy.Integer(ow) / 2
+    th, tw = sympy.ceiling(sympy.Rational(1, 2) * oh), sympy.ceiling(sympy.Rational(1, 2) * ow)
     tiles = th * tw
-    padded = alloc(TensorType([cin, oh + 2, ow + 2], dt))     # = [C, H + 2p, W + 2p]
+    even = all(_int(d) is not None and _int(d) % 2 == 0 for d in (oh, ow))  # else the last tiles overhang
+    padded = alloc(TensorType([cin, 2 * th + 2, 2 * tw + 2], dt))     # [C, H + 2p (+ 1), W + 2p (+ 1)]
+    tiled = out if even else alloc(TensorType([cout, 2 * th, 2 * tw], dt))
     u = alloc(TensorType([16, cout, cin], dt))
     v = alloc(TensorType([16, cin, tiles], dt))
     m = alloc(TensorType([16, cout, tiles], dt))
@@ -125,7 +127,7 @@ def emit_winograd(em: NestEmitter, op: Operation, weight: Value, out: Value, all
             _store(em, val, u, [4 * a + b, co, ci])
     _close_to(em, 1)
     h_in, w_in = xt.shape[2:]
-    if ph or pw or h_in != oh + 2 or w_in != ow + 2:  # zero border (the interior is rewritten per image)
+    if ph or pw or not even:  # zero border (the interior is rewritten per image)
         idx = em.loops(padded.type.shape)
         _store(em, em.constant(0.0, dt), padded, list(idx))
         _close_to(em, 1)
@@ -157,5 +159,9 @@ def emit_winograd(em: NestEmitter, op: Operation, weight: Value, out: Value, all
     mm = [[em.op("kernel.load", m, index=[sympy.Integer(4 * a + b), o_i, t]) for b in range(4)] for a in range(4)]
     for i, row in enumerate(_transform(em, ops, ops.output_rows, mm)):
         for j, val in enumerate(row):
-            _store(em, val, out, [n_i, o_i, 2 * t_h + i, 2 * t_w + j])
+            _store(em, val, tiled, ([n_i] if even else []) + [o_i, 2 * t_h + i, 2 * t_w + j])
+    _close_to(em, depth)
+    if not even:  # the whole tiles' valid part
+        o_i, h_i, w_i = em.loops([cout, oh, ow], parallel=False)
+        _store(em, em.op("kernel.load", tiled, index=[o_i, h_i, w_i]), out, [n_i, o_i, h_i, w_i])
     _close_to(em, 1)

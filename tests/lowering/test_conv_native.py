@@ -201,18 +201,19 @@ def test_winograd_matches_numpy(case):
         np.testing.assert_allclose(_run(prog, xb, w, b), want, rtol=1e-5, atol=2e-5)
 
 
-def test_winograd_with_fused_prologue_and_odd_fallback():
-    """An inlined BN-like prologue feeds the Winograd copy; an odd output size falls back to im2col."""
+def test_winograd_with_fused_prologue_and_odd_sizes():
+    """An inlined BN-like prologue feeds the Winograd copy; odd output sizes round the tiles up (too few
+    channels fall back to im2col)."""
     rng = np.random.default_rng(8)
-    w = rng.standard_normal((16, 16, 3, 3), dtype=np.float32)
     s = rng.standard_normal((16, 1, 1), dtype=np.float32)
 
     class Pre(tp.nn.Module):
         def forward(self, x, w, s):
             return F.conv2d(F.relu(x * s - 0.5), w, None, 1, 1)
 
-    for size, winograd in ((6, True), (7, False)):
-        x = rng.standard_normal((2, 16, size, size), dtype=np.float32)
+    for (h, w_size), cout, winograd in (((6, 6), 16, True), ((7, 5), 16, True), ((5, 8), 8, False)):
+        w = rng.standard_normal((cout, 16, 3, 3), dtype=np.float32)
+        x = rng.standard_normal((2, 16, h, w_size), dtype=np.float32)
         prog = export(Pre(), tp.tensor(x), tp.tensor(w), tp.tensor(s))
         kernel = tp.compile(prog, num_threads=1).ir("kernel")
         assert ("k = 16," in kernel) == winograd and ("k = 144," in kernel) != winograd
@@ -222,7 +223,7 @@ def test_winograd_with_fused_prologue_and_odd_fallback():
 
 @pytest.mark.parametrize("xs, ws, stride, pad, dil, dims", [
     ((2, 3, 17), (4, 3, 3), 2, 1, 1, {2: Dim("L", min=4, max=100)}),
-    ((1, 16, 12, 10), (16, 16, 3, 3), 1, 1, 1, {2: Dim("H", min=4, max=64)}),  # symbolic size: no Winograd
+    ((1, 16, 12, 10), (16, 16, 3, 3), 1, 1, 1, {2: Dim("H", min=4, max=64)}),  # Winograd, symbolic tiles
     ((1, 4, 12, 10), (5, 4, 3, 3), 2, 2, 2, {0: Dim("n"), 3: Dim("W", min=8, max=64)}),
 ])
 def test_conv_dynamic_spatial_size(xs, ws, stride, pad, dil, dims):
