@@ -124,7 +124,8 @@ def exprs():
 @settings(max_examples=150, deadline=None)
 @given(exprs())
 def test_sympy_text_roundtrip(expr):
-    assert serde.parse_sympy(str(expr), {"s0": S0, "s1": S1}) == expr
+    # sympy sometimes leaves a built expression partly unevaluated (Min(s1, Max(1, 2))); text parses evaluated
+    assert serde.parse_sympy(str(expr), {"s0": S0, "s1": S1}) in (expr, expr.doit())
 
 
 @settings(max_examples=60, deadline=None)
