@@ -33,7 +33,7 @@ from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
 from ..graph.tracer import Tracer, _copy, _has_tensor, bind_arguments, input_children
 from ..nn import Module, Parameter
-from ..ops._registry import Op
+from ..ops._registry import Op, recording_random_factories
 from ..random import fork_rng
 from . import assertions
 from .dynamic_shapes import Dim as _Dim
@@ -258,7 +258,7 @@ def _capture(model, args, kwargs, bound, spec, preserved, *, joint: bool) -> Exp
     if is_module:
         tracer.reserved_names = {n for n in dir(model) if n.startswith("_tensor_constant")}
     decl = _Declarations(tracer.shape_env)
-    with fork_rng(), no_grad(), tracer.patched_assert():
+    with fork_rng(), no_grad(), tracer.patched_assert(), recording_random_factories(tracer):
         if is_module:
             tracer.lift_state(model)
         proxies = {}

@@ -25,7 +25,7 @@ import sympy
 from .._tensor import Tensor
 from ..autograd.grad_mode import no_grad
 from ..ops import REGISTRY, TensorMeta, deciding_with
-from ..ops._registry import Op
+from ..ops._registry import Op, recording_random_factories
 from ..random import fork_rng
 from ._pytree import _NODE_DEFS, tree_leaves
 from .errors import GraphCaptureError
@@ -146,6 +146,10 @@ class Tracer:
         return value
 
     # ------------------------------------------------------------------ recording ops
+    def __tensorplay_function__(self, op: Op, args: tuple, kwargs: dict):
+        """Record a random factory called with constant arguments (see ``recording_random_factories``)."""
+        return self.call_op(op, "call_function", op, args, kwargs)
+
     def call_op(self, op: Op, kind: str, target, args: tuple, kwargs: dict):
         """Record ``op`` as a ``kind`` node with ``target``; returns proxies for its outputs."""
         numbers = op.promote is not None
@@ -154,7 +158,7 @@ class Tracer:
                            **{k: self.to_meta(v, sizes_as_numbers=numbers) for k, v in kwargs.items()})
         ex_args = self.to_example(tuple(args))
         ex_kwargs = {k: self.to_example(v) for k, v in kwargs.items()}
-        with no_grad(), deciding_with(None):  # the example run is eager: concrete sizes, no symbolic decisions
+        with no_grad(), deciding_with(None), recording_random_factories(None):  # eager: concrete sizes
             example = op(*ex_args, **ex_kwargs)
         node = self.graph.create_node(kind, target, self.to_node(tuple(args)),
                                       {k: self.to_node(v) for k, v in kwargs.items()})
@@ -490,7 +494,7 @@ def trace(fn, args: tuple = (), kwargs: dict | None = None, *, dynamic: dict | N
         raise TypeError(f"model must be callable, got {type(fn).__name__}")
     bound = bind_arguments(target, args, kwargs)
     dynamic = dynamic or {}
-    with fork_rng(), no_grad():
+    with fork_rng(), no_grad(), recording_random_factories(tracer):
         proxies = {}
         for name, value in bound.arguments.items():
             dims = {}

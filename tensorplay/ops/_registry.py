@@ -28,7 +28,9 @@ TensorMeta(shape=[3, 4], dtype=float32)
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,22 @@ _METHODS: dict[str, Op] = {}
 autograd_hook: Callable | None = None
 # Set by tensorplay._tensor (avoids an import cycle).
 _Tensor: Any = None
+
+#: Factories that draw random numbers: while tracing they are recorded even with constant arguments (no
+#: tensor proxy among them), so a captured program draws fresh values on every call as eager code does.
+RANDOM_FACTORIES = frozenset({"rand", "randn", "randint", "randperm", "normal"})
+_factory_tracer: contextvars.ContextVar = contextvars.ContextVar("tp_factory_tracer", default=None)
+
+
+@contextlib.contextmanager
+def recording_random_factories(handler: Any) -> Iterator[None]:
+    """Route calls of :data:`RANDOM_FACTORIES` to ``handler.__tensorplay_function__`` inside the block
+    (``None`` turns the routing off, e.g. for a tracer's own example runs)."""
+    token = _factory_tracer.set(handler)
+    try:
+        yield
+    finally:
+        _factory_tracer.reset(token)
 
 
 class Op:
@@ -110,6 +128,8 @@ class Op:
 
     def __call__(self, *args, **kwargs):
         handler = _find_override(args, kwargs)
+        if handler is None and self.name in RANDOM_FACTORIES:
+            handler = _factory_tracer.get()
         if handler is not None:
             return handler.__tensorplay_function__(self, args, kwargs)
         return run_eager(self, args, kwargs)

@@ -309,3 +309,15 @@ def test_package_surface():
 
     assert callable(unflatten) and callable(draft_export)
     assert not isinstance(unflatten, type(package)) and not isinstance(draft_export, type(package))
+
+
+def test_random_factories_with_constant_arguments_are_recorded():
+    def f(x):
+        return x + tp.rand(3, 4) + tp.randn(4) + tp.normal(0.0, 1.0, (3, 4))
+
+    prog = export(f, tp.zeros(3, 4))
+    targets = {getattr(n.target, "__name__", "") for n in prog.graph.nodes if n.op == "call_function"}
+    assert {"rand", "randn", "normal"} <= targets
+    first, second = arr(prog(tp.zeros(3, 4))), arr(prog(tp.zeros(3, 4)))
+    assert not np.array_equal(first, second), "each call draws fresh numbers, as eager does"
+    assert not np.array_equal(arr(prog.module()(tp.zeros(3, 4))), first)
