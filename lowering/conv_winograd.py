@@ -45,7 +45,17 @@ def _int(e: sympy.Expr) -> int | None:
 
 def winograd_applies(op: Operation) -> bool:
     """Whether :func:`emit_winograd` handles this tp.conv (2-d 3x3, stride 1, dilation 1, groups 1, f32,
-    static channel counts >= :data:`MIN_CHANNELS`; any, even symbolic, height and width)."""
+    static channel counts >= :data:`MIN_CHANNELS`; any, even symbolic, height and width).
+
+    >>> from dialect import parse
+    >>> f = parse('''func @f(%x: tensor<[s0, 32, 9, 9], f32>, %w: tensor<[16, 32, 3, 3], f32>)
+    ...     -> (tensor<[s0, 16, 9, 9], f32>) where {s0 in [1, 8]} {
+    ...   %0 = tp.conv %x, %w {dilation = [1, 1], padding = [1, 1], stride = [1, 1]} : tensor<[s0, 16, 9, 9], f32>
+    ...   tp.return %0
+    ... }''').functions[0]
+    >>> winograd_applies(f.body.ops[0])
+    True
+    """
     xt, wt = op.operands[0].type, op.operands[1].type
     a = op.attributes
     if xt.rank != 4 or xt.dtype.name != "f32" or a["groups"] != 1 or list(a["stride"]) != [1, 1] \
