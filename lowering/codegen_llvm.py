@@ -20,7 +20,9 @@ How ops are lowered:
   :mod:`lowering.llvm_math`;
 * ``kernel.gemm`` calls the external function of its :class:`lowering.gemm_library.GemmConfig`
   (compiled once per process into a shared library that :func:`compile_kernel_module` links
-  against), its packing scratch placed after the planned workspace;
+  against), its packing scratch placed after the planned workspace; a float32 product big enough is
+  split by rows or columns over the worker pool, one packing scratch per thread
+  (:mod:`lowering.gemm_parallel`);
 * ``kernel.alloc`` is the workspace pointer plus the slot's byte offset.
 
 512-bit vectors come from the feature string :mod:`runtime.target` gives LLVM (``-prefer-256-bit``).
