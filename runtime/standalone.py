@@ -35,7 +35,7 @@ import numpy as np
 from .abi import Executable, Signature, storage_dtype
 from .aot import find_c_compiler
 from .artifact import IncompatibleArtifact, NativeArtifact
-from .jit import load_object
+from .jit import load_object, undefined_symbols
 from .threadpool import needs_pool, pool_object
 from .weights import read_weights, write_weights
 
@@ -261,6 +261,10 @@ def load_objects(objects: list[bytes], artifact: NativeArtifact) -> Any:
     return load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=kernels)
 
 
+#: Symbols resolved by a Python host at load time (lowering.kernel_random's draws): no bundle can provide them.
+_HOST_CALLBACK_PREFIXES = ("tp_random_",)
+
+
 def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], out_dir: str | os.PathLike[str],
                  name: str, *, objects: list[bytes] = (), link: bool = True) -> dict[str, Path]:
     """Write ``<name>.tpa``, ``<name>.tpo``, ``<name>.tpw``, ``<name>.h`` and (``link=True``) ``lib<name>.so``.
@@ -273,6 +277,11 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
     name = _check_name(name)
     if not isinstance(artifact, NativeArtifact):
         raise TypeError(f"write_bundle expects a runtime.artifact.NativeArtifact, got {type(artifact).__name__}")
+    host_only = sorted(s for s in undefined_symbols(artifact.object) if s.startswith(_HOST_CALLBACK_PREFIXES))
+    if host_only:
+        raise ValueError(f"this program cannot be built as a standalone bundle: its code calls back into a Python "
+                         f"process ({', '.join(host_only)}: random ops draw through tensorplay's generator); save "
+                         f"it with tensorplay.export.save and load it in Python instead")
     sig = artifact.signature
     n_user = user_input_count(sig)
     held = sig.inputs[n_user:]
