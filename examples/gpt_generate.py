@@ -1,26 +1,20 @@
 """GPT generation: a small decoder exported with a dynamic sequence length, generating tokens greedily.
 
 Run: ``python examples/gpt_generate.py`` (``--layers N``, ``--d-model N``, ``--prompt-len N``,
-``--new-tokens N``, ``--embedding lookup|onehot``).
+``--new-tokens N``).
 
 Steps shown: a GPT-style decoder in tensorplay.nn (token embedding, learned positions, pre-LN blocks
 with causal ``scaled_dot_product_attention`` and a GELU MLP, a final LayerNorm and a vocabulary head);
-``export`` with ``Dim("seq")`` on axis 1 of the token ids; ``tp.compile`` (an op without a native
-lowering makes the program run on the graph interpreter: the warning is shown and the output says so);
-greedy generation by calling the exported program on the growing sequence, every step's logits
-checked against the eager model's; the tokens of both paths compared.
-
-``nn.Embedding`` is a gather (``index_select``), which has no native lowering yet, so with the default
-``--embedding lookup`` the whole program runs on the graph interpreter (the warning says why);
-``--embedding onehot`` computes the same lookup as ``(ids[..., None] == arange(vocab)) @ weight`` and the
-program compiles to native code.
+``export`` with ``Dim("seq")`` on axis 1 of the token ids; ``tp.compile`` (the token lookup is a native
+gather; one program serves every sequence length); greedy generation by calling the exported program on
+the growing sequence, every step's logits checked against the eager model's; the tokens of both paths
+compared.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import time
-import warnings
 
 import numpy as np
 
@@ -65,12 +59,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token ids ``(batch, seq)`` -> next-token logits ``(batch, seq, vocab)``."""
 
-    def __init__(self, vocab: int = 64, d_model: int = 64, n_heads: int = 4, n_layers: int = 2, max_len: int = 64,
-                 one_hot: bool = False):
+    def __init__(self, vocab: int = 64, d_model: int = 64, n_heads: int = 4, n_layers: int = 2, max_len: int = 64):
         super().__init__()
-        self.one_hot = one_hot
-        if one_hot:  # a buffer, so the program takes it as an input rather than baking in a constant
-            self.register_buffer("vocab_ids", tp.arange(vocab), persistent=False)
         self.tokens = nn.Embedding(vocab, d_model)
         self.positions = nn.Embedding(max_len, d_model)
         self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
@@ -79,20 +69,16 @@ class GPT(nn.Module):
 
     def forward(self, ids):
         seq = ids.shape[1]
-        if self.one_hot:  # the same lookup as a matmul, which compiles natively today
-            tokens = (ids.unsqueeze(-1) == self.vocab_ids).to(tp.float32) @ self.tokens.weight
-        else:
-            tokens = self.tokens(ids)
-        x = tokens + self.positions.weight[:seq]
+        x = self.tokens(ids) + self.positions.weight[:seq]
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x))
 
 
-def make_model(vocab: int, d_model: int, n_layers: int, max_len: int, one_hot: bool = False) -> GPT:
+def make_model(vocab: int, d_model: int, n_layers: int, max_len: int) -> GPT:
     """A seeded GPT in eval mode; the head's weights scaled up so the greedy tokens vary."""
     tp.manual_seed(0)
-    model = GPT(vocab, d_model, n_heads=4, n_layers=n_layers, max_len=max_len, one_hot=one_hot).eval()
+    model = GPT(vocab, d_model, n_heads=4, n_layers=n_layers, max_len=max_len).eval()
     with tp.no_grad():
         model.head.weight.mul_(math.sqrt(d_model))
     return model
@@ -117,29 +103,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-len", type=int, default=64)
     parser.add_argument("--prompt-len", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--embedding", choices=("lookup", "onehot"), default="lookup",
-                        help="token embedding as nn.Embedding (a gather) or as one_hot(ids) @ weight (a matmul)")
     args = parser.parse_args(argv)
     if args.prompt_len + args.new_tokens > args.max_len:
         raise ValueError(f"--prompt-len + --new-tokens must be at most --max-len={args.max_len}, "
                          f"got {args.prompt_len} + {args.new_tokens}")
 
-    model = make_model(args.vocab, args.d_model, args.layers, args.max_len, one_hot=args.embedding == "onehot")
+    model = make_model(args.vocab, args.d_model, args.layers, args.max_len)
     example = tp.tensor(np.zeros((1, 3), dtype=np.int64))
     start = time.perf_counter()
     program = export(model, example, dynamic_shapes={"ids": {1: Dim("seq", min=1, max=args.max_len)}})
     export_s = time.perf_counter() - start
     start = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")  # an interpreter fallback is reported, never hidden
-        compiled = tp.compile(program, strict=False)
+    compiled = tp.compile(program)
     compile_s = time.perf_counter() - start
-    native = compiled is not None
-    print(f"exported in {export_s:.2f} s; compiled in {compile_s:.2f} s: "
-          + (f"{compiled.stats['kernels']} kernels" if native
-             else "NOT native, runs on the graph interpreter (see the warning)"))
-    if not native and args.embedding == "lookup":
-        print("hint: --embedding onehot writes the token lookup as a matmul, which compiles natively")
+    print(f"exported in {export_s:.2f} s; compiled in {compile_s:.2f} s: {compiled.stats['kernels']} kernels "
+          f"({compiled.stats['kernel_functions']} distinct functions)")
 
     prompt = np.random.default_rng(0).integers(0, args.vocab, (1, args.prompt_len), dtype=np.int64)
     start = time.perf_counter()
@@ -153,9 +131,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"prompt {prompt[0].tolist()} -> generated {ids[0, args.prompt_len:].tolist()}")
     print(f"eager generates the same tokens: {bool((ids == eager_ids).all())}; "
           f"max |program - eager| over every step's last logits: {max_err:.2e}")
-    print(f"{args.new_tokens} tokens: eager {eager_s * 1e3:.1f} ms, {'compiled' if native else 'interpreted'} "
-          f"{program_s * 1e3:.1f} ms")
-    return {"ids": ids, "eager_ids": eager_ids, "max_err": max_err, "native": native,
+    print(f"{args.new_tokens} tokens: eager {eager_s * 1e3:.1f} ms, compiled {program_s * 1e3:.1f} ms")
+    return {"ids": ids, "eager_ids": eager_ids, "max_err": max_err, "stats": compiled.stats,
             "logits_shape": program_logits[0].shape, "eager_s": eager_s, "program_s": program_s}
 
 
