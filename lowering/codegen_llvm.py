@@ -654,11 +654,11 @@ class _Codegen:
 
 
 def _splittable(op: Operation) -> bool:
-    """Whether a ``kernel.gemm`` may be split over threads: float32 and not statically under one grain."""
+    """Whether a ``kernel.gemm`` may be split over threads: float32 and not statically under two grains."""
     if op.operands[0].type.dtype.name != "f32":
         return False
     macs = sympy.sympify(op.attributes["m"] * op.attributes["n"] * op.attributes["k"])
-    return not (macs.is_Integer and int(macs) < GEMM_GRAIN)
+    return not (macs.is_Integer and int(macs) < 2 * GEMM_GRAIN)
 
 
 def _opaque(slot: ir.Instruction) -> ir.Instruction:

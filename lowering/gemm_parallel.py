@@ -4,8 +4,9 @@
 by code that decides at run time how many threads the product deserves and, when more than one,
 runs ``<symbol>.split(env, t, k)`` for every chunk ``t < k`` through ``tp_parallel_for``. Split rules:
 
-* ``threads = min(num_threads, MAX_GEMM_THREADS, M*N*K / GRAIN + 1)``: a product under
-  :data:`GRAIN` multiply-adds per thread stays on the calling thread (the pool costs ~1 us);
+* ``threads = min(num_threads, MAX_GEMM_THREADS, M*N*K / GRAIN)``: every thread gets at least
+  :data:`GRAIN` multiply-adds (a few us: the pool costs ~1 us), so a product under ``2 * GRAIN``
+  stays on the calling thread;
 * **rows** (blocks of ``MR`` rows of ``C``) when ``M`` has at least ``ROW_PANELS_PER_THREAD`` row
   panels per thread: each thread packs its own rows of ``A`` and the whole ``B``;
 * else **columns** (blocks of ``NR = 16*NV`` columns) when there are at least two such blocks: a
@@ -43,7 +44,7 @@ __all__ = ["ENV_TYPE", "GRAIN", "MAX_GEMM_THREADS", "ROW_PANELS_PER_THREAD", "em
 
 #: Most threads one GEMM is split over (the workspace holds this many packing scratches).
 MAX_GEMM_THREADS = 8
-#: Multiply-adds per thread below which a GEMM is not split (about 5-50 us of work).
+#: Fewest multiply-adds per thread of a split GEMM (blocked: ~3 us at 40 GMAC/s; a GEMV: ~7 us).
 GRAIN = 1 << 17
 #: Row panels (``MR`` rows) per thread from which rows are split rather than columns.
 ROW_PANELS_PER_THREAD = 4
@@ -139,7 +140,7 @@ def emit_split_gemm(b: ir.IRBuilder, gemm: ir.Function, args: list[ir.Value], *,
     m, n, k = (args[_ARG[x]] for x in ("M", "N", "K"))
     macs = b.mul(b.mul(m, n), k)
     threads = b.sext(num_threads, _I64)
-    for cap in (_i64(MAX_GEMM_THREADS), b.add(b.sdiv(macs, _i64(GRAIN)), _i64(1))):
+    for cap in (_i64(MAX_GEMM_THREADS), b.sdiv(macs, _i64(GRAIN))):
         threads = b.select(b.icmp_signed("<", cap, threads), cap, threads)
     col_panel = shape.nr
     if packed_b:  # a prepacked B is cut at NC columns unless it has one depth block
