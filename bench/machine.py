@@ -60,7 +60,7 @@ def memory_bandwidth_gbs(mbytes: int = 512) -> float:
     than the caches."""
     src = np.ones(mbytes * (1 << 20) // 4, np.float32)
     dst = np.empty_like(src)
-    return 2 * src.nbytes / best_seconds(partial(np.copyto, dst, src), min_time=0.5, repeats=3) / 1e9
+    return 2 * src.nbytes / best_seconds(partial(np.copyto, dst, src), min_time=0.5) / 1e9
 
 
 def gemm_gflops(n: int, thread_counts: tuple[int, ...]) -> dict[str, float]:

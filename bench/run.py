@@ -1,6 +1,6 @@
 """Run every reference model through every inference path; print tables, write JSON and a chart.
 
-    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2]
+    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2] [--profile-losers]
 
 Each cell is the median / p90 latency after warm-up; every output is compared with PyTorch
 eager's (max abs diff); compiled paths report their compile/export time. Results go to
@@ -40,6 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--no-limits", action="store_true", help="skip measuring the machine limits")
     parser.add_argument("--update-readme", action="store_true", help="put the report into bench/README.md")
+    parser.add_argument("--profile-losers", action="store_true",
+                        help="profile every one-thread row where another path beats tensorplay compiled")
     opts = parser.parse_args(argv)
     if opts.threads is None:
         opts.threads = [1] if opts.quick else [1, 2]
@@ -130,8 +132,24 @@ def render(doc: dict, backends: list[str], reference: str) -> str:
         "### Compile / export time, s", report.setup_table(res, backends),
         "### Achieved rate: GFLOP/s, or GB/s of compulsory memory traffic for memory-bound rows",
         report.rate_table(res, backends),
-        "Notes:\n" + "\n".join(notes) if notes else ""]
+        "Notes:\n" + "\n".join(notes) if notes else "",
+        "### Where tensorplay compiled loses: per-kernel profiles (1 thread)\n\n" + doc["profiles_text"]
+        if "profiles_text" in doc else ""]
     return "\n\n".join(p for p in parts if p)
+
+
+def _profile_losers(doc: dict, selected: list, budget: float) -> None:
+    """Add the per-kernel profiles of the rows tensorplay compiled loses to ``doc``."""
+    from bench.models import make_pair
+    from bench.profile import losing_rows, profile_case, profiles_text
+
+    losses = losing_rows(doc["results"])
+    by_row = {(c.model, c.label): c for c in selected}
+    doc["profiles"] = []
+    for model, label, _, _ in losses:
+        print(f"  profiling {model} {label}", flush=True)
+        doc["profiles"].append(profile_case(by_row[(model, label)], make_pair(model)[1], max(budget, 0.5)))
+    doc["profiles_text"] = profiles_text(losses, doc["profiles"])
 
 
 def update_readme(text: str, path: Path = ROOT / "bench" / "README.md") -> None:
@@ -189,6 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
         doc["limits"] = limits(opts.quick)
         print(limits_text(doc["limits"]), flush=True)
     doc["results"] = [r for case in selected for r in measure_case(case, backends, opts.threads, budget, opts.quick)]
+    if opts.profile_losers:
+        _profile_losers(doc, selected, budget)
     doc["seconds"] = time.perf_counter() - t0
     doc["load_after"] = os.getloadavg()
     doc["text"] = render(doc, backends, REFERENCE)
