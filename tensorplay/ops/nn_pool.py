@@ -309,11 +309,19 @@ def _window_matrix(length, out, dtype):
 def _adaptive_avg_pool_decomposition(input, output_size):
     sizes = _resolve(output_size, input.shape)
     nd = len(sizes)
+    if all(o == 1 for o in sizes):  # global pooling: one mean, not matmuls against columns of 1/n
+        return input.mean(dim=tuple(range(-nd, 0)), keepdim=True)
     out = input
     for axis, o in enumerate(sizes):
-        weights = _window_matrix(input.shape[-nd + axis], o, input.dtype)
-        moved = out.transpose(-nd + axis, -1)
-        out = tp().matmul(moved, weights.t()).transpose(-nd + axis, -1)
+        ax, n = -nd + axis, input.shape[-nd + axis]
+        if o == 1:
+            out = out.mean(dim=ax, keepdim=True)
+            continue
+        moved = out.transpose(ax, -1)
+        if is_int(n) and n % o == 0:  # equal windows side by side: a reshape and a mean
+            out = moved.reshape(*moved.shape[:-1], o, n // o).mean(dim=-1).transpose(ax, -1)
+        else:
+            out = tp().matmul(moved, _window_matrix(n, o, input.dtype).t()).transpose(ax, -1)
     return out
 
 
