@@ -36,6 +36,7 @@ Shape assertions (``tp.dim``, ``tp.assert_*``) stay first, reading the input buf
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import sympy
@@ -146,6 +147,12 @@ class _Lowering:
             return (v.is_block_arg or v in mat or v in produced or self.is_buffer_const(v)
                     or (v in convs and len(convs[v].operands) == 2))
 
+        # Each round materialises what the gemms and convs still miss plus the last shared value (see
+        # ``shared``). Materialising that value changes neither the roots nor the buffers of the values
+        # before it, nor the costs of values before it, and only lowers the costs after it: the next
+        # round's pick is the next value the same backward sweep finds. The sweep is restarted only when
+        # a round also materialises something else.
+        sweep: Iterator[Value] | None = None
         changed = True
         while changed:
             changed = False
@@ -158,22 +165,31 @@ class _Lowering:
             for op in convs.values():
                 if not has_buffer(op.operands[1]):
                     need.append(op.operands[1])
-            need += self.shared(set(mat), absorbed, produced, has_buffer)[:1]
+            if sweep is None:
+                sweep = self.shared(set(mat), absorbed, produced, has_buffer)
+            pick = next(sweep, None)
+            if any(v not in mat and v is not pick for v in need):
+                sweep = None
+            if pick is not None:
+                need.append(pick)
             for v in need:
                 if v not in mat:
                     mat.add(v)
                     changed = True
         return _Plan(mat, chains, absorbed)
 
-    def shared(self, mat: set[Value], absorbed: set[Value], produced: set[Value], has_buffer) -> list[Value]:
-        """Values inlined into two or more nests that are reductions or too costly to recompute."""
+    def shared(self, mat: set[Value], absorbed: set[Value], produced: set[Value], has_buffer) -> Iterator[Value]:
+        """Values inlined into two or more nests that are reductions or too costly to recompute, last first.
+
+        Each value found is added to ``mat`` (its producers then feed that one nest) before the sweep goes on
+        to the values before it. Costs are taken when the first value is asked for.
+        """
         roots: dict[Value, set[Operation]] = {}
         cost: dict[Value, int] = {}
         ops = [op for op in self.f.body.ops if op.results]
         for op in ops:
             v = op.results[0]
             cost[v] = 0 if has_buffer(v) else 1 + sum(cost.get(a, 0) for a in op.operands)
-        out = []
         for op in reversed(ops):
             v = op.results[0]
             rs: set[Operation] = set()
@@ -189,9 +205,8 @@ class _Lowering:
             if has_buffer(v) or len(rs) < 2:
                 continue
             if op.name in _NESTED or cost[v] > self.limit:
-                out.append(v)
                 mat.add(v)  # its producers now feed one nest only: this one
-        return out
+                yield v
 
     # ------------------------------------------------------------------ building
     def build(self) -> Function:
