@@ -141,8 +141,7 @@ def test_mutation_of_a_dataclass_field_and_a_nested_element():
     assert kinds.count((OutputKind.USER_INPUT_MUTATION, "d")) == 2
     x, y = _rand(2, seed=16), _rand(2, seed=17)
     arg = {"b": Batch(tp.tensor(x)), "l": [tp.tensor(y)]}
-    with pytest.warns(UserWarning, match="mutations of input containers"):
-        out = prog(arg)
+    out = prog(arg)  # compiled natively: the writes go back into the caller's container leaves
     _close(out, (x + 1) + (y * 2))
     _close(arg["b"].x, x + 1)  # the caller's tensors are updated, as in eager
     _close(arg["l"][0], y * 2)
@@ -159,8 +158,7 @@ def test_reads_of_mutated_fields_see_the_update():
     assert mul.args[0] is not next(n for n in prog.graph.nodes if n.target is getattr)
     assert out_node.args[0][-1] is mul
     x = _rand(3, seed=18)
-    with pytest.warns(UserWarning):
-        _close(prog(Batch(tp.tensor(x))), (x + 1) * 2)
+    _close(prog(Batch(tp.tensor(x))), (x + 1) * 2)
 
 
 class _Opaque:
