@@ -647,7 +647,10 @@ class _Codegen:
             return lambda fn, args, packed_b: sc.b.call(fn, args)
         a = op.attributes
         stride = sc.em.emit(_round_up(gemm_scratch_expr(a["m"], a["n"], a["k"]), _ALIGN))
-        slot = self._entry_alloca(sc, GEMM_ENV)
+        envs = self.__dict__.setdefault("_gemm_envs", {})  # one per function: its GEMMs run one after another
+        slot = envs.get(sc.fn)
+        if slot is None:
+            slot = envs[sc.fn] = self._entry_alloca(sc, GEMM_ENV)
         flags = {x: bool(a[x]) for x in ("trans_a", "trans_b", "bias", "residual")}
         return lambda fn, args, packed_b: emit_split_gemm(sc.b, fn, args, num_threads=self.nthreads, stride=stride,
                                                           env_slot=slot, packed_b=packed_b, elem=elem, **flags)

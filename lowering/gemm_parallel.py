@@ -44,8 +44,9 @@ __all__ = ["ENV_TYPE", "GRAIN", "MAX_GEMM_THREADS", "ROW_PANELS_PER_THREAD", "em
 
 #: Most threads one GEMM is split over (the workspace holds this many packing scratches).
 MAX_GEMM_THREADS = 8
-#: Fewest multiply-adds per thread of a split GEMM (blocked: ~3 us at 40 GMAC/s; a GEMV: ~7 us).
-GRAIN = 1 << 17
+#: Fewest multiply-adds per thread of a split GEMM (blocked: ~7 us at 40 GMAC/s, a GEMV ~15 us): below that, the
+#: pool's wake-ups and the duplicated packing cost more than the second thread gains (ResNet's 32 x 256 x 32 GEMMs).
+GRAIN = 1 << 18
 #: Row panels (``MR`` rows) per thread from which rows are split rather than columns.
 ROW_PANELS_PER_THREAD = 4
 _ALIGN = 64

@@ -72,7 +72,7 @@ def test_thread_scratch_is_per_thread_and_aligned() -> None:
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
 def test_dynamic_m_gemv_small_and_large_m(trans_a: bool, trans_b: bool) -> None:
     """M = 1 (GEMV: columns), 3..24 (few row panels: columns), 200, 333 (rows)."""
-    n, k = 300, 900  # n not a multiple of NR: the last column chunk takes the remainder
+    n, k = 600, 900  # n not a multiple of NR: the last column chunk takes the remainder
     exe = compile_kernel_module(parse(_gemm_ir(n=n, k=k, trans_a=trans_a, trans_b=trans_b)), num_threads=1)
     rng = np.random.default_rng(3)
     b = rng.standard_normal((n, k) if trans_b else (k, n), dtype=np.float32)
@@ -88,7 +88,7 @@ def test_dynamic_m_gemv_small_and_large_m(trans_a: bool, trans_b: bool) -> None:
 
 @pytest.mark.parametrize("m", [1, 16, 150])
 def test_epilogues_split_with_their_rows_and_columns(m: int) -> None:
-    n, k = 700, 400
+    n, k = 700, 800
     exe = compile_kernel_module(parse(_gemm_ir(n=n, k=k, trans_b=True, bias=True, residual=True,
                                                activation="gelu")), num_threads=1)
     rng = np.random.default_rng(m)
@@ -123,11 +123,12 @@ def test_static_gemm_under_the_grain_stays_serial_and_sizes_one_scratch() -> Non
 
 
 def test_dynamic_m_splits_from_two_grains_on() -> None:
-    """n = k = 64: M * 4096 multiply-adds, two threads from M = 2 * GRAIN / 4096 = 64 rows on."""
+    """n = k = 64: M * 4096 multiply-adds, two threads from M = 2 * GRAIN / 4096 rows on."""
     exe = compile_kernel_module(parse(_gemm_ir(n=64, k=64)), num_threads=1)
     rng = np.random.default_rng(9)
     b = rng.standard_normal((64, 64), dtype=np.float32)
-    for m in (1, 40, 63, 64, 100):
+    edge = 2 * GRAIN // 4096
+    for m in (1, edge // 2, edge - 1, edge, edge + 37):
         a = rng.standard_normal((m, 64), dtype=np.float32)
         one, many, jobs = _runs(exe, (a, b))
         _check(one, many, a.astype(np.float64) @ b, np.abs(a).astype(np.float64) @ np.abs(b))
@@ -189,7 +190,7 @@ def _program_runs(compiled, prog, x) -> tuple[np.ndarray, dict[int, np.ndarray],
     return one, outs, jobs
 
 
-@pytest.mark.parametrize("k_in,n_out", [(384, 1024), (400, 3200)], ids=["one_depth_block", "two_column_blocks"])
+@pytest.mark.parametrize("k_in,n_out", [(384, 1536), (400, 3200)], ids=["one_depth_block", "two_column_blocks"])
 def test_prepacked_weights_split_at_their_panels(k_in: int, n_out: int) -> None:
     """A Linear's weight is prepacked once: K <= KC splits at NR columns, deeper ones at NC columns."""
     import tensorplay as tp
