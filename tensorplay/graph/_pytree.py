@@ -20,7 +20,7 @@ from __future__ import annotations
 import collections
 import json
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -394,18 +394,19 @@ def tree_unflatten(leaves: Iterable[Any], treespec: TreeSpec) -> Any:
         raise ValueError(
             f"tree_unflatten expected {treespec.num_leaves} leaves for {treespec!r}, got {len(leaves)}"
         )
-    it = iter(leaves)
+    return _build(treespec, iter(leaves))
 
-    def build(spec: TreeSpec) -> Any:
-        if spec.type is None:
-            return next(it)
-        children = [build(c) for c in spec.children_specs]
-        node_def = _NODE_DEFS.get(spec.type)
-        if node_def is not None:
-            return node_def.unflatten(children, spec.context)
-        return spec.type(*children)  # namedtuple
 
-    return build(treespec)
+def _build(spec: TreeSpec, leaves: Iterator[Any]) -> Any:
+    """The node of ``spec`` from the next leaves (a plain function: a self-referencing closure would form a
+    reference cycle keeping every leaf alive until the cyclic garbage collector runs)."""
+    if spec.type is None:
+        return next(leaves)
+    children = [_build(c, leaves) for c in spec.children_specs]
+    node_def = _NODE_DEFS.get(spec.type)
+    if node_def is not None:
+        return node_def.unflatten(children, spec.context)
+    return spec.type(*children)  # namedtuple
 
 
 def tree_leaves(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[Any]:

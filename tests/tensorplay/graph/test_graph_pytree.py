@@ -225,3 +225,23 @@ def test_namedtuple_by_registered_name_and_by_qualified_name():
     assert f'"{__name__}.Point"' in pt.tree_structure(Point(1, 2)).to_json()
     with pytest.raises(TypeError, match="namedtuple class"):
         pt.register_namedtuple(dict)
+
+
+def test_unflatten_leaves_no_reference_cycle():
+    import gc
+    import weakref
+
+    class Leaf:
+        pass
+
+    _, spec = pt.tree_flatten({"a": [1, (2, 3)], "b": 4})
+    leaves = [Leaf() for _ in range(spec.num_leaves)]
+    refs = [weakref.ref(x) for x in leaves]
+    gc.disable()
+    try:
+        tree = pt.tree_unflatten(leaves, spec)
+        assert tree["a"][1][0] is leaves[1]
+        del tree, leaves
+        assert all(r() is None for r in refs), "leaves must be freed by reference counting alone"
+    finally:
+        gc.enable()
