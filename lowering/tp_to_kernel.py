@@ -133,13 +133,14 @@ class _Lowering:
         results = {v for v in self.ret.operands if v.owner is not None and not v.is_block_arg}
         mat = results | set(self.forced) | {op.results[0] for op in self.f.body.ops if op.name in _OWN_NEST}
         pinned = set(mat)
-        chains: dict[Value, GemmChain] = {}
-        absorbed: set[Value] = set()
-        for op in self.f.body.ops:
-            if op.name == "tp.matmul":
-                ch = match_epilogue(op, pinned)
-                chains[ch.end] = ch
-                absorbed.update(ch.absorbed)
+        chains, absorbed = self.match_chains(pinned)
+        # Two chains reaching the same end (an LSTM's ``x @ w_ih.T + b_ih + (h @ w_hh.T + b_hh)``): the later
+        # one wins and reads, as its bias or residual, a value the other absorbed. That value gets a buffer
+        # (the earlier chain then ends there), as emission would otherwise ask for it, one build at a time.
+        while clash := {v for ch in chains.values() for v in (ch.bias, ch.residual) if v in absorbed}:
+            mat |= clash
+            pinned |= clash
+            chains, absorbed = self.match_chains(pinned)
         produced = set(chains)
         convs = {op.result: op for op in self.f.body.ops if op.name == "tp.conv"}
 
@@ -177,6 +178,18 @@ class _Lowering:
                     mat.add(v)
                     changed = True
         return _Plan(mat, chains, absorbed)
+
+    def match_chains(self, pinned: set[Value]) -> tuple[dict[Value, GemmChain], set[Value]]:
+        """Every matmul's gemm chain keyed by its end (a later chain replaces an earlier one with the same
+        end), and the values the chains absorb."""
+        chains: dict[Value, GemmChain] = {}
+        absorbed: set[Value] = set()
+        for op in self.f.body.ops:
+            if op.name == "tp.matmul":
+                ch = match_epilogue(op, pinned)
+                chains[ch.end] = ch
+                absorbed.update(ch.absorbed)
+        return chains, absorbed
 
     def shared(self, mat: set[Value], absorbed: set[Value], produced: set[Value], has_buffer) -> Iterator[Value]:
         """Values inlined into two or more nests that are reductions or too costly to recompute, last first.
