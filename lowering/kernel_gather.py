@@ -28,7 +28,7 @@ Out-of-range indices are errors, as in eager: where the lowering loads a positio
 affine one it cannot prove in range) it also emits ``kernel.check_index %pos {upper = dim}``, once, in the
 loop that computes it; affine positions varying with the loops are clamped instead. Native code
 then records the failure in a word of the workspace and ``<p>_run`` returns its code, which Python raises
-as ``AssertionError("index out of range ...")`` (:data:`INDEX_ERROR`); the accesses themselves clamp into
+as ``IndexError("index out of range ...")`` (:data:`INDEX_ERROR`); the accesses themselves clamp into
 ``[0, dim)`` so nothing is read or written out of bounds before the error is reported. The kernel-level
 interpreter raises ``IndexError``. Negative indices are wrapped by the tp conversion where eager allows
 them (``take``, ``x[idx]``).
@@ -375,7 +375,7 @@ def _address(sc: Any, op: Operation, buf: Value, pos: ir.Value) -> ir.Value:
 
 
 #: What ``<p>_run`` returning the code of a failed ``kernel.check_index`` means (one code per program).
-INDEX_ERROR = Assertion("value", "index out of range: a gather, index_select, embedding, take or scatter got an "
+INDEX_ERROR = Assertion("index", "index out of range: a gather, index_select, embedding, take or scatter got an "
                                  "index outside the dimension it indexes")
 
 

@@ -35,8 +35,8 @@ Rules the generated code may rely on:
 
 Assertion codes are 1-based indices into ``Signature.assertions``. A ``"shape"``
 assertion raises the caller's shape-error type (default ``RuntimeError``), a
-``"value"`` assertion raises ``AssertionError``. Messages are ``str.format`` templates
-filled positionally with ``err_values[0..num_values)``; a template with
+``"value"`` assertion raises ``AssertionError``, an ``"index"`` one ``IndexError``.
+Messages are ``str.format`` templates filled positionally with ``err_values[0..num_values)``; a template with
 ``num_values == 0`` is used verbatim (so user messages need no brace escaping).
 
 Example::
@@ -158,9 +158,13 @@ class TensorSpec:
         return cls(d["name"], d["dtype"], d["rank"], tuple(shape) if shape is not None else None)
 
 
+#: ``Assertion.kind`` values: the shape-error type of the caller, AssertionError, IndexError.
+ASSERTION_KINDS = ("shape", "value", "index")
+
+
 @dataclass(frozen=True, slots=True)
 class Assertion:
-    """What a failure code means: ``kind`` is ``"shape"`` or ``"value"``.
+    """What a failure code means: ``kind`` is ``"shape"``, ``"value"`` or ``"index"``.
 
     ``message`` is a ``str.format`` template taking ``num_values`` positional numbers.
     """
@@ -170,8 +174,8 @@ class Assertion:
     num_values: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("shape", "value"):
-            raise ValueError(f"assertion kind must be 'shape' or 'value', got {self.kind!r}")
+        if self.kind not in ASSERTION_KINDS:
+            raise ValueError(f"assertion kind must be one of {ASSERTION_KINDS}, got {self.kind!r}")
         if not isinstance(self.message, str):
             raise ValueError(f"assertion message must be a str, got {type(self.message).__name__}")
         n = self.num_values
@@ -236,7 +240,7 @@ class Signature:
                                 f"(expected 1..{len(self.assertions)})")
         a = self.assertions[code - 1]
         msg = a.format(err_values)
-        return shape_error(msg) if a.kind == "shape" else AssertionError(msg)
+        return shape_error(msg) if a.kind == "shape" else (IndexError if a.kind == "index" else AssertionError)(msg)
 
     def to_json(self) -> str:
         """A JSON text that :meth:`from_json` turns back into an equal Signature."""

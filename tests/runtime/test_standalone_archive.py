@@ -69,8 +69,10 @@ def test_archive_loads_without_compiling_in_a_fresh_process_with_an_empty_cache(
         import json, numpy as np, tensorplay as tp
         from runtime.abi import _trampoline
         from runtime.jit import stats
+        from runtime.threadpool import pool_library
         from tensorplay.export import load
         _trampoline()  # the runtime's call helper shared by every program (60 ms, once per cache)
+        pool_library()  # the process-wide worker pool of parallel loops (20 ms, once per cache)
         before = stats()
         y = load({str(path)!r})(tp.ones(3, 6))
         after = stats()
