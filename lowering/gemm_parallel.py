@@ -20,8 +20,14 @@ Every chunk but the last is a whole number of panels and the last takes the rema
 chunk has at least ``MR`` rows (> 1: the kernel keeps its blocked path) or ``NR`` columns (> 16: no
 switch to the few-columns path): each element of ``C`` is computed by one thread with the same
 instructions in the same ``K`` order as in the one-thread call, so results are bitwise identical.
-Each thread ``t`` packs into its own scratch, ``scratch + t * stride`` (:func:`thread_scratch_bytes`).
-The pool may run the job on the calling thread alone (``k == 1``): chunk 0 of 1 is the whole product.
+Each thread ``t`` packs into its own scratch, ``scratch + t * stride`` (:func:`thread_scratch_bytes`);
+the workspace is sized at prepare time, before the thread count is known, so it holds
+:data:`MAX_GEMM_THREADS` scratches (pages no thread uses are never touched). The pool may run the job
+on the calling thread alone (``k == 1``): chunk 0 of 1 is the whole product.
+
+Not done here: a loop of GEMMs (batched matmul, attention heads, conv per image) runs its iterations
+one after another, each GEMM split on its own; splitting the loop itself needs a per-chunk scratch
+in the parallel loops of :mod:`lowering.codegen_llvm`.
 
 Example::
 
