@@ -26,6 +26,8 @@ from .._tensor import Tensor
 from ..graph import Graph, GraphCaptureError, GraphModule
 from ..graph._pytree import _NODE_DEFS, TreeSpec, _context_equal, _flatten_one, tree_unflatten
 from ..nn import Module
+from ..ops import TensorMeta
+from .dynamic_shapes import ConstraintsExceededError
 from .graph_signature import (
     ConstantArgument,
     ExportGraphSignature,
@@ -645,8 +647,33 @@ def _run_program(program: ExportedProgram, flat_args: list) -> Any:
     if runner is _FALLBACK:
         runner = None
     if runner is None:
+        _check_static_inputs(program, flat_args)
         return program.graph_module(*flat_args)
     return runner(program, flat_args)
+
+
+def _check_static_inputs(program: ExportedProgram, flat_args: list) -> None:
+    """The checks the native prologue makes that the graph's own assertions leave out: each user tensor's
+    rank, dtype and static extents (symbolic extents are asserted inside the graph)."""
+    code = program.graph_module.code
+    cached = program.__dict__.get("_static_inputs")
+    if cached is None or cached[0] is not code:
+        user = {spec.arg.name for spec in program.graph_signature.input_specs if spec.kind is InputKind.USER_INPUT}
+        expected = [(i, n.name, n.meta["val"]) for i, n in enumerate(program.graph.placeholders)
+                    if n.name in user and isinstance(n.meta.get("val"), TensorMeta)]
+        cached = program.__dict__["_static_inputs"] = (code, expected)
+    for i, name, meta in cached[1]:
+        value = flat_args[i]
+        if not isinstance(value, Tensor):
+            continue
+        if value.ndim != len(meta.shape):
+            raise ValueError(f"input {name!r} must have rank {len(meta.shape)}, got shape {tuple(value.shape)}")
+        if value.dtype != meta.dtype:
+            raise TypeError(f"input {name!r} must have dtype {meta.dtype.name}, got {value.dtype.name}")
+        for axis, (want, got) in enumerate(zip(meta.shape, value.shape, strict=True)):
+            if isinstance(want, int) and want != got:
+                raise ConstraintsExceededError(f"runtime assertion failed for {name!r}: expected dimension {axis} "
+                                               f"to be {want}, got {got}")
 
 
 def _unlift(program: ExportedProgram) -> GraphModule:

@@ -14,6 +14,7 @@ import tensorplay as tp
 from tensorplay import nn
 from tensorplay.export import Dim, export, register_dataclass
 from tensorplay.export import exported_program as ep_module
+from tensorplay.export.dynamic_shapes import ConstraintsExceededError
 from tensorplay.export.native import UnsupportedProgramWarning, native_runner
 
 
@@ -280,3 +281,19 @@ def test_outputs_are_freed_as_soon_as_the_caller_drops_them():
         assert all(r() is None for r in refs)
     finally:
         gc.enable()
+
+
+def test_interpreted_programs_check_static_inputs_as_native_code_does():
+    def f(x, i):
+        return x.sum() + tp.nn.functional.one_hot(i).sum()  # one_hot(num_classes=-1) runs interpreted
+
+    prog = export(f, tp.ones(2, 3), tp.tensor([0, 1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ConstraintsExceededError, match="'x': expected dimension 0 to be 2, got 3"):
+            prog(tp.ones(3, 3), tp.tensor([0, 1]))
+        with pytest.raises(ValueError, match="'x' must have rank 2, got shape \\(2, 3, 1\\)"):
+            prog(tp.ones(2, 3, 1), tp.tensor([0, 1]))
+        with pytest.raises(TypeError, match="'x' must have dtype float32, got float64"):
+            prog(tp.ones(2, 3, dtype=tp.float64), tp.tensor([0, 1]))
+        assert float(prog(tp.ones(2, 3), tp.tensor([0, 1]))) == 8.0
