@@ -103,18 +103,22 @@ def _encode_binding(binding: Any) -> dict[str, Any] | None:
     except TypeError:
         return None
     args = [[a.kind, a.name, list(a.key)] for a in binding.arguments]
-    if not all(isinstance(k, int | str) for _, _, key in args for k in key):
+    writes = [[w.result, w.name, list(w.key), w.count] for w in binding.writes]
+    if not all(isinstance(k, int | str) for _, _, key in args for k in key) or \
+            not all(isinstance(k, int | str) for _, _, key, _ in writes for k in key):
         return None
-    return {"arguments": args, "outputs": outputs, "symbols": dict(binding.symbols)}
+    return {"arguments": args, "outputs": outputs, "symbols": dict(binding.symbols), "writes": writes}
 
 
 def decode_binding(d: Any) -> Any:
     """The :class:`lowering.to_tp_binding.Binding` stored by :func:`artifact_of`; ValueError if malformed."""
-    from .to_tp_binding import ArgSource, Binding
+    from .to_tp_binding import ArgSource, Binding, Write
 
     try:
         args = [ArgSource(str(kind), str(name), tuple(key)) for kind, name, key in d["arguments"]]
-        return Binding(args, _decode_outputs(d["outputs"]), dict(d["symbols"]))
+        writes = [Write(int(result), str(name), tuple(key), int(count))
+                  for result, name, key, count in d.get("writes", [])]
+        return Binding(args, _decode_outputs(d["outputs"]), dict(d["symbols"]), writes=writes)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"native artifact: malformed binding record: {exc}") from None
 

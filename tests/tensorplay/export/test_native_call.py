@@ -297,3 +297,22 @@ def test_interpreted_programs_check_static_inputs_as_native_code_does():
         with pytest.raises(TypeError, match="'x' must have dtype float32, got float64"):
             prog(tp.ones(2, 3, dtype=tp.float64), tp.tensor([0, 1]))
         assert float(prog(tp.ones(2, 3), tp.tensor([0, 1]))) == 8.0
+
+
+def test_loaded_program_writes_inputs_back_natively(tmp_path):
+    from tensorplay.export import load, save
+
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    prog = export(f, tp.ones(3))
+    tp.compile(prog)
+    save(prog, str(tmp_path / "m.pt2"))
+    loaded = load(str(tmp_path / "m.pt2"))
+    x = tp.ones(3)
+    np.testing.assert_array_equal(loaded(x).numpy(), [4.0, 4.0, 4.0])
+    np.testing.assert_array_equal(x.numpy(), [2.0, 2.0, 2.0])
+    assert x._version == 1
+    runner = loaded.__dict__["_native"][1]._inner  # the archive's code, with the stored write-backs
+    assert runner.writes and not runner.interpret
