@@ -149,10 +149,10 @@ class _Lowering:
                     or (v in convs and len(convs[v].operands) == 2))
 
         # Each round materialises what the gemms and convs still miss plus the last shared value (see
-        # ``shared``). Materialising that value changes neither the roots nor the buffers of the values
-        # before it, nor the costs of values before it, and only lowers the costs after it: the next
-        # round's pick is the next value the same backward sweep finds. The sweep is restarted only when
-        # a round also materialises something else.
+        # ``shared``). Materialising that value changes neither the roots of the values after it (they
+        # depend on later values only) nor the costs of the values before it (earlier values only), and can
+        # only lower the costs after it: no value after it qualifies in the next round, whose pick is the
+        # next value the same backward sweep finds. The sweep restarts when a round materialises more.
         sweep: Iterator[Value] | None = None
         changed = True
         while changed:
