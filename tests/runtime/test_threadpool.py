@@ -185,7 +185,9 @@ def test_concurrent_callers_get_every_chunk_once(harness):
 
 def test_workers_grow_to_the_request_and_park_when_idle(harness):
     _, run, _ = harness
-    run(_env().ctypes.data, 6)
+    env = _env()  # held: a temporary's address would be freed memory by the time the chunks write to it
+    run(env.ctypes.data, 6)
+    assert env[:6].tolist() == [1] * 6
     assert 5 <= pool_stats()["workers"] <= MAX_WORKERS
     time.sleep(0.05)  # past the spin phase
     cpu = time.process_time()
