@@ -288,7 +288,6 @@ def _wait_child(pid: int, timeout: float) -> int | None:
     return None
 
 
-@pytest.mark.slow  # fork() while another thread runs: once aborted in the child on a machine at load 60+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_forked_child_runs_programs_while_the_parent_pool_is_busy(kernels):
     exe = kernels["exp", 2]
