@@ -284,7 +284,6 @@ def test_repeated_layers_compile_to_shared_functions_and_match_eager():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow  # ~20 s of it is the fuse pass (tp_to_kernel), on a quiet machine
 def test_bench_lstm_compiles_to_few_functions_and_matches_torch():
     """The 2-layer LSTM of bench/models.py (time loop unrolled by tracing: ~320 kernels) compiles with a
     dynamic batch and matches PyTorch."""
