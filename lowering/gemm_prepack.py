@@ -72,7 +72,8 @@ def _read_only(v: Any) -> bool:
 
 
 def pack_sites(f: Any) -> dict[Any, PackSite]:
-    """The pack sites of kernel-level function ``f``, by ``kernel.gemm`` operation (numbered in walk order).
+    """The pack sites of kernel-level function ``f``, by ``kernel.gemm`` operation; sites packing the same
+    weight argument with the same ``K``, ``N`` and layout share a slot (numbered in walk order).
 
     >>> from dialect import parse
     >>> f = parse('''func @lin(%x: buffer<[s0, 64], f32>, %w: buffer<[32, 64], f32>, %y: buffer<[s0, 32], f32>)
@@ -85,6 +86,7 @@ def pack_sites(f: Any) -> dict[Any, PackSite]:
     """
     args = list(f.args)
     sites: dict[Any, PackSite] = {}
+    slots: dict[tuple, int] = {}  # gemms packing the same weight the same way share one slot (an RNN's time steps)
     for op in f.walk():
         if op.name != "kernel.gemm":
             continue
@@ -92,7 +94,8 @@ def pack_sites(f: Any) -> dict[Any, PackSite]:
         k, n = _static(a["k"]), _static(a["n"])
         if (w in args and w.type.dtype.name == "f32" and k is not None and n is not None and k > 0
                 and n > GEMV_MAX_N and _static(a["b_offset"]) == 0 and _read_only(w)):
-            sites[op] = PackSite(len(sites), args.index(w), k, n, bool(a["trans_b"]))
+            key = (args.index(w), k, n, bool(a["trans_b"]))
+            sites[op] = PackSite(slots.setdefault(key, len(slots)), *key)
     return sites
 
 
@@ -170,7 +173,7 @@ class Prepacker:
         self._library = weakref.ref(library)  # the slots live in its memory (see __del__)
         self._named: list[tuple[str, _Slot]] = []
         self._literal: list[_Slot] = []
-        for site in sites.values():
+        for site in {site.index: site for site in sites.values()}.values():  # one slot per packed weight
             pos = site.arg - n_user
             if not 0 <= pos < len(held):
                 continue

@@ -212,3 +212,38 @@ def test_aot_bundle_of_a_prepacking_program_runs_unpacked(tmp_path) -> None:
     loaded = StandaloneModel.load(tmp_path, "mlp")
     (got,) = loaded(np.ascontiguousarray(x._data))
     np.testing.assert_allclose(got, _reference(model, np.asarray(x._data, np.float64)), rtol=1e-5, atol=1e-5)
+
+
+def test_gemms_of_one_weight_share_a_slot_and_match_numpy():
+    """An unrolled recurrence multiplies by the same weight at every step: one packed copy serves them all."""
+    import tensorplay as tp
+    from dialect import parse
+    from lowering.gemm_prepack import pack_sites
+    from tensorplay.export import export
+
+    f = parse('''func @two(%x: buffer<[1, 64], f32>, %w: buffer<[32, 64], f32>, %v: buffer<[32, 64], f32>,
+                           %y: buffer<[1, 32], f32>, %z: buffer<[1, 32], f32>, %u: buffer<[1, 32], f32>) -> () {
+      kernel.gemm %x, %w, %y {m = 1, n = 32, k = 64, trans_b = true}
+      kernel.gemm %x, %w, %z {m = 1, n = 32, k = 64, trans_b = true}
+      kernel.gemm %x, %v, %u {m = 1, n = 32, k = 64, trans_b = true}
+      kernel.return
+    }''').functions[0]
+    assert [s.index for s in pack_sites(f).values()] == [0, 0, 1]
+
+    tp.manual_seed(0)
+    cell = tp.nn.Linear(64, 64)
+
+    def steps(h):
+        for _ in range(4):
+            h = tp.tanh(cell(h))
+        return h
+
+    prog = export(steps, tp.randn(1, 64))
+    compiled = tp.compile(prog)
+    assert len(compiled._prepack.names) == 1  # one weight, packed once for the four steps
+    h = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    w, b = (np.asarray(p.detach()._data, np.float64) for p in (cell.weight, cell.bias))
+    want = h.astype(np.float64)
+    for _ in range(4):
+        want = np.tanh(want @ w.T + b)
+    np.testing.assert_allclose(np.asarray(prog(tp.tensor(h))), want, rtol=1e-5, atol=1e-6)
