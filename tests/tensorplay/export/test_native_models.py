@@ -32,11 +32,26 @@ def _cnn():
                          nn.Linear(8, 5)).eval()
 
 
+class _Recurrent(nn.Module):
+    """A 2-layer GRU or LSTM over a short sequence; the output sequence plus the last hidden state."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.rnn = getattr(nn, kind)(8, 16, num_layers=2, batch_first=True)
+
+    def forward(self, x):
+        out, state = self.rnn(x)
+        hidden = state[0] if isinstance(state, tuple) else state
+        return out.sum(1) + hidden[-1]
+
+
 CASES = {
     "transformer_encoder_layer": (_encoder, lambda b: (tp.randn(b, 5, 32),),
                                   {"src": {0: Dim("b", min=1), 1: Dim("s", min=1)}}),
     "mlp_batchnorm": (_mlp, lambda b: (tp.randn(b, 16),), {"input": {0: Dim("b", min=1)}}),
     "cnn": (_cnn, lambda b: (tp.randn(b, 3, 8, 8),), {"input": {0: Dim("b", min=1)}}),
+    "gru": (lambda: _Recurrent("GRU").eval(), lambda b: (tp.randn(b, 5, 8),), {"x": {0: Dim("b", min=1)}}),
+    "lstm": (lambda: _Recurrent("LSTM").eval(), lambda b: (tp.randn(b, 5, 8),), {"x": {0: Dim("b", min=1)}}),
 }
 
 
