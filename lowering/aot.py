@@ -51,6 +51,8 @@ def artifact_of(compiled: Any) -> tuple[Any, str]:
             held.append({"literal": {"dtype": a.dtype.str, "shape": list(a.shape),
                                      "data": base64.b64encode(a.tobytes()).decode("ascii")}})
     record: dict[str, Any] = {"user_inputs": n_user, "held": held}
+    if compiled._prepack:  # the loader packs these weights once too (lowering.gemm_prepack)
+        record["pack_sites"] = [[s.index, s.arg, s.k, s.n, s.trans_b] for s in compiled._prepack.sites]
     binding = _encode_binding(compiled.binding)
     if binding is not None:
         record["binding"] = binding
@@ -121,6 +123,21 @@ def decode_binding(d: Any) -> Any:
         return Binding(args, _decode_outputs(d["outputs"]), dict(d["symbols"]), writes=writes)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"native artifact: malformed binding record: {exc}") from None
+
+
+def decode_pack_sites(record: Any) -> list[Any]:
+    """The :class:`lowering.gemm_prepack.PackSite` list an archive stored (``[]`` when none); ValueError
+    if malformed."""
+    from .gemm_prepack import PackSite
+
+    try:
+        sites = [PackSite(int(i), int(arg), int(k), int(n), bool(t))
+                 for i, arg, k, n, t in record.get("pack_sites", [])]
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"native artifact: malformed pack site record: {exc}") from None
+    if any(min(s.index, s.arg) < 0 or min(s.k, s.n) < 1 for s in sites):
+        raise ValueError("native artifact: pack sites need indices >= 0 and extents >= 1")
+    return sites
 
 
 def held_weights(compiled: Any, program: Any = None) -> dict[str, np.ndarray]:

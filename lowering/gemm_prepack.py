@@ -201,6 +201,11 @@ class Prepacker:
             slot.cell[0] = slot.cell[1] = 0
 
     @property
+    def sites(self) -> list[PackSite]:
+        """The slots this prepacker fills, one site each (stored in archives: see :mod:`lowering.aot`)."""
+        return [slot.site for _, slot in self._named] + [slot.site for slot in self._literal]
+
+    @property
     def names(self) -> list[str]:
         """Names of the weights whose packed copies this prepacker keeps."""
         return [name for name, _ in self._named]

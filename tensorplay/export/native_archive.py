@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from lowering.aot import BINDING_KEY as _META_KEY
-from lowering.aot import artifact_of, decode_binding
+from lowering.aot import artifact_of, decode_binding, decode_pack_sites
 
 __all__ = ["ModelRunners", "NativeRecompileWarning", "RunnerPool", "artifact_of", "attach_runners",
            "bundle_parts", "kernels_from_bytes", "kernels_to_bytes", "native_entry", "native_files_of"]
@@ -183,6 +183,20 @@ class _LoadedProgram:
         self.held = held
         self.stats: dict[str, Any] = {"loaded_from_archive": True}
         self._dialect = dialect
+        self._prepack: Any = None
+
+    def prepack(self, library: Any, prefix: str, n_user: int, sites: list) -> None:
+        """Pack the constant GEMM weights of ``sites`` once, as the JIT does (:mod:`lowering.gemm_prepack`)."""
+        from types import SimpleNamespace
+
+        from lowering.gemm_prepack import Prepacker
+
+        if not sites:
+            return
+        refs = [SimpleNamespace(name=value) if kind != "literal" else None for kind, value in self.held]
+        literals = [value if kind == "literal" else None for kind, value in self.held]
+        packer = Prepacker(library, prefix, {i: site for i, site in enumerate(sites)}, n_user, refs, literals)
+        self._prepack = packer if packer else None
 
     @property
     def signature(self) -> Any:
@@ -194,6 +208,8 @@ class _LoadedProgram:
         raise ValueError(f"a program loaded from an archive keeps only its kernel-level IR, not {level!r}")
 
     def run(self, inputs: Mapping[str, Any]) -> list[np.ndarray]:
+        if self._prepack is not None:
+            self._prepack.refresh(inputs.__getitem__)
         args = self.binding.flat_inputs(inputs)
         for kind, value in self.held:
             args.append(value if kind == "literal" else _array(inputs[value]))
@@ -284,6 +300,8 @@ class ModelRunners(Mapping):
                             raise ValueError(f"stored native code takes {n_user} user arguments, the program "
                                              f"{len(binding.arguments)}: they do not belong together")
                         self._loaded = _LoadedProgram(pool, binding, held, code.dialect)
+                        self._loaded.prepack(library, code.artifact.prefix, n_user,
+                                             decode_pack_sites(sig.meta.get(_META_KEY, {})))
                     self._pool = pool
         return self._pool
 

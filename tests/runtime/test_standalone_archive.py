@@ -206,3 +206,25 @@ def test_damaged_object_code_is_recompiled_from_dialect(compiled):
     with pytest.warns(NativeRecompileWarning, match="does not load"):
         y = runners(tp.tensor(x))
     np.testing.assert_allclose(np.asarray(y._data), reference(w, x), rtol=1e-5, atol=1e-5)
+
+
+def test_loaded_archive_packs_constant_weights_once_and_repacks_on_update(tmp_path):
+    tp.manual_seed(2)
+    model = tp.nn.Sequential(tp.nn.Linear(48, 40), tp.nn.ReLU(), tp.nn.Linear(40, 24))
+    prog = export(model, tp.randn(3, 48))
+    tp.compile(prog)
+    save(prog, str(tmp_path / "m.pt2"))
+    loaded = load(str(tmp_path / "m.pt2"))
+    x = np.random.default_rng(4).standard_normal((3, 48)).astype(np.float32)
+
+    def want():
+        w = {k: np.asarray(v.detach()._data, np.float64) for k, v in loaded.state_dict.items()}
+        h = np.maximum(x @ w["0.weight"].T + w["0.bias"], 0)
+        return h @ w["2.weight"].T + w["2.bias"]
+
+    np.testing.assert_allclose(np.asarray(loaded(tp.tensor(x))), want(), rtol=1e-5, atol=1e-5)
+    packer = loaded.__dict__["_native"][1].runners.compiled._prepack
+    assert packer is not None and len(packer.sites) == 2  # both weights packed by the loader
+    with tp.no_grad():
+        loaded.state_dict["2.weight"].mul_(-2.0)  # an in-place update: the next call packs it again
+    np.testing.assert_allclose(np.asarray(loaded(tp.tensor(x))), want(), rtol=1e-5, atol=1e-5)
