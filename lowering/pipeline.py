@@ -41,6 +41,7 @@ from dialect.attrs import WeightRef
 from dialect.passes import PassManager
 from dialect.reference import round_bf16
 
+from . import batch_matmuls  # noqa: F401  (registers batch-matmuls)
 from .codegen_llvm import compile_kernel_module
 from .fuse import fusion_stats
 from .gemm_prepack import prepacker
@@ -50,7 +51,7 @@ from .to_tp_program import program_to_tp
 __all__ = ["CompileOptions", "CompiledProgram", "compile_program", "IR_LEVELS"]
 
 IR_LEVELS = ("tp", "kernel", "llvm", "asm")
-TP_PASSES = "canonicalize,cse,dce"
+TP_PASSES = "canonicalize,cse,dce,batch-matmuls"
 
 
 def _default_threads() -> int:
