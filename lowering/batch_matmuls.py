@@ -152,6 +152,9 @@ def _shared_bias(group: list[Operation]) -> Value | None:
             bias = other
         if other is not bias or not isinstance(bias.type, TensorType) or bias.type.rank != 1:
             return None
+    lead = group[0]
+    if isinstance(bias.owner, Operation) and lead.parent.ops.index(bias.owner) > lead.parent.ops.index(lead):
+        return None  # defined after the group's place (maybe past an assertion): keep the adds per result
     return bias
 
 
@@ -187,9 +190,10 @@ def _rewrite(function: Function, group: list[Operation], view: tuple[Value, obje
         adds = [m.result.uses[0][0] for m in group]
         product = b.create("tp.add", [product, bias], {"origin": _origin(adds)})
         replaced = [a.result for a in adds]
-    sources = [m for m in group] if bias is None else adds
+    sources = list(group) if bias is None else adds
     parts = [b.create("tp.slice", [product], {"axis": 0, "start": i * rows, "stop": (i + 1) * rows,
-                                              "origin": op.attributes.get("origin", "matmul")}, loc=op.loc)
+                                              **{key: val for key, val in op.attributes.items() if key == "origin"}},
+                      loc=op.loc)
              for i, op in enumerate(sources)]
     for old, part in zip(replaced, parts, strict=True):
         old.replace_all_uses_with(part)

@@ -135,6 +135,29 @@ def test_mixed_weights_group_per_weight_and_share_a_bias():
         np.testing.assert_allclose(run(module, [x, v, w, u, b])[0], want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_bias_computed_after_the_group_place_stays_per_result():
+    text = """func @main(%x: tensor<[s0, 4], f32>, %w: tensor<[4, 8], f32>, %b: tensor<[8], f32>)
+        -> (tensor<[s0, 8], f32>) where {s0 in [1, 64]} {
+      %0 = tp.matmul %x, %w : tensor<[s0, 8], f32>
+      %1 = tp.exp %b : tensor<[8], f32>
+      %2 = tp.add %0, %1 : tensor<[s0, 8], f32>
+      %3 = tp.neg %x : tensor<[s0, 4], f32>
+      %4 = tp.matmul %3, %w : tensor<[s0, 8], f32>
+      %5 = tp.add %4, %1 : tensor<[s0, 8], f32>
+      %6 = tp.mul %2, %5 : tensor<[s0, 8], f32>
+      tp.return %6
+    }
+    """
+    module, changed = _apply(text)
+    assert changed
+    names = _names(module)
+    assert names.count("tp.matmul") == 1 and names.count("tp.add") == 2
+    w, b = _f32(4, 8), _f32(8)
+    x = _f32(3, 4)
+    want = (x @ w + np.exp(b)) * (-x @ w + np.exp(b))
+    np.testing.assert_allclose(run(module, [x, w, b])[0], want, rtol=1e-4, atol=1e-5)
+
+
 def test_different_left_types_are_not_grouped():
     text = """func @main(%x: tensor<[s0, 4], f32>, %y: tensor<[2, 4], f32>, %w: tensor<[4, 8], f32>)
         -> (tensor<[s0, 8], f32>, tensor<[2, 8], f32>) where {s0 in [1, 64]} {
