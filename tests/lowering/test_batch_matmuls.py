@@ -257,6 +257,14 @@ def test_direct_call_reports_groups():
     assert batch_matmuls(module.functions[0]) == 0
 
 
+def test_docstring_examples():
+    import doctest
+
+    import lowering.batch_matmuls as mod
+    result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted >= 5
+
+
 GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.tp"))
 
 
