@@ -1,4 +1,4 @@
-"""Per-call overhead of ``runtime.abi.Executable.__call__`` on programs that do almost no work.
+"""Per-call overhead of ``tensorplay.runtime.abi.Executable.__call__`` on programs that do almost no work.
 
 Cases (all inputs float32, a handful of elements, so the native work is a few nanoseconds):
 
@@ -35,8 +35,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime import jit  # noqa: E402
-from runtime.abi import Assertion, Executable, Signature, TensorSpec  # noqa: E402
+from tensorplay.runtime import jit  # noqa: E402
+from tensorplay.runtime.abi import Assertion, Executable, Signature, TensorSpec  # noqa: E402
 from tests.runtime.rt_programs import copy_ir  # noqa: E402
 
 COPY_IR = copy_ir("copy", 4)  # the same hand-written copy program the runtime tests use
@@ -161,8 +161,8 @@ def cases() -> dict[str, Callable[[], object]]:
         "affine 2->2": lambda: affine(xa, b),
     }
     try:
-        from dialect import parse
-        from lowering.codegen_llvm import compile_kernel_module
+        from tensorplay.dialect import parse
+        from tensorplay.lowering.codegen.llvm import compile_kernel_module
         kernel = compile_kernel_module(parse(KERNEL_TEXT), prefix="bench_k", num_threads=1, cache=False)
         assert np.array_equal(kernel(x)[0], x + 1)
         out["kernel 1->1"] = lambda: kernel(x)

@@ -26,8 +26,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lowering.gemm import Epilogue, compile_gemm, scratch_bytes  # noqa: E402
-from lowering.gemm_prepack import pack_b  # noqa: E402
+from tensorplay.lowering.microkernels.gemm import Epilogue, compile_gemm, scratch_bytes  # noqa: E402
+from tensorplay.lowering.microkernels.gemm_prepack import pack_b  # noqa: E402
 
 SQUARE = (64, 256, 512, 1024, 2048)
 #: (M, K, N) with B in the nn.Linear layout (N x K): the transformer block's GEMMs (seq 128, d_model 256,

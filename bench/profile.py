@@ -3,7 +3,7 @@
 ``python -m bench --profile-losers`` runs this after the timings: every one-thread row where another path
 (PyTorch eager, torch.compile, ONNX Runtime) beats tensorplay compiled is exported again, compiled with
 the native per-kernel timers (``tensorplay.compile(program, num_threads=1, profile=True)``, see
-``lowering.profile``) and called for the timing budget; the report gives the time per call by kernel
+``tensorplay.lowering.codegen.profile``) and called for the timing budget; the report gives the time per call by kernel
 kind, the slowest kernels, and the rate the GEMM/convolution kernels reach on the row's FLOPs.
 
 >>> losing_rows([{"model": "m", "case": "b1", "threads": 1, "backend": "tensorplay compiled", "median_ms": 2.0},

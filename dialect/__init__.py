@@ -1,17 +1,17 @@
 """tensorplay's intermediate representation: an SSA IR whose tensor shapes are sympy expressions.
 
-Two levels share one declarative op table (:mod:`dialect.ops`, :mod:`dialect.shape_ops`,
-:mod:`dialect.kernel_ops`): ``tp`` (primitive tensor ops) and ``kernel`` (loop nests over buffers).
+Two levels share one declarative op table (:mod:`tensorplay.dialect.ops`, :mod:`tensorplay.dialect.shape_ops`,
+:mod:`tensorplay.dialect.kernel_ops`): ``tp`` (primitive tensor ops) and ``kernel`` (loop nests over buffers).
 The printer, parser, verifier, interpreter and :func:`docs_markdown` all read that table. This
 package imports nothing from ``tensorplay``, ``lowering`` or ``runtime``.
 
 A tour: build a function, print it, parse it back, verify, run a pass, interpret::
 
     >>> import numpy as np
-    >>> from dialect import Builder, Function, TensorType, F32, sym, parse, structurally_equal
-    >>> from dialect.verify import verify
-    >>> from dialect.passes import PassManager
-    >>> from dialect.interpret import run
+    >>> from tensorplay.dialect import Builder, Function, TensorType, F32, sym, parse, structurally_equal
+    >>> from tensorplay.dialect.verify import verify
+    >>> from tensorplay.dialect.passes import PassManager
+    >>> from tensorplay.dialect.interpret import run
     >>> s0 = sym("s0")
     >>> f = Function("main", [("x", TensorType((s0, 4), F32))], symbols={s0: (1, 1024)})
     >>> b = Builder(f, loc="model.py:3")

@@ -5,8 +5,8 @@ expressions, lists and tuples of those, a :class:`DType`, plus three small class
 :class:`Dense` (an inline literal), :class:`WeightRef` (``@name`` of a module weight) and
 :class:`WorkspacePlan` (the kernel-level memory plan of a function).
 
-    >>> from dialect.attrs import EXPRS, attr_text
-    >>> from dialect.types import sym
+    >>> from tensorplay.dialect.attrs import EXPRS, attr_text
+    >>> from tensorplay.dialect.types import sym
     >>> EXPRS.text(EXPRS.coerce([sym("s0"), 4], "shape"))
     '[s0, 4]'
 """

@@ -5,8 +5,8 @@ from), else by the SSA name of the result. Typical use: the module before and af
 interpreted module against an instrumented native build::
 
     >>> import numpy as np
-    >>> from dialect import parse
-    >>> from dialect.bisect import bisect
+    >>> from tensorplay.dialect import parse
+    >>> from tensorplay.dialect.bisect import bisect
     >>> a = parse('''func @main(%x: tensor<[3], f32>) -> (tensor<[3], f32>) {
     ...   %e = tp.exp %x : tensor<[3], f32>
     ...   %y = tp.mul %e, %e : tensor<[3], f32>

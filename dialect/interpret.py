@@ -6,8 +6,8 @@ its declared type, and raises :class:`DialectAssertionError` with the rendered m
 assertion fails. Float math stays in the declared element type (f32 stays f32)::
 
     >>> import numpy as np
-    >>> from dialect import parse
-    >>> from dialect.interpret import run
+    >>> from tensorplay.dialect import parse
+    >>> from tensorplay.dialect.interpret import run
     >>> m = parse('''func @main(%x: tensor<[s0], f32>) -> (tensor<[s0], f32>) where {s0 in [1, 8]} {
     ...   %0 = tp.mul %x, %x : tensor<[s0], f32>
     ...   tp.return %0
@@ -305,7 +305,7 @@ def literal(value: float, t: Type) -> Any:
     On integer types ``inf``/``-inf`` are the type's max/min and NaN its min (numpy's cast would
     give INT_MIN for all three); other types cast as numpy does.
 
-    >>> from dialect.types import I32, U8
+    >>> from tensorplay.dialect.types import I32, U8
     >>> literal(float("inf"), ScalarType(I32)), literal(-float("inf"), ScalarType(U8))
     (np.int32(2147483647), np.uint8(0))
     """

@@ -2,7 +2,7 @@
 
 Build IR with a :class:`Builder`; op result types are inferred from the op table::
 
-    >>> from dialect import ir, types as T
+    >>> from tensorplay.dialect import ir, types as T
     >>> s0 = T.sym("s0")
     >>> f = ir.Function("main", [("x", T.TensorType((s0, 4), T.F32))], symbols={s0: (1, 64)})
     >>> b = ir.Builder(f)

@@ -18,7 +18,7 @@ over loop variables and the function's symbols::
     }
 
 Scalar arithmetic (``kernel.add``, ``kernel.exp``, ...) is generated from the same tables as the tp
-elementwise ops (:data:`dialect.ops.UNARY_OPS`, :data:`dialect.ops.BINARY_OPS`).
+elementwise ops (:data:`tensorplay.dialect.ops.UNARY_OPS`, :data:`tensorplay.dialect.ops.BINARY_OPS`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Kernel-level ops the tp -> kernel lowering needs beyond :mod:`dialect.kernel_ops`.
+"""Kernel-level ops the tp -> kernel lowering needs beyond :mod:`tensorplay.dialect.kernel_ops`.
 
-Registered through the same ``@op`` table (imported by :mod:`lowering.tp_to_kernel`)::
+Registered through the same ``@op`` table (imported by :mod:`tensorplay.lowering.fusion.lower`)::
 
     %w = kernel.global {value = @p_fc1_weight} : buffer<[10, 784], f32>
     %c = kernel.global {value = dense<[1.0, 2.0, 4.0]>} : buffer<[3], f32>

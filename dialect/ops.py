@@ -1,7 +1,7 @@
 """THE op table of the ``tp`` level: every primitive tensor op, declared once.
 
 Each declaration names its operands and attributes, infers result types with sympy shapes, checks
-its operands (raising :class:`~dialect.opdef.OpError`), gives a numpy reference implementation and
+its operands (raising :class:`~tensorplay.dialect.opdef.OpError`), gives a numpy reference implementation and
 shows an IR example. Elementwise ops come from two tables (:data:`UNARY_OPS`, :data:`BINARY_OPS`) that
 the ``kernel`` level reuses for its scalar arithmetic. Example of the text format::
 

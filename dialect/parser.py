@@ -1,9 +1,9 @@
-"""Parse the text format (both levels) into a :class:`~dialect.ir.Module`.
+"""Parse the text format (both levels) into a :class:`~tensorplay.dialect.ir.Module`.
 
 The grammar lives in ``grammar.lark`` next to this file. Errors raise :class:`DialectParseError` naming
 the line, the column and what was expected::
 
-    >>> from dialect.parser import parse, DialectParseError
+    >>> from tensorplay.dialect.parser import parse, DialectParseError
     >>> try:
     ...     parse("func @f() -> () {\\n  tp.return %\\n}\\n")
     ... except DialectParseError as e:

@@ -1,6 +1,6 @@
 """The text printer: modules, functions and ops in the MLIR-like syntax the parser reads back.
 
-    >>> from dialect import parse
+    >>> from tensorplay.dialect import parse
     >>> text = '''func @f(%x: tensor<[s0, 4], f32>) -> (tensor<[s0, 4], f32>) where {s0 in [1, inf]} {
     ...   %0 = tp.exp %x : tensor<[s0, 4], f32>
     ...   tp.return %0

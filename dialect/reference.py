@@ -3,7 +3,7 @@
 These are the interpreter's semantics (torch semantics where the op mirrors a torch op):
 
     >>> import numpy as np
-    >>> from dialect.reference import sort
+    >>> from tensorplay.dialect.reference import sort
     >>> sort(np.array([3.0, 1.0, 3.0, 2.0]), 0, True)[1].tolist()
     [0, 2, 3, 1]
 """

@@ -1,8 +1,8 @@
 """Shape rules shared by op declarations: broadcasting, axes, provable equality of dims.
 
-    >>> from dialect.shapes import broadcast
-    >>> from dialect.symbolic import Facts
-    >>> from dialect.types import sym
+    >>> from tensorplay.dialect.shapes import broadcast
+    >>> from tensorplay.dialect.symbolic import Facts
+    >>> from tensorplay.dialect.types import sym
     >>> s0 = sym("s0")
     >>> broadcast([(s0, 1), (4,)], Facts(), "tp.add")
     (s0, 4)

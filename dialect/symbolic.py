@@ -1,7 +1,7 @@
 """Sympy helpers: the canonical text of an expression and proofs under symbol ranges.
 
-    >>> from dialect.symbolic import Facts, expr_str
-    >>> from dialect.types import sym
+    >>> from tensorplay.dialect.symbolic import Facts, expr_str
+    >>> from tensorplay.dialect.types import sym
     >>> s0 = sym("s0")
     >>> expr_str(2 * s0 + 1)
     '2*s0 + 1'

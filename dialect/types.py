@@ -2,7 +2,7 @@
 
 Every type is frozen and hashable; ``str(t)`` is its text form::
 
-    >>> from dialect.types import TensorType, F32, sym
+    >>> from tensorplay.dialect.types import TensorType, F32, sym
     >>> s0 = sym("s0")
     >>> str(TensorType((s0, 2 * s0 + 1, 64), F32))
     'tensor<[s0, 2*s0 + 1, 64], f32>'

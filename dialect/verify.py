@@ -3,8 +3,8 @@
 All problems of a module are reported at once, each naming the function, the op and its source
 location::
 
-    >>> from dialect import parse
-    >>> from dialect.verify import verify, VerificationError
+    >>> from tensorplay.dialect import parse
+    >>> from tensorplay.dialect.verify import verify, VerificationError
     >>> m = parse('''func @f(%x: tensor<[s0, 4], f32>) -> (tensor<[s0, 4], f32>) where {s0 in [1, 8]} {
     ...   %0 = tp.exp %x : tensor<[s0, 5], f32> loc("model.py:3")
     ...   tp.return %0

@@ -7,7 +7,7 @@ Steps shown:
 2. ``save`` the compiled program: the ``.pt2`` archive carries its native code, so ``load`` + the
    first call maps that code instead of compiling (the runtime's compile counter proves it);
 3. ``build_library``: ``libmlp.so`` + ``mlp.h`` (a plain C API) + ``mlp.tpw`` (weights, mmap'd);
-4. the bundle run from Python with only numpy + llvmlite (``runtime.standalone.StandaloneModel``);
+4. the bundle run from Python with only numpy + llvmlite (``tensorplay.runtime.standalone.StandaloneModel``);
 5. ``inputs.txt`` written for the C program in ``examples/c`` (``make -C examples/c run BUNDLE=DIR``).
 """
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 import tensorplay as tp
-from lowering.aot import build_library
-from runtime.jit import stats
-from runtime.standalone import StandaloneModel
 from tensorplay.export import Dim, export, load, save
+from tensorplay.lowering.aot import build_library
+from tensorplay.runtime.jit import stats
+from tensorplay.runtime.standalone import StandaloneModel
 
 
 def make_model() -> tp.nn.Module:

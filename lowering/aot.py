@@ -1,11 +1,11 @@
 """Standalone artifacts from compiled programs: the archive record and the C library bundle.
 
-:func:`artifact_of` turns a :class:`lowering.pipeline.CompiledProgram` into a storable
-``runtime.artifact.NativeArtifact`` whose signature meta says how every argument is bound (user
+:func:`artifact_of` turns a :class:`tensorplay.lowering.pipeline.CompiledProgram` into a storable
+``tensorplay.runtime.artifact.NativeArtifact`` whose signature meta says how every argument is bound (user
 inputs, program weights by placeholder name, inline literals with their bytes, and the output
 structure). :func:`build_library` writes ``lib<name>.so``, ``<name>.h`` and ``<name>.tpw`` (the
 weights file) plus ``<name>.tpa`` (the artifact, loadable from Python with
-:class:`runtime.standalone.StandaloneModel`).
+:class:`tensorplay.runtime.standalone.StandaloneModel`).
 
 >>> import tensorplay as tp, tempfile
 >>> from tensorplay.export import export
@@ -36,8 +36,8 @@ def artifact_of(compiled: Any) -> tuple[Any, str]:
     weight by placeholder name, or an inline literal with its bytes), so a loader can run it
     with nothing but the program's state.
     """
-    from runtime.abi import Signature
-    from runtime.artifact import NativeArtifact
+    from tensorplay.runtime.abi import Signature
+    from tensorplay.runtime.artifact import NativeArtifact
 
     exe = compiled.executable
     sig = exe.signature
@@ -51,7 +51,7 @@ def artifact_of(compiled: Any) -> tuple[Any, str]:
             held.append({"literal": {"dtype": a.dtype.str, "shape": list(a.shape),
                                      "data": base64.b64encode(a.tobytes()).decode("ascii")}})
     record: dict[str, Any] = {"user_inputs": n_user, "held": held}
-    if compiled._prepack:  # the loader packs these weights once too (lowering.gemm_prepack)
+    if compiled._prepack:  # the loader packs these weights once too (tensorplay.lowering.microkernels.gemm_prepack)
         record["pack_sites"] = [[s.index, s.arg, s.k, s.n, s.trans_b] for s in compiled._prepack.sites]
     binding = _encode_binding(compiled.binding)
     if binding is not None:
@@ -63,7 +63,7 @@ def artifact_of(compiled: Any) -> tuple[Any, str]:
 
 
 def _encode_outputs(spec: Any) -> Any:
-    from .to_tp_binding import Result
+    from .from_graph.binding import Result
 
     if isinstance(spec, Result):
         return {"result": spec.index, "number": spec.number}
@@ -77,7 +77,7 @@ def _encode_outputs(spec: Any) -> Any:
 
 
 def _decode_outputs(d: Any) -> Any:
-    from .to_tp_binding import Result
+    from .from_graph.binding import Result
 
     if not isinstance(d, dict) or len(d) not in (1, 2):
         raise ValueError(f"native artifact: malformed output structure record {str(d)[:60]!r}")
@@ -113,8 +113,9 @@ def _encode_binding(binding: Any) -> dict[str, Any] | None:
 
 
 def decode_binding(d: Any) -> Any:
-    """The :class:`lowering.to_tp_binding.Binding` stored by :func:`artifact_of`; ValueError if malformed."""
-    from .to_tp_binding import ArgSource, Binding, Write
+    """The :class:`tensorplay.lowering.from_graph.binding.Binding` stored by :func:`artifact_of`; ValueError if
+    malformed."""
+    from .from_graph.binding import ArgSource, Binding, Write
 
     try:
         args = [ArgSource(str(kind), str(name), tuple(key)) for kind, name, key in d["arguments"]]
@@ -126,9 +127,10 @@ def decode_binding(d: Any) -> Any:
 
 
 def decode_pack_sites(record: Any) -> list[Any]:
-    """The :class:`lowering.gemm_prepack.PackSite` list an archive stored (``[]`` when none); ValueError
+    """The :class:`tensorplay.lowering.microkernels.gemm_prepack.PackSite` list an archive stored (``[]`` when none);
+    ValueError
     if malformed."""
-    from .gemm_prepack import PackSite
+    from .microkernels.gemm_prepack import PackSite
 
     try:
         sites = [PackSite(int(i), int(arg), int(k), int(n), bool(t))
@@ -164,9 +166,9 @@ def build_library(compiled: Any, out_dir: str | os.PathLike[str], name: str, *, 
     """Write the standalone bundle of ``compiled`` into ``out_dir``; returns its paths by kind
     (``"library"``, ``"header"``, ``"weights"``, ``"artifact"``). ``link=False`` skips the C compiler
     (only header, weights and artifact). Without a C compiler, RuntimeError says what to install."""
-    from runtime.standalone import write_bundle
+    from tensorplay.runtime.standalone import write_bundle
 
-    from .gemm_library import configs_of_object, gemm_objects
+    from .microkernels.gemm_library import configs_of_object, gemm_objects
 
     artifact, _ = artifact_of(compiled)
     kernels = gemm_objects(configs_of_object(artifact.object))

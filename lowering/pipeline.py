@@ -36,17 +36,17 @@ from typing import Any
 
 import numpy as np
 
-from dialect import Module, print_module
-from dialect.attrs import WeightRef
-from dialect.passes import PassManager
-from dialect.reference import round_bf16
+from tensorplay.dialect import Module, print_module
+from tensorplay.dialect.attrs import WeightRef
+from tensorplay.dialect.passes import PassManager
+from tensorplay.dialect.reference import round_bf16
 
-from . import batch_matmuls  # noqa: F401  (registers batch-matmuls)
-from .codegen_llvm import compile_kernel_module
-from .fuse import fusion_stats
-from .gemm_prepack import prepacker
-from .kernel_globals import globals_to_args
-from .to_tp_program import program_to_tp
+from .codegen.globals import globals_to_args
+from .codegen.llvm import compile_kernel_module
+from .from_graph.program import program_to_tp
+from .fusion.fuse import fusion_stats
+from .microkernels.gemm_prepack import prepacker
+from .tp_passes import batch_matmuls  # noqa: F401  (registers batch-matmuls)
 
 __all__ = ["CompileOptions", "CompiledProgram", "compile_program", "IR_LEVELS"]
 
@@ -105,7 +105,8 @@ class CompileOptions:
 class CompiledProgram:
     """Native code for one exported program, plus the IR of every level it went through."""
 
-    _prepack: Any = None  # lowering.gemm_prepack.Prepacker: constant GEMM weights packed once (JIT only)
+    #: constant GEMM weights packed once (JIT only): a microkernels.gemm_prepack.Prepacker
+    _prepack: Any = None
 
     def __init__(self, executable: Any, binding: Any, held: list, texts: dict[str, str], stats: dict):
         self.executable = executable
@@ -133,14 +134,15 @@ class CompiledProgram:
         return self._texts[level]
 
     def profile(self) -> Any:
-        """Per-kernel times since compiling (or :meth:`reset_profile`) as a :class:`lowering.profile.ProfileTable`;
+        """Per-kernel times since compiling (or :meth:`reset_profile`) as a
+        :class:`tensorplay.lowering.codegen.profile.ProfileTable`;
         needs ``profile=True`` at compile time. ``print(compiled.profile())`` shows the table."""
-        from .profile import profile_table
+        from .codegen.profile import profile_table
         return profile_table(self.executable)
 
     def reset_profile(self) -> None:
         """Zero the per-kernel counters (e.g. after warm-up calls)."""
-        from .profile import reset_profile
+        from .codegen.profile import reset_profile
         reset_profile(self.executable)
 
     def state_of(self, program: Any) -> dict[str, Any]:
@@ -196,7 +198,7 @@ class CompiledProgram:
         #         except (AttributeError, TypeError, ValueError):
         #             return general(values)
         checks = [f"    check({name!r}, values[{i}])" for i, name in fixed]
-        repack = self._prepack.refresher(position) if self._prepack else None  # lowering.gemm_prepack
+        repack = self._prepack.refresher(position) if self._prepack else None  # microkernels.gemm_prepack
         checks += ["    repack(values)"] if repack is not None else []
         arrays = [f"values[{i}]._data" for i in order] + [f"tail[{j}]" for j in range(len(literals))]
         source = "\n".join(["def fast(values):", *checks, "    try:",

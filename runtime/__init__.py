@@ -1,14 +1,14 @@
 """Executing native code built by ``lowering``.
 
-The llvmlite JIT for the host CPU (:mod:`runtime.jit`, :mod:`runtime.target`), the
-calling convention and executables (:mod:`runtime.abi`), the on-disk compile cache
-(:mod:`runtime.cache`), ahead-of-time objects, shared libraries and C headers
-(:mod:`runtime.aot`), the weights file (:mod:`runtime.weights`) and stored native code
-(:mod:`runtime.artifact`). Needs only numpy and llvmlite, never ``tensorplay``.
+The llvmlite JIT for the host CPU (:mod:`tensorplay.runtime.jit`, :mod:`tensorplay.runtime.target`), the
+calling convention and executables (:mod:`tensorplay.runtime.abi`), the on-disk compile cache
+(:mod:`tensorplay.runtime.cache`), ahead-of-time objects, shared libraries and C headers
+(:mod:`tensorplay.runtime.aot`), the weights file (:mod:`tensorplay.runtime.weights`) and stored native code
+(:mod:`tensorplay.runtime.artifact`). Needs only numpy and llvmlite, never ``tensorplay``.
 
 Example::
 
-    >>> import ctypes, runtime
+    >>> import ctypes, tensorplay.runtime as runtime
     >>> lib = runtime.compile_ir("define i32 @seven() { ret i32 7 }")
     >>> lib.function("seven", ctypes.c_int32)()
     7

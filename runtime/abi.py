@@ -577,12 +577,12 @@ def _data_sized(outs: list[np.ndarray], extents: tuple, ws: int, nbytes: int) ->
 
 
 class Executable:
-    """A compiled program behind the :mod:`runtime.abi` convention, callable on numpy arrays.
+    """A compiled program behind the :mod:`tensorplay.runtime.abi` convention, callable on numpy arrays.
 
     ``exe(*arrays, out=None) -> list[np.ndarray]``: outputs are freshly allocated unless ``out``
     gives one array per output (right dtype and shape, C-contiguous, writable, not overlapping an
     input or another output), which is then written and returned. Outputs of 128 KiB or more come
-    from :attr:`pool` (:mod:`runtime.output_pool`: blocks reused once the caller drops them, so no
+    from :attr:`pool` (:mod:`tensorplay.runtime.output_pool`: blocks reused once the caller drops them, so no
     page faults; ``TENSORPLAY_POOL_BYTES`` caps it). Thread-safe: every thread gets its own argument
     buffers and workspace, and the native run releases the GIL.
 
@@ -596,10 +596,11 @@ class Executable:
     def __init__(self, library: Library | SharedLibrary, prefix: str, signature: Signature, *,
                  shape_error: type[BaseException] = RuntimeError, num_threads: int | None = None) -> None:
         if not isinstance(library, Library) and not callable(getattr(library, "function", None)):
-            raise TypeError("Executable expects a runtime.jit.Library or runtime.aot.SharedLibrary, "
+            raise TypeError("Executable expects a tensorplay.runtime.jit.Library or "
+                            "tensorplay.runtime.aot.SharedLibrary, "
                             f"got {type(library).__name__}")
         if not isinstance(signature, Signature):
-            raise TypeError(f"Executable expects a runtime.abi.Signature, got {type(signature).__name__}")
+            raise TypeError(f"Executable expects a tensorplay.runtime.abi.Signature, got {type(signature).__name__}")
         if not (isinstance(shape_error, type) and issubclass(shape_error, BaseException)):
             raise TypeError(f"shape_error must be an exception class, got {shape_error!r}")
         self.library = library

@@ -1,8 +1,8 @@
 """Ahead-of-time output: object files, shared libraries and C headers.
 
-The weights file format lives in :mod:`runtime.weights` and is re-exported here.
+The weights file format lives in :mod:`tensorplay.runtime.weights` and is re-exported here.
 
-The object code is the same ``pic`` object the JIT loads (:func:`runtime.jit.compile_object`),
+The object code is the same ``pic`` object the JIT loads (:func:`tensorplay.runtime.jit.compile_object`),
 so an artifact built here behaves exactly like the JIT-compiled program. Linking uses the
 system C compiler (``$CC``, else ``cc``); llvmlite ships no linker.
 
@@ -64,7 +64,7 @@ def link_shared(objects: Sequence[bytes | str | os.PathLike[str]], out_path: str
     """Link object code (bytes or paths to .o files) into a shared library with the system ``cc``.
 
     The library links against libm, since generated code may call ``expf`` and friends, and gets
-    the worker pool's object (:func:`runtime.threadpool.pool_object`) when an object calls it
+    the worker pool's object (:func:`tensorplay.runtime.threadpool.pool_object`) when an object calls it
     (parallel loops) and it is not among ``objects`` already.
     Raises RuntimeError with the compiler's output when linking fails.
     """
@@ -112,8 +112,8 @@ def _pool_if_needed(objects: Sequence[bytes | str | os.PathLike[str]]) -> list[b
 class SharedLibrary:
     """A shared library built by :func:`link_shared`, loaded with ``ctypes.CDLL``.
 
-    Offers the same ``address`` / ``function`` interface as :class:`runtime.jit.Library`,
-    so :class:`runtime.abi.Executable` runs it too.
+    Offers the same ``address`` / ``function`` interface as :class:`tensorplay.runtime.jit.Library`,
+    so :class:`tensorplay.runtime.abi.Executable` runs it too.
     """
 
     __slots__ = ("path", "name", "_dll")
@@ -166,7 +166,7 @@ def header_text(signature: Signature, prefix: str) -> str:
     if not isinstance(prefix, str) or not _C_IDENT.match(prefix):
         raise ValueError(f"prefix must be a C identifier, got {prefix!r}")
     if not isinstance(signature, Signature):
-        raise TypeError(f"write_header expects a runtime.abi.Signature, got {type(signature).__name__}")
+        raise TypeError(f"write_header expects a tensorplay.runtime.abi.Signature, got {type(signature).__name__}")
     up = prefix.upper()
     guard = f"TENSORPLAY_{up}_H"
     lines = [
@@ -232,7 +232,7 @@ def header_text(signature: Signature, prefix: str) -> str:
 def write_header(signature: Signature, prefix: str, path: str | os.PathLike[str]) -> Path:
     """Write :func:`header_text` to ``path`` and return it.
 
-    >>> from runtime.abi import TensorSpec
+    >>> from tensorplay.runtime.abi import TensorSpec
     >>> sig = Signature((TensorSpec("x", "float32", 1),), (TensorSpec("y", "float32", 1),))
     >>> "int32_t prog_run(" in write_header(sig, "prog", "/tmp/prog.h").read_text()
     True

@@ -1,7 +1,7 @@
 """Stored native code: object bytes plus what they were built for, loaded without compiling.
 
 A :class:`NativeArtifact` is one compiled program: its ``pic`` object code, the symbol
-prefix and :class:`runtime.abi.Signature` of its entry points, and the target it was built
+prefix and :class:`tensorplay.runtime.abi.Signature` of its entry points, and the target it was built
 for (triple, CPU name, LLVM feature string, llvmlite version). Loading checks the host
 first: if the triple differs or the host lacks a feature the code may use, loading raises
 :class:`IncompatibleArtifact` (whose ``reason`` says why) so the caller can recompile from

@@ -2,7 +2,7 @@
 
 :func:`compile_ir` parses, optimizes (new pass manager, vectorization on) and turns a
 module into a relocatable ``pic`` object, going through the on-disk
-:mod:`runtime.cache`; :func:`load_object` maps such an object into memory without
+:mod:`tensorplay.runtime.cache`; :func:`load_object` maps such an object into memory without
 compiling anything. Both return a :class:`Library`, which owns the MCJIT engine that
 holds the code: the code stays mapped exactly as long as the Library (or a function
 obtained from it) is referenced.
@@ -10,8 +10,8 @@ obtained from it) is referenced.
 Symbols the code does not define resolve, in this order, against the libraries passed as
 ``link=`` (another :class:`Library`, or anything with an ``address(symbol)`` method), against a
 resolver registered for the symbol's prefix (:func:`register_resolver`, e.g. the shared GEMM
-kernels of :mod:`lowering.gemm_library`; ``tp_parallel_`` symbols resolve to the worker pool of
-:mod:`runtime.threadpool`), and against the running process (``memset``, ``expf``,
+kernels of :mod:`tensorplay.lowering.microkernels.gemm_library`; ``tp_parallel_`` symbols resolve to the worker pool of
+:mod:`tensorplay.runtime.threadpool`), and against the running process (``memset``, ``expf``,
 or :func:`llvmlite.binding.add_symbol`). Links are per engine (no process-wide symbol is
 added) and the new Library keeps every library it links against alive. A symbol that resolves
 nowhere (a compiler-rt libcall such as ``__truncdfhf2``, a typo in a declaration) raises
@@ -323,7 +323,7 @@ def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
 
     ``ir`` is kept for ``Library.ir``; ``features`` records the feature string the code was
     built for (default: the host's). Checking that the host can run it is the caller's job
-    (see :mod:`runtime.artifact`). ``link``: libraries whose symbols the code may call (see the
+    (see :mod:`tensorplay.runtime.artifact`). ``link``: libraries whose symbols the code may call (see the
     module docstring). Object code referencing a symbol that resolves nowhere raises
     :class:`CompileError` naming it.
 
@@ -416,9 +416,9 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
                link: Iterable[SymbolSource] = ()) -> Library:
     """Optimize and compile LLVM IR for the host CPU, reusing cached object code when present.
 
-    ``cache`` is True (the default cache, see :mod:`runtime.cache`), False, or a
+    ``cache`` is True (the default cache, see :mod:`tensorplay.runtime.cache`), False, or a
     :class:`CompileCache`. ``prefer_vector_width`` (256 or 512) is passed to
-    :func:`runtime.target.host_target_machine`. ``link``: libraries defining symbols the IR
+    :func:`tensorplay.runtime.target.host_target_machine`. ``link``: libraries defining symbols the IR
     declares (see :func:`load_object`). Invalid IR, or code calling a symbol that resolves
     nowhere, raises :class:`CompileError`.
 

@@ -132,7 +132,7 @@ _default_lock = threading.Lock()
 
 
 def default_pool() -> OutputPool:
-    """The process-wide pool every :class:`runtime.abi.Executable` allocates big outputs from
+    """The process-wide pool every :class:`tensorplay.runtime.abi.Executable` allocates big outputs from
     (capacity from ``TENSORPLAY_POOL_BYTES``, read on first use)."""
     if not _default:
         with _default_lock:

@@ -1,18 +1,18 @@
 """Standalone model bundles: a C library with a plain API, its weights file, and a Python loader.
 
-A bundle built by :func:`write_bundle` (usually through ``lowering.aot.build_library`` or
+A bundle built by :func:`write_bundle` (usually through ``tensorplay.lowering.aot.build_library`` or
 ``tensorplay build``) holds, for a model called ``<name>``:
 
 * ``lib<name>.so`` — the compiled program plus the C API of ``runtime/c/model_api.c.in``
   (create from a weights path, query ranks and size rules, output dims, run, last error,
   destroy); only those ``<name>_*`` functions are exported;
 * ``<name>.h`` — the header declaring that API;
-* ``<name>.tpw`` — the weights (:mod:`runtime.weights`), memory-mapped at create, never linked in;
-* ``<name>.tpa`` — the :class:`runtime.artifact.NativeArtifact`, which :class:`StandaloneModel`
+* ``<name>.tpw`` — the weights (:mod:`tensorplay.runtime.weights`), memory-mapped at create, never linked in;
+* ``<name>.tpa`` — the :class:`tensorplay.runtime.artifact.NativeArtifact`, which :class:`StandaloneModel`
   loads with numpy and llvmlite alone (no tensorplay, no C compiler);
 * ``<name>.tpo`` — the object code of the shared kernels the program calls (GEMMs), linked into
   the library and mapped next to the artifact by :class:`StandaloneModel`. The worker pool of
-  parallel loops (:mod:`runtime.threadpool`) is linked into the library too, but not stored: the
+  parallel loops (:mod:`tensorplay.runtime.threadpool`) is linked into the library too, but not stored: the
   loader links the process's own pool.
 
 >>> model = StandaloneModel.load("build/", "mlp")        # doctest: +SKIP
@@ -147,7 +147,7 @@ def _tables(signature: Signature, n_user: int, weights_path: Path, weight_offset
 def api_header(signature: Signature, name: str, n_user: int | None = None) -> str:
     """The C header of a bundle's API for model ``name``.
 
-    >>> from runtime.abi import TensorSpec
+    >>> from tensorplay.runtime.abi import TensorSpec
     >>> sig = Signature((TensorSpec("x", "float32", 1, ("s0",)),), (TensorSpec("y", "float32", 1, ("s0",)),))
     >>> "int32_t net_run(const net_model *model" in api_header(sig, "net")
     True
@@ -261,7 +261,8 @@ def load_objects(objects: list[bytes], artifact: NativeArtifact) -> Any:
     return load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=kernels)
 
 
-#: Symbols resolved by a Python host at load time (lowering.kernel_random's draws): no bundle can provide them.
+#: Symbols resolved by a Python host at load time (tensorplay.lowering.fusion.random's draws): no bundle can provide
+# them.
 _HOST_CALLBACK_PREFIXES = ("tp_random_",)
 
 
@@ -270,13 +271,15 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
     """Write ``<name>.tpa``, ``<name>.tpo``, ``<name>.tpw``, ``<name>.h`` and (``link=True``) ``lib<name>.so``.
 
     ``weights`` gives every non-user signature input by name; ``objects`` is the code of the shared
-    kernels the program's object calls (e.g. ``lowering.gemm_library.gemm_objects``). Linking compiles
+    kernels the program's object calls (e.g. ``tensorplay.lowering.microkernels.gemm_library.gemm_objects``).
+    Linking compiles
     the C API with the system ``cc`` and hides every other symbol; RuntimeError (saying what to
     install) without one.
     """
     name = _check_name(name)
     if not isinstance(artifact, NativeArtifact):
-        raise TypeError(f"write_bundle expects a runtime.artifact.NativeArtifact, got {type(artifact).__name__}")
+        raise TypeError("write_bundle expects a tensorplay.runtime.artifact.NativeArtifact, "
+                        f"got {type(artifact).__name__}")
     host_only = sorted(s for s in undefined_symbols(artifact.object) if s.startswith(_HOST_CALLBACK_PREFIXES))
     if host_only:
         raise ValueError(f"this program cannot be built as a standalone bundle: its code calls back into a Python "

@@ -29,9 +29,10 @@ How it works:
   its parent's state (no worker threads, possibly a pool held by a parent thread) resets the pool and starts its own
   workers (``pthread_atfork`` is not visible to JIT code: glibc links it statically).
 
-Linking: :mod:`runtime.jit` resolves every ``tp_parallel_`` symbol against :func:`pool_library`
+Linking: :mod:`tensorplay.runtime.jit` resolves every ``tp_parallel_`` symbol against :func:`pool_library`
 (one Library per process, never unmapped, since its threads live as long as the process);
-:func:`runtime.aot.link_shared` and :func:`runtime.standalone.write_bundle` link :func:`pool_object`
+:func:`tensorplay.runtime.aot.link_shared` and :func:`tensorplay.runtime.standalone.write_bundle` link
+:func:`pool_object`
 into a shared library whose program calls the pool (each library then has its own pool).
 
 Example::

@@ -9,7 +9,7 @@ Layout (all integers little-endian)::
           64   ...       tensor payloads, each starting on a 64-byte boundary
     index offset         UTF-8 JSON: {"tensors": [{"name", "dtype", "shape", "offset", "nbytes"}, ...]}
 
-Payloads are little-endian, C-contiguous; ``dtype`` is a :data:`runtime.abi.DTYPES` name
+Payloads are little-endian, C-contiguous; ``dtype`` is a :data:`tensorplay.runtime.abi.DTYPES` name
 (``bfloat16`` payloads are uint16 bit patterns). The reader validates the header, the
 index and every entry (dtype, shape, offset alignment, size, bounds, no overlap) before
 creating any array, so a truncated or hostile file raises ValueError and nothing in it is

@@ -1,6 +1,6 @@
 """Passes over the dialect, one per module, run by :class:`PassManager` from a pipeline string.
 
-    >>> from dialect.passes import PASSES
+    >>> from tensorplay.dialect.passes import PASSES
     >>> {'canonicalize', 'cse', 'dce', 'simplify-assertions'} <= set(PASSES)  # other packages add more
     True
 """

@@ -3,7 +3,7 @@
 A pass is a frozen dataclass with a ``name``, typed options (its fields) and ``apply(module) -> bool``.
 The pipeline is a string; options go in braces::
 
-    >>> from dialect.passes import PassManager
+    >>> from tensorplay.dialect.passes import PassManager
     >>> pm = PassManager("canonicalize{max_iterations=5},cse,dce")
     >>> [p.name for p in pm.passes]
     ['canonicalize', 'cse', 'dce']

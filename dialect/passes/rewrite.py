@@ -3,7 +3,7 @@
 A pattern names the ops it matches and a function ``fn(op, rewriter) -> bool`` that rewrites in place
 through the :class:`Rewriter` and says whether it changed anything::
 
-    >>> from dialect.passes.rewrite import Pattern, PatternTable
+    >>> from tensorplay.dialect.passes.rewrite import Pattern, PatternTable
     >>> def same_cast(op, rw):
     ...     if op.operands[0].type != op.result.type:
     ...         return False

@@ -15,10 +15,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> None:
     import tensorplay as tp
-    from lowering.aot import build_library
-    from runtime.aot import find_c_compiler
-    from runtime.standalone import write_bundle
     from tensorplay.export.native_archive import bundle_parts
+    from tensorplay.lowering.aot import build_library
+    from tensorplay.runtime.aot import find_c_compiler
+    from tensorplay.runtime.standalone import write_bundle
 
     find_c_compiler()  # fail first, with what to install, before any work
     contents = load_archive(args.file)

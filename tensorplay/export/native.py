@@ -1,7 +1,7 @@
 """Running exported programs as native code: the bridge from ``ExportedProgram`` to ``lowering``.
 
 Calling a program (or ``ExportedProgram.call_exported(p)``) compiles it on first use with
-:func:`lowering.pipeline.compile_program` and then runs the native function; the compiled code is
+:func:`tensorplay.lowering.pipeline.compile_program` and then runs the native function; the compiled code is
 cached on the program (and on disk by the runtime). In-place updates of inputs (a user tensor, a
 tensor inside an input container, a buffer or parameter) come back as extra results and are written
 into the live tensors, exactly as the interpreted graph's in-place ops would (views see them,
@@ -41,9 +41,9 @@ class UnsupportedProgramWarning(UserWarning):
 
 
 def _lowering_errors() -> tuple[type[Exception], ...]:
-    from lowering.codegen_llvm import CodegenError
-    from lowering.to_tp import LoweringError as ToTpError
-    from lowering.tp_to_kernel import LoweringError as KernelError
+    from tensorplay.lowering.codegen.llvm import CodegenError
+    from tensorplay.lowering.from_graph.convert import LoweringError as ToTpError
+    from tensorplay.lowering.fusion.lower import LoweringError as KernelError
     return (ToTpError, KernelError, CodegenError)
 
 
@@ -52,13 +52,13 @@ class NativeRunner:
     runs it on the program's placeholder values (state first, as ``ExportedProgram`` binds them).
 
     Everything that depends only on the program is worked out here, once: which value feeds which native
-    argument (:meth:`lowering.pipeline.CompiledProgram.caller`), the dtype of each result and where each
+    argument (:meth:`tensorplay.lowering.pipeline.CompiledProgram.caller`), the dtype of each result and where each
     mutated buffer or input goes.
     """
 
     def __init__(self, program: Any, compiled: Any):
-        from lowering.to_tp_binding import Field, Result
-        from lowering.to_tp_program import writes_inputs
+        from tensorplay.lowering.from_graph.binding import Field, Result
+        from tensorplay.lowering.from_graph.program import writes_inputs
 
         self.compiled = compiled
         self.placeholders = [n.name for n in program.graph.placeholders]
@@ -129,7 +129,7 @@ def compile(program: Any, *, strict: bool = True, **options: Any) -> Any:  # noq
     """Compile ``program`` to native code now and use it for every later call; returns the
     ``CompiledProgram`` (inspect it with ``.ir("tp" | "kernel" | "llvm" | "asm")`` and ``.stats``).
 
-    ``options`` are :class:`lowering.pipeline.CompileOptions` fields (``num_threads``, ``cache``,
+    ``options`` are :class:`tensorplay.lowering.pipeline.CompileOptions` fields (``num_threads``, ``cache``,
     ``prefer_vector_width``, ``dump_ir``). With ``strict=False`` an unsupported program falls back to
     the interpreter with a warning and ``None`` is returned.
     """
@@ -148,7 +148,7 @@ def lower(program: Any) -> Any:
       tp.return %0
     }
     """
-    from lowering.to_tp_program import program_to_tp
+    from tensorplay.lowering.from_graph.program import program_to_tp
     return program_to_tp(program)[0]
 
 
@@ -162,7 +162,7 @@ def native_runner(program: Any) -> NativeRunner | None:
 
 
 def _build(program: Any, *, strict: bool, options: dict) -> NativeRunner | None:
-    from lowering.pipeline import CompileOptions, compile_program
+    from tensorplay.lowering.pipeline import CompileOptions, compile_program
 
     code = program.graph_module.code
     reason = _unsupported_signature(program)

@@ -10,7 +10,7 @@ a :class:`ModelRunners`: a mapping ``{triple: NativeCode}`` that is also callabl
 >>> prog = export(tp.nn.Linear(3, 2), tp.ones(4, 3))
 >>> _ = tp.compile(prog)
 >>> buf = io.BytesIO(); save(prog, buf)
->>> from runtime.jit import stats
+>>> from tensorplay.runtime.jit import stats
 >>> before = stats()["compiles"]
 >>> tuple(load(buf)(tp.ones(4, 3)).shape), stats()["compiles"] == before
 ((4, 2), True)
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from lowering.aot import BINDING_KEY as _META_KEY
-from lowering.aot import artifact_of, decode_binding, decode_pack_sites
+from tensorplay.lowering.aot import BINDING_KEY as _META_KEY
+from tensorplay.lowering.aot import artifact_of, decode_binding, decode_pack_sites
 
 __all__ = ["ModelRunners", "NativeRecompileWarning", "RunnerPool", "artifact_of", "attach_runners",
            "bundle_parts", "kernels_from_bytes", "kernels_to_bytes", "native_entry", "native_files_of"]
@@ -39,13 +39,13 @@ __all__ = ["ModelRunners", "NativeRecompileWarning", "RunnerPool", "artifact_of"
 
 def kernels_to_bytes(objects: list[bytes]) -> bytes:
     """The ``kernels.tpo`` entry: object code of the shared kernels (GEMMs) a program calls."""
-    from runtime.standalone import objects_to_bytes
+    from tensorplay.runtime.standalone import objects_to_bytes
     return objects_to_bytes(list(objects))
 
 
 def kernels_from_bytes(data: bytes, what: str) -> list[bytes]:
     """Parse a ``kernels.tpo`` entry; malformed data raises ValueError naming ``what``."""
-    from runtime.standalone import objects_from_bytes
+    from tensorplay.runtime.standalone import objects_from_bytes
     return objects_from_bytes(data, what)
 
 
@@ -59,7 +59,7 @@ def native_entry(compiled: Any) -> tuple[Any, str, list[bytes]]:
     >>> artifact.signature.inputs[0].name, "kernel." in dialect, len(kernels)
     ('input', True, 1)
     """
-    from lowering.gemm_library import configs_of_object, gemm_objects
+    from tensorplay.lowering.microkernels.gemm_library import configs_of_object, gemm_objects
 
     artifact, dialect = artifact_of(compiled)
     return artifact, dialect, gemm_objects(configs_of_object(artifact.object))
@@ -133,7 +133,7 @@ class RunnerPool:
 
     def __init__(self, library: Any, prefix: str, signature: Any, *, num_runners: int = 1,
                  num_threads: int | None = None, shape_error: type[BaseException] = RuntimeError) -> None:
-        from runtime.abi import Executable
+        from tensorplay.runtime.abi import Executable
 
         if type(num_runners) is not int or num_runners < 1:
             raise ValueError(f"num_runners must be a positive int, got {num_runners!r}")
@@ -158,9 +158,9 @@ class RunnerPool:
 
 def _recompile(code: Any, reason: str) -> Any:
     """The library of ``code`` compiled again from its kernel dialect text for this host."""
-    from dialect import Module, parse
-    from lowering.codegen_llvm import compile_kernel_module
-    from lowering.kernel_globals import globals_to_args
+    from tensorplay.dialect import Module, parse
+    from tensorplay.lowering.codegen.globals import globals_to_args
+    from tensorplay.lowering.codegen.llvm import compile_kernel_module
 
     artifact = code.artifact
     warnings.warn(f"stored native code cannot run here ({reason}); recompiling it from the stored dialect text",
@@ -186,10 +186,11 @@ class _LoadedProgram:
         self._prepack: Any = None
 
     def prepack(self, library: Any, prefix: str, n_user: int, sites: list) -> None:
-        """Pack the constant GEMM weights of ``sites`` once, as the JIT does (:mod:`lowering.gemm_prepack`)."""
+        """Pack the constant GEMM weights of ``sites`` once, as the JIT does
+        (:mod:`tensorplay.lowering.microkernels.gemm_prepack`)."""
         from types import SimpleNamespace
 
-        from lowering.gemm_prepack import Prepacker
+        from tensorplay.lowering.microkernels.gemm_prepack import Prepacker
 
         if not sites:
             return
@@ -254,16 +255,16 @@ class ModelRunners(Mapping):
 
     def _choose(self) -> tuple[Any, Any]:
         """(NativeCode, library) for this host: stored code if it can run here, else recompiled."""
-        from runtime.artifact import IncompatibleArtifact
+        from tensorplay.runtime.artifact import IncompatibleArtifact
 
         reasons = []
         for code in self.runners.values():
             reason = code.incompatibility
             if reason is None:
-                from runtime.standalone import load_objects
+                from tensorplay.runtime.standalone import load_objects
                 kernels = getattr(code, "kernels", None)
                 if not kernels:  # older archives: the GEMMs come from the shared libraries (cache or compile)
-                    import lowering.gemm_library  # noqa: F401 - registers their symbol resolver
+                    import tensorplay.lowering.microkernels.gemm_library  # noqa: F401 - registers their symbol resolver
                 try:
                     return code, load_objects(kernels or [], code.artifact)
                 except ValueError as exc:  # damaged or unresolvable object code (CompileError included)
@@ -294,7 +295,7 @@ class ModelRunners(Mapping):
                         if stored is not None:
                             binding = decode_binding(stored)
                         else:
-                            from lowering.to_tp_program import program_to_tp
+                            from tensorplay.lowering.from_graph.program import program_to_tp
                             binding = program_to_tp(self.program)[1]
                         if len(binding.arguments) != n_user:
                             raise ValueError(f"stored native code takes {n_user} user arguments, the program "
@@ -320,7 +321,7 @@ class ModelRunners(Mapping):
 
 
 def bundle_parts(runners: ModelRunners) -> tuple[Any, dict[str, np.ndarray], list[bytes]] | None:
-    """``(artifact, weights by signature name, kernel objects)`` for ``runtime.standalone.write_bundle``
+    """``(artifact, weights by signature name, kernel objects)`` for ``tensorplay.runtime.standalone.write_bundle``
     from stored code that runs on this host, or None when there is none (or no program for the weights)."""
     program = runners.program
     for code in runners.values():

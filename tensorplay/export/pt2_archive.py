@@ -523,7 +523,7 @@ class NativeCode:
     """Native code found in an archive for one target: the artifact and the dialect text it came from.
 
     Loading an archive never maps this code. :meth:`load` does, and it refuses code built for
-    another CPU (``runtime.artifact.IncompatibleArtifact``), so a caller recompiles from
+    another CPU (``tensorplay.runtime.artifact.IncompatibleArtifact``), so a caller recompiles from
     ``dialect`` instead. Mapped code runs with full rights: only load archives you trust.
     """
 
@@ -536,7 +536,8 @@ class NativeCode:
         return self.artifact.incompatibility()
 
     def load(self, **options: Any) -> Any:
-        """The ``runtime.abi.Executable`` over the stored object code (``options`` go to ``artifact.load``)."""
+        """The ``tensorplay.runtime.abi.Executable`` over the stored object code (``options`` go to
+        ``artifact.load``)."""
         return self.artifact.load(**options)
 
 

@@ -403,7 +403,7 @@ def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
     """Write programs, native code and extra files into one archive at ``f``; returns ``f`` (rewound).
 
     ``exported_programs`` is one program (named ``"model"``) or a dict name -> program.
-    ``tp_files`` maps a model name to compiled native code: a ``runtime.artifact.NativeArtifact``,
+    ``tp_files`` maps a model name to compiled native code: a ``tensorplay.runtime.artifact.NativeArtifact``,
     an ``(artifact, dialect_text)`` pair, or a list of them (one per target). Each is stored under
     ``data/native/<name>/<triple>/`` as ``artifact.bin``, ``manifest.json`` (triple, CPU name,
     feature string, llvmlite version) and ``program.tp`` (the dialect text it was built from).
@@ -478,7 +478,7 @@ def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
     if not isinstance(tp_files, dict):
         raise TypeError(f"tp_files must be a dict model name -> NativeArtifact (or a list of them), got "
                         f"{type(tp_files).__name__}")
-    from runtime.artifact import NativeArtifact
+    from tensorplay.runtime.artifact import NativeArtifact
 
     out = {}
     for name, items in tp_files.items():
@@ -610,7 +610,7 @@ def _load_model(reader: PT2ArchiveReader, model: str, expected_opset: dict[str, 
 
 
 def _load_native(reader: PT2ArchiveReader, model: str, triple: str) -> Any:
-    from runtime.artifact import NativeArtifact
+    from tensorplay.runtime.artifact import NativeArtifact
 
     from .pt2_archive import NativeCode
 

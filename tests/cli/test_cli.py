@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from runtime.jit import stats
 from tensorplay.cli import main
 from tensorplay.cli._common import progress
 from tensorplay.export import Dim, export, load, load_pt2, save
+from tensorplay.runtime.jit import stats
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,7 @@ def test_build_writes_library_header_and_weights(archives, tmp_path, capsys):
     assert {p.name for p in (tmp_path / "b").iterdir()} >= {"libmlp.so", "mlp.h", "mlp.tpw", "mlp.tpo"}
     code, out, _ = run_cli(capsys, "build", plain, "-o", tmp_path / "c")
     assert code == 0 and (tmp_path / "c" / "libmodel.so").is_file()
-    from runtime.standalone import StandaloneModel
+    from tensorplay.runtime.standalone import StandaloneModel
     x = np.full((4, 6), -0.5, np.float32)
     for d, name in ((tmp_path / "b", "mlp"), (tmp_path / "c", "model")):
         np.testing.assert_allclose(StandaloneModel.load(d, name)(x)[0], reference(w, x), rtol=1e-5, atol=1e-5)

@@ -18,8 +18,8 @@ _DIRECTIVE = re.compile(r"^\s*//\s*(RUN|CHECK|CHECK-NEXT|CHECK-NOT):\s?(.*)$")
 
 
 def run_golden(source: str) -> str:
-    from dialect import parse
-    from dialect.passes import PassManager
+    from tensorplay.dialect import parse
+    from tensorplay.dialect.passes import PassManager
 
     pipeline = [m.group(2) for m in map(_DIRECTIVE.match, source.splitlines()) if m and m.group(1) == "RUN"]
     if len(pipeline) != 1:

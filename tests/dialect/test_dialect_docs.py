@@ -10,10 +10,11 @@ import sys
 
 import pytest
 
-import dialect
-from dialect import REGISTRY, docs_markdown
+import tensorplay.dialect as dialect
+from tensorplay.dialect import REGISTRY, docs_markdown
 
-MODULES = sorted({"dialect"} | {m.name for m in pkgutil.walk_packages(dialect.__path__, "dialect.")})
+MODULES = sorted({"tensorplay.dialect"}
+                 | {m.name for m in pkgutil.walk_packages(dialect.__path__, "tensorplay.dialect.")})
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -33,12 +34,13 @@ def test_docs_table_lists_every_op_once():
 
 
 def test_kernel_scalar_ops_come_from_the_tp_tables():
-    from dialect.ops import BINARY_OPS, UNARY_OPS
+    from tensorplay.dialect.ops import BINARY_OPS, UNARY_OPS
     for name, *_ in UNARY_OPS + BINARY_OPS:
         assert f"tp.{name}" in REGISTRY and f"kernel.{name}" in REGISTRY
 
 
 def test_dialect_imports_no_other_tensorplay_package():
+    # the dialect folder loaded on its own, as a top-level package: it needs nothing above itself
     code = ("import sys, dialect, dialect.passes, dialect.interpret, dialect.bisect, dialect.verify; "
             "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorplay', 'lowering', 'runtime')]; "
             "print(bad); sys.exit(1 if bad else 0)")

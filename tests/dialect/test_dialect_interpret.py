@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dialect import parse
-from dialect.bisect import bisect
-from dialect.interpret import DialectAssertionError, InterpretError, run
-from dialect.passes import PassManager
-from dialect.verify import verify
+from tensorplay.dialect import parse
+from tensorplay.dialect.bisect import bisect
+from tensorplay.dialect.interpret import DialectAssertionError, InterpretError, run
+from tensorplay.dialect.passes import PassManager
+from tensorplay.dialect.verify import verify
 
 from .op_cases import _BOOL_RESULT, _INT, _POSITIVE, BINARY_TORCH, UNARY_TORCH
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dialect import REGISTRY, parse, structurally_equal
-from dialect.interpret import DialectAssertionError, run
-from dialect.verify import verify
+from tensorplay.dialect import REGISTRY, parse, structurally_equal
+from tensorplay.dialect.interpret import DialectAssertionError, run
+from tensorplay.dialect.verify import verify
 
 from .op_cases import assertion_cases, elementwise_cases, structured_cases
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dialect import parse
-from dialect.interpret import run
-from dialect.passes import PASSES, PassManager, PipelineError, UnknownPassError, parse_pipeline
-from dialect.verify import VerificationError
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
+from tensorplay.dialect.passes import PASSES, PassManager, PipelineError, UnknownPassError, parse_pipeline
+from tensorplay.dialect.verify import VerificationError
 
 TEXT = """func @main(%x: tensor<[s0, 4], f32>) -> (tensor<[s0, 4], f32>) where {s0 in [1, 64]} {
   %z = tp.constant {value = dense<[0.0, 0.0, 0.0, 0.0]>} : tensor<[4], f32>
@@ -64,7 +64,7 @@ def test_env_var_dumps_to_stderr(monkeypatch, capsys):
 def test_verify_after_pass_names_the_pass():
     from dataclasses import dataclass
 
-    from dialect.passes.manager import ModulePass
+    from tensorplay.dialect.passes.manager import ModulePass
 
     @dataclass(frozen=True)
     class Breaker(ModulePass):

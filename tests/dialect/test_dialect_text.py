@@ -8,10 +8,21 @@ import sympy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dialect import F32, I64, Builder, DialectParseError, Function, Module, TensorType, parse, structurally_equal, sym
-from dialect.attrs import WorkspacePlan
-from dialect.ops import BINARY_OPS, UNARY_OPS
-from dialect.types import BufferType, DType, TypeError_, scalar
+from tensorplay.dialect import (
+    F32,
+    I64,
+    Builder,
+    DialectParseError,
+    Function,
+    Module,
+    TensorType,
+    parse,
+    structurally_equal,
+    sym,
+)
+from tensorplay.dialect.attrs import WorkspacePlan
+from tensorplay.dialect.ops import BINARY_OPS, UNARY_OPS
+from tensorplay.dialect.types import BufferType, DType, TypeError_, scalar
 
 s0, s1 = sym("s0"), sym("s1")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dialect import parse
-from dialect.verify import VerificationError, verify
+from tensorplay.dialect import parse
+from tensorplay.dialect.verify import VerificationError, verify
 
 
 def _fn(body: str, params: str = "%x: tensor<[s0, 4], f32>", results: str = "tensor<[s0, 4], f32>",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dialect import parse
-from dialect.interpret import run
-from dialect.reference import round_bf16
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
+from tensorplay.dialect.reference import round_bf16
 
 
 def _bf16_reference(x: np.ndarray) -> np.ndarray:

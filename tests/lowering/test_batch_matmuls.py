@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import lowering.batch_matmuls  # noqa: F401  (registers batch-matmuls)
-from dialect import parse
-from dialect.interpret import run
-from dialect.passes import PassManager
-from dialect.verify import verify
-from lowering.batch_matmuls import batch_matmuls
+import tensorplay.lowering.tp_passes.batch_matmuls  # noqa: F401  (registers batch-matmuls)
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
+from tensorplay.dialect.passes import PassManager
+from tensorplay.dialect.verify import verify
+from tensorplay.lowering.tp_passes.batch_matmuls import batch_matmuls
 
 RNG = np.random.default_rng(0)
 
@@ -260,7 +260,7 @@ def test_direct_call_reports_groups():
 def test_docstring_examples():
     import doctest
 
-    import lowering.batch_matmuls as mod
+    import tensorplay.lowering.tp_passes.batch_matmuls as mod
     result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted >= 5
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import lowering.fuse  # noqa: F401  (registers the fuse / plan-memory passes and kernel.global)
-from dialect import parse
-from dialect.interpret import run
-from dialect.passes import PassManager
-from lowering.codegen_llvm import compile_kernel_module
+import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers the fuse / plan-memory passes and kernel.global)
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
+from tensorplay.dialect.passes import PassManager
+from tensorplay.lowering.codegen.llvm import compile_kernel_module
 
 CASES = {
     "layer_norm": """func @main(%x: tensor<[s0, 24], f32>, %g: tensor<[24], f32>) -> (tensor<[s0, 24], f32>) \

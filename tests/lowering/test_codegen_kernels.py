@@ -1,4 +1,4 @@
-"""kernel IR -> native code, compared with dialect.interpret.run: loop nests, reductions, gemm, workspace."""
+"""kernel IR -> native code, compared with tensorplay.dialect.interpret.run: loop nests, reductions, gemm, workspace."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from test_codegen_util import check
 
-from dialect import parse
-from lowering.codegen_llvm import compile_kernel_module
+from tensorplay.dialect import parse
+from tensorplay.lowering.codegen.llvm import compile_kernel_module
 
 RNG = np.random.default_rng(0)
 SIZES = [1, 7, 64, 1000]

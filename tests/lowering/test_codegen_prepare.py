@@ -1,6 +1,6 @@
 """The native prepare phase: symbol binding, header ranges, derived dims, equalities and assertion ops.
 
-Failures must come back through runtime.abi.Executable as the right exception and message, before
+Failures must come back through tensorplay.runtime.abi.Executable as the right exception and message, before
 any kernel runs; messages of assertion ops must equal what the dialect interpreter renders.
 """
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from test_codegen_util import check
 
-from dialect import parse
-from dialect.interpret import DialectAssertionError, run
-from lowering.codegen_llvm import compile_kernel_module, emit_llvm, gemm_scratch_expr
-from lowering.codegen_prepare import positional_template
-from lowering.gemm import scratch_bytes
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import DialectAssertionError, run
+from tensorplay.lowering.codegen.llvm import compile_kernel_module, emit_llvm, gemm_scratch_expr
+from tensorplay.lowering.codegen.prepare import positional_template
+from tensorplay.lowering.microkernels.gemm import scratch_bytes
 
 COPY = """func @k(%x: buffer<[s0, 4], f32>, %y: buffer<[s0, 4], f32>) -> () where {s0 in [2, 8]} {
   kernel.for {iv = i0, upper = s0} {
@@ -182,7 +182,7 @@ def test_signature_and_bad_options():
         emit_llvm(parse(COPY), prefix="1x")
     unsolvable = COPY.replace("%y: buffer<[s0, 4], f32>", "%y: buffer<[s2, 4], f32>").replace(
         "where {s0 in [2, 8]}", "where {s0 in [2, 8]; s2 in [1, 4]}")
-    from lowering.codegen_expr import CodegenError
+    from tensorplay.lowering.codegen.expr import CodegenError
     with pytest.raises(CodegenError, match="not determined by the input sizes"):
         emit_llvm(parse(unsolvable))
 
@@ -209,7 +209,7 @@ def test_weights_must_be_arguments():
   kernel.return
 }
 """
-    import lowering.fuse  # noqa: F401  (registers kernel.global)
-    from lowering.codegen_expr import CodegenError
+    import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers kernel.global)
+    from tensorplay.lowering.codegen.expr import CodegenError
     with pytest.raises(CodegenError, match="globals_to_args"):
         emit_llvm(parse(text), num_outputs=1)

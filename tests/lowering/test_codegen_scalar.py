@@ -1,4 +1,4 @@
-"""Every scalar kernel op and cast, for every dtype it takes, native vs dialect.interpret.run.
+"""Every scalar kernel op and cast, for every dtype it takes, native vs tensorplay.dialect.interpret.run.
 
 Several ops go into one compiled function (one output buffer each) to keep compile time down.
 """
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_codegen_util import check
 
-from dialect.ops import BINARY_OPS, UNARY_OPS
+from tensorplay.dialect.ops import BINARY_OPS, UNARY_OPS
 
 RNG = np.random.default_rng(7)
 N = 37  # odd, not a multiple of any vector width
@@ -52,7 +52,7 @@ def _inputs(dt: str, positive: bool) -> list[np.ndarray]:
         b[4:6] = [0.0, a[4]]
     out = [a.astype(_NP[dt]), b.astype(_NP[dt])]
     if dt == "bf16":
-        from dialect.reference import round_bf16
+        from tensorplay.dialect.reference import round_bf16
         out = [round_bf16(x) for x in out]
     return out
 
@@ -112,7 +112,7 @@ def test_casts_between_every_dtype(src):
         x = np.round(RNG.uniform(-100, 100, N), 1).astype(_NP[src])
         x[:3] = [0.0, 0.5, -1.5]
         if src == "bf16":
-            from dialect.reference import round_bf16
+            from tensorplay.dialect.reference import round_bf16
             x = round_bf16(x)
     if src[0] in "fb":  # numpy's float -> small/unsigned int conversion of out-of-range values is platform junk
         narrow = [d for d in dsts if d in ("i8", "u8")]
@@ -121,9 +121,9 @@ def test_casts_between_every_dtype(src):
     # numpy astype is the reference (the interpreter cannot cast to bf16 scalars)
     from test_codegen_util import from_storage, to_storage
 
-    from dialect import parse
-    from dialect.reference import round_bf16
-    from lowering.codegen_llvm import compile_kernel_module
+    from tensorplay.dialect import parse
+    from tensorplay.dialect.reference import round_bf16
+    from tensorplay.lowering.codegen.llvm import compile_kernel_module
     got = compile_kernel_module(parse(text))(to_storage(x, src))
     for d, g in zip(dsts, got):
         g = from_storage(g, d)

@@ -1,4 +1,5 @@
-"""Shared helpers of the codegen tests (no tests here): compile kernel IR text, compare with dialect.interpret."""
+"""Shared helpers of the codegen tests (no tests here): compile kernel IR text, compare with
+tensorplay.dialect.interpret."""
 
 from __future__ import annotations
 
@@ -6,10 +7,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dialect import parse
-from dialect.interpret import run
-from dialect.reference import round_bf16
-from lowering.codegen_llvm import compile_kernel_module
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
+from tensorplay.dialect.reference import round_bf16
+from tensorplay.lowering.codegen.llvm import compile_kernel_module
 
 
 def to_storage(x: np.ndarray, dtype: str) -> np.ndarray:

@@ -95,8 +95,8 @@ def test_matmul_of_computed_operand_gets_a_buffer():
     (2, [1, 1], [1, 1], [1, 1], 1, True), (2, [2, 1], [0, 2], [1, 2], 2, False), (1, [2], [1], [1], 1, True),
     (1, [1], [0], [2], 3, False)])
 def test_conv(nd, stride, pad, dil, groups, bias):
-    from dialect import Builder, Function, TensorType, print_function, sym
-    from dialect.types import F32
+    from tensorplay.dialect import Builder, Function, TensorType, print_function, sym
+    from tensorplay.dialect.types import F32
     s0 = sym("s0")
     sp = (5, 4)[:nd]
     ks = (3, 2)[:nd]
@@ -114,7 +114,7 @@ def test_conv(nd, stride, pad, dil, groups, bias):
 
 
 def test_fusion_stats_of_a_two_layer_model():
-    from lowering.fuse import fusion_stats
+    from tensorplay.lowering.fusion.fuse import fusion_stats
     text = """func @main(%x: tensor<[s0, 16], f32>, %w: tensor<[16, 16], f32>) -> (tensor<[s0, 16], f32>)
     where {s0 in [1, 64]} {
   %0 = tp.matmul %x, %w {origin = "mm1"} : tensor<[s0, 16], f32>

@@ -7,8 +7,10 @@ import importlib
 
 import pytest
 
-MODULES = ["lowering.fuse", "lowering.kernel_index", "lowering.memory_plan", "lowering.kernel_globals",
-           "lowering.tp_to_kernel", "lowering.kernel_emit", "lowering.kernel_contract", "dialect.kernel_ops_extra"]
+MODULES = ["tensorplay.lowering.fusion.fuse", "tensorplay.lowering.fusion.index",
+           "tensorplay.lowering.fusion.memory_plan", "tensorplay.lowering.codegen.globals",
+           "tensorplay.lowering.fusion.lower", "tensorplay.lowering.fusion.emit",
+           "tensorplay.lowering.fusion.contract", "tensorplay.dialect.kernel_ops_extra"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -19,16 +21,16 @@ def test_doctests(name):
 
 
 def test_fuse_and_plan_memory_are_registered_passes():
-    import lowering.fuse  # noqa: F401
-    from dialect.passes import PASSES, PassManager
+    import tensorplay.lowering.fusion.fuse  # noqa: F401
+    from tensorplay.dialect.passes import PASSES, PassManager
     assert {"fuse", "plan-memory"} <= set(PASSES)
     assert [p.name for p in PassManager("canonicalize,cse,dce,fuse{recompute_limit=4},plan-memory").passes] == \
         ["canonicalize", "cse", "dce", "fuse", "plan-memory"]
 
 
 def test_every_op_the_lowering_claims_exists_in_the_table():
-    from dialect.opdef import REGISTRY
-    from lowering.tp_to_kernel import SUPPORTED_OPS
+    from tensorplay.dialect.opdef import REGISTRY
+    from tensorplay.lowering.fusion.lower import SUPPORTED_OPS
     assert SUPPORTED_OPS <= set(REGISTRY)
     missing = sorted(n for n in REGISTRY if n.startswith("tp.") and n not in SUPPORTED_OPS)
     assert missing == []  # every tp op lowers to the kernel level

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from dialect import Builder, Function, TensorType, print_function, sym
-from dialect.types import F32
+from tensorplay.dialect import Builder, Function, TensorType, print_function, sym
+from tensorplay.dialect.types import F32
 from tests.lowering.test_fuse_support import check_lowering, count, lower_text, top_loops
 
 S = [{"s0": 1}, {"s0": 3}, {"s0": 7}]
@@ -231,8 +231,8 @@ def test_assertions_stay_first():
 
 
 def test_unsupported_ops_are_all_named(monkeypatch):
-    import lowering.tp_to_kernel as tk
-    from lowering.tp_to_kernel import UnsupportedOpError
+    import tensorplay.lowering.fusion.lower as tk
+    from tensorplay.lowering.fusion.lower import UnsupportedOpError
     # every tp op lowers today: take two out of the supported set to see the error name them all
     monkeypatch.setattr(tk, "SUPPORTED_OPS", tk.SUPPORTED_OPS - {"tp.gather", "tp.nonzero"})
     text = """func @main(%x: tensor<[s0, 4], f32>, %i: tensor<[s0, 4], i64>)
@@ -261,8 +261,8 @@ def test_origin_attributes_follow_to_kernel_ops():
 
 
 def test_bad_inputs_are_named():
-    from dialect import Module, parse
-    from lowering.tp_to_kernel import LoweringError, lower_function
+    from tensorplay.dialect import Module, parse
+    from tensorplay.lowering.fusion.lower import LoweringError, lower_function
     f = parse("""func @main(%x: tensor<[s0, 4], f32>) -> (tensor<[s0, 4], f32>) where {s0 in [1, 16]} {
   %w = tp.constant {value = @missing} : tensor<[4], f32>
   %0 = tp.mul %x, %w : tensor<[s0, 4], f32>

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import lowering.fuse  # noqa: F401
 import tensorplay as tp
-from dialect.attrs import WeightRef
-from dialect.passes import PassManager
-from lowering.fuse import fusion_stats
-from lowering.kernel_globals import globals_to_args
+import tensorplay.lowering.fusion.fuse  # noqa: F401
 from tensorplay import nn
+from tensorplay.dialect.attrs import WeightRef
+from tensorplay.dialect.passes import PassManager
+from tensorplay.lowering.codegen.globals import globals_to_args
+from tensorplay.lowering.fusion.fuse import fusion_stats
 from tests.lowering.test_to_tp_models import _cnn  # shared CNN; its forward stays there (locations are checked)
 
 F = nn.functional
@@ -35,10 +35,10 @@ MODELS = {"block": (Block, (12,), "x"), "cnn": (_cnn, (3, 12, 12), "x")}
 
 @pytest.mark.parametrize("name", [pytest.param("block", marks=pytest.mark.slow), "cnn"])
 def test_model_compiles_and_matches_eager(name):
-    codegen = pytest.importorskip("lowering.codegen_llvm")
-    from lowering.to_tp import graph_to_tp
+    codegen = pytest.importorskip("tensorplay.lowering.codegen.llvm")
     from tensorplay.graph.decompose import decompose
     from tensorplay.graph.tracer import trace
+    from tensorplay.lowering.from_graph.convert import graph_to_tp
 
     tp.manual_seed(0)
     make, feature, arg = MODELS[name]

@@ -1,4 +1,4 @@
-"""End to end: tp text -> fuse,plan-memory -> LLVM (lowering.codegen_llvm) -> native run, compared with the
+"""End to end: tp text -> fuse,plan-memory -> LLVM (tensorplay.lowering.codegen.llvm) -> native run, compared with the
 tp-level numpy interpreter at several symbolic sizes (float32 rtol 1e-5 / atol 1e-6, exact otherwise)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from dialect import parse
-from dialect.interpret import run
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
 from tests.lowering.test_fuse_support import lower_text, random_inputs
 
 C = 1 / math.sqrt(2.0)
@@ -69,7 +69,7 @@ CASES = {
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_native_matches_interpreter(name):
-    compile_kernel_module = pytest.importorskip("lowering.codegen_llvm").compile_kernel_module
+    compile_kernel_module = pytest.importorskip("tensorplay.lowering.codegen.llvm").compile_kernel_module
     text = CASES[name]
     ref = parse(text)
     exe = compile_kernel_module(lower_text(text), num_threads=2)
@@ -105,9 +105,9 @@ func @main(%x: tensor<[s0, 9], f32>) -> (tensor<[s0, 9], f32>) where {s0 in [1, 
 
 def test_native_gemm_epilogue_with_weights_and_literals_as_arguments():
     """bias + relu + residual ride in the gemm; weights and the literal become trailing input buffers."""
-    compile_kernel_module = pytest.importorskip("lowering.codegen_llvm").compile_kernel_module
-    from dialect.attrs import WeightRef
-    from lowering.kernel_globals import globals_to_args
+    compile_kernel_module = pytest.importorskip("tensorplay.lowering.codegen.llvm").compile_kernel_module
+    from tensorplay.dialect.attrs import WeightRef
+    from tensorplay.lowering.codegen.globals import globals_to_args
 
     rng = np.random.default_rng(3)
     weights = {"w": rng.standard_normal((9, 9)).astype(np.float32), "b": rng.standard_normal(9).astype(np.float32)}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import lowering.tp_to_kernel as tp_to_kernel
-from dialect.interpret import run
+import tensorplay.lowering.fusion.lower as tp_to_kernel
+from tensorplay.dialect.interpret import run
 from tests.lowering.test_fuse_support import count, lower_text
 
 H, X = 6, 8

@@ -7,10 +7,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dialect import Builder, Function, TensorType, print_function, sym
-from dialect.interpret import run
-from dialect.opdef import OpError
-from dialect.types import F32
+from tensorplay.dialect import Builder, Function, TensorType, print_function, sym
+from tensorplay.dialect.interpret import run
+from tensorplay.dialect.opdef import OpError
+from tensorplay.dialect.types import F32
 from tests.lowering.test_fuse_support import lower_text, random_inputs
 
 UNARY = ["tanh", "sin", "neg", "abs", "sigmoid", "cos"]
@@ -87,7 +87,7 @@ def sympy_prod(dims):
 def test_random_programs_agree(data):
     text = _program(data)
     low = lower_text(text, "canonicalize,cse,dce,fuse,plan-memory")
-    from dialect import parse
+    from tensorplay.dialect import parse
     ref = parse(text)
     for k, s0 in enumerate((1, 3)):
         inputs = random_inputs(ref, {"s0": s0}, seed=k)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-import lowering.fuse  # noqa: F401  (registers fuse, plan-memory, kernel.global)
-from dialect import parse
-from dialect.interpret import run
-from dialect.ir import Module
-from dialect.passes import PassManager
-from dialect.types import TensorType
-from dialect.verify import verify
+import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers fuse, plan-memory, kernel.global)
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
+from tensorplay.dialect.ir import Module
+from tensorplay.dialect.passes import PassManager
+from tensorplay.dialect.types import TensorType
+from tensorplay.dialect.verify import verify
 
 
 def lower_text(text: str, pipeline: str = "fuse,plan-memory") -> Module:

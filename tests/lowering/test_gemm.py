@@ -16,8 +16,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lowering.gemm import DEFAULT_SHAPE, GEMV_MAX_N, Epilogue, GemmShape, compile_gemm, emit_gemm, scratch_bytes
-from lowering.gemm_kernels import ACTIVATIONS
+from tensorplay.lowering.microkernels.gemm import (
+    DEFAULT_SHAPE,
+    GEMV_MAX_N,
+    Epilogue,
+    GemmShape,
+    compile_gemm,
+    emit_gemm,
+    scratch_bytes,
+)
+from tensorplay.lowering.microkernels.gemm_kernels import ACTIVATIONS
 
 ACT_REF = {
     None: lambda x: x,

@@ -11,8 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from lowering.gemm import NUMPY_DTYPES, Epilogue, compile_gemm
-from lowering.gemm_library import GemmConfig
+from tensorplay.lowering.microkernels.gemm import NUMPY_DTYPES, Epilogue, compile_gemm
+from tensorplay.lowering.microkernels.gemm_library import GemmConfig
 
 INT_DTYPES = ("i64", "i32", "i16", "i8", "u8")
 
@@ -104,7 +104,7 @@ def test_unsupported_dtype_and_integer_activation_raise() -> None:
 
 def test_float64_kernel_is_vectorized() -> None:
     """LLVM's loop vectorizer must turn the inner loops into vector FMAs (the reason loop hints stay off)."""
-    from lowering.gemm_library import gemm_library
+    from tensorplay.lowering.microkernels.gemm_library import gemm_library
 
     for trans_b in (False, True):
         asm = gemm_library(GemmConfig(trans_b=trans_b, dtype="f64")).asm()
@@ -112,7 +112,7 @@ def test_float64_kernel_is_vectorized() -> None:
 
 
 def _bf16_bits(x: np.ndarray) -> np.ndarray:
-    from dialect.reference import round_bf16
+    from tensorplay.dialect.reference import round_bf16
 
     return (round_bf16(x.astype(np.float32)).view(np.uint32) >> 16).astype(np.uint16)
 
@@ -124,7 +124,7 @@ def _bf16_values(bits: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("trans_b", [False, True])
 def test_bfloat16_sums_in_float32_and_rounds_like_eager(trans_b: bool) -> None:
     """bf16 operands: products summed in float32, the result rounded once, then each epilogue step rounded."""
-    from dialect.reference import round_bf16
+    from tensorplay.dialect.reference import round_bf16
 
     rng = np.random.default_rng(8)
     m, n, k = 5, 21, 300

@@ -1,6 +1,6 @@
 """Shared GEMM libraries: configurations compiled once, programs linking against them (JIT and AOT).
 
-Results are compared with numpy formulas; compile counts come from ``runtime.jit.stats()``.
+Results are compared with numpy formulas; compile counts come from ``tensorplay.runtime.jit.stats()``.
 """
 from __future__ import annotations
 
@@ -21,16 +21,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import lowering.gemm_library as gl
-from dialect import parse
-from lowering.codegen_llvm import compile_kernel_module, emit_llvm
-from lowering.gemm import _CTYPES, Epilogue, GemmKernel, GemmShape
-from lowering.gemm_kernels import ACTIVATIONS
-from lowering.gemm_library import GemmConfig, configs_of_object, declare_gemm, gemm_configs, gemm_library, gemm_objects
-from runtime.abi import Executable
-from runtime.aot import SharedLibrary, link_shared
-from runtime.cache import CompileCache
-from runtime.jit import CompileError, compile_ir, compile_object, load_object, register_resolver, stats
+import tensorplay.lowering.microkernels.gemm_library as gl
+from tensorplay.dialect import parse
+from tensorplay.lowering.codegen.llvm import compile_kernel_module, emit_llvm
+from tensorplay.lowering.microkernels.gemm import _CTYPES, Epilogue, GemmKernel, GemmShape
+from tensorplay.lowering.microkernels.gemm_kernels import ACTIVATIONS
+from tensorplay.lowering.microkernels.gemm_library import (
+    GemmConfig,
+    configs_of_object,
+    declare_gemm,
+    gemm_configs,
+    gemm_library,
+    gemm_objects,
+)
+from tensorplay.runtime.abi import Executable
+from tensorplay.runtime.aot import SharedLibrary, link_shared
+from tensorplay.runtime.cache import CompileCache
+from tensorplay.runtime.jit import CompileError, compile_ir, compile_object, load_object, register_resolver, stats
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Small blocks: quick to compile, and small matrices already cross every block and tile edge.
@@ -67,7 +74,8 @@ TWO_GEMMS_IR = """func @two(%x: buffer<[s0, 24], f32>, %w: buffer<[40, 24], f32>
 }"""
 
 LINEAR_CONFIG = GemmConfig(trans_b=True, epilogue=Epilogue(bias=True, activation="relu"))
-#: the read-only weight arguments of LINEAR_IR / TWO_GEMMS_IR are pack sites (lowering.gemm_prepack):
+#: the read-only weight arguments of LINEAR_IR / TWO_GEMMS_IR are pack sites
+# (tensorplay.lowering.microkernels.gemm_prepack):
 #: their programs also call the prepacked-B kernels, taken only when a slot is filled
 LINEAR_PACKED = dataclasses.replace(LINEAR_CONFIG, packed_b=True)
 NT, NT_PACKED = GemmConfig(trans_b=True), GemmConfig(trans_b=True, packed_b=True)
@@ -124,7 +132,7 @@ def test_config_fields_are_checked():
         gemm_library("tp_gemm_nn__mr6_nv4_mc192_kc384_nc1536")
     with pytest.raises(ValueError, match=r"opt must be an int in \[0, 3\], got 7"):
         gemm_library(GemmConfig(), opt=7)
-    with pytest.raises(TypeError, match="cache must be a bool or a runtime.cache.CompileCache, got str"):
+    with pytest.raises(TypeError, match="cache must be a bool or a tensorplay.runtime.cache.CompileCache, got str"):
         gemm_library(GemmConfig(shape=GemmShape(mr=1, nv=1, mc=1, kc=1, nc=16)), cache="yes")
     with pytest.raises(ValueError, match="expects a kernel.gemm operation"):
         GemmConfig.from_op(parse(LINEAR_IR).functions[0].body.ops[-1])
@@ -217,9 +225,9 @@ def test_disk_cache_serves_a_new_process_without_compiling(tmp_path):
     assert stats()["compiles"] - before == 1 and store.stats().writes == 1  # compiled and stored
     script = textwrap.dedent(f"""
         import numpy as np
-        from lowering.gemm_library import GemmConfig, gemm_library
-        from runtime.cache import CompileCache
-        from runtime.jit import stats
+        from tensorplay.lowering.microkernels.gemm_library import GemmConfig, gemm_library
+        from tensorplay.runtime.cache import CompileCache
+        from tensorplay.runtime.jit import stats
         config = GemmConfig.from_symbol({config.symbol!r})
         lib = gemm_library(config, cache=CompileCache({str(tmp_path / "cache")!r}))
         print(stats()["compiles"], stats()["loads"], lib.address(config.symbol) > 0)
@@ -264,7 +272,7 @@ def test_second_program_with_the_same_configuration_compiles_only_itself():
 def test_object_code_resolves_gemm_symbols_without_explicit_links():
     text, _ = emit_llvm(parse(LINEAR_IR), prefix="relinked")
     obj, _ = compile_object(text)
-    lib = load_object(obj, name="relinked")  # the tp_gemm_ resolver of lowering.gemm_library
+    lib = load_object(obj, name="relinked")  # the tp_gemm_ resolver of tensorplay.lowering.microkernels.gemm_library
     assert set(_gemm_links(lib)) == {gemm_library(LINEAR_CONFIG), gemm_library(LINEAR_PACKED)}
     exe = Executable(lib, "relinked", emit_llvm(parse(LINEAR_IR), prefix="relinked")[1])
     x, w, b = _linear_inputs(4, seed=2)
@@ -290,7 +298,7 @@ def test_aot_links_program_and_kernel_objects_into_one_library(tmp_path):
         link_shared([obj], tmp_path / "alone.so", extra_args=["-Wl,-z,defs"])
 
 
-# ------------------------------------------------------------------------------------ runtime.jit linking
+# ------------------------------------------------------------------------------------ tensorplay.runtime.jit linking
 
 TWICE = "define i64 @gl_twice(i64 %x) { %y = mul i64 %x, 2  ret i64 %y }"
 QUAD = ("declare i64 @gl_twice(i64)  define i64 @gl_quad(i64 %x) { %y = call i64 @gl_twice(i64 %x) "
@@ -311,7 +319,7 @@ def test_link_against_another_library_keeps_it_alive():
 def test_link_accepts_any_symbol_source_and_checks_it():
     base = compile_ir(TWICE, cache=False)
 
-    class Source:  # like runtime.aot.SharedLibrary: only address()
+    class Source:  # like tensorplay.runtime.aot.SharedLibrary: only address()
         def address(self, symbol):
             return base.address(symbol)
 

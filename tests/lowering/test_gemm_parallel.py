@@ -1,4 +1,5 @@
-"""kernel.gemm split over the worker pool (lowering.gemm_parallel): 2 and 3 threads give the bits of 1 thread,
+"""kernel.gemm split over the worker pool (tensorplay.lowering.microkernels.gemm_parallel): 2 and 3 threads give the
+bits of 1 thread,
 and all match float64 numpy references; the pool's job counter shows the split really happened."""
 
 from __future__ import annotations
@@ -6,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dialect import parse
-from lowering.codegen_llvm import compile_kernel_module, gemm_scratch_expr
-from lowering.gemm import DEFAULT_SHAPE, scratch_bytes
-from lowering.gemm_parallel import GRAIN, thread_scratch_bytes
-from runtime.threadpool import pool_stats
+from tensorplay.dialect import parse
+from tensorplay.lowering.codegen.llvm import compile_kernel_module, gemm_scratch_expr
+from tensorplay.lowering.microkernels.gemm import DEFAULT_SHAPE, scratch_bytes
+from tensorplay.lowering.microkernels.gemm_parallel import GRAIN, thread_scratch_bytes
+from tensorplay.runtime.threadpool import pool_stats
 
 THREADS = (2, 3)
 RTOL = 1e-5
@@ -107,7 +108,7 @@ def test_epilogues_split_with_their_rows_and_columns(m: int) -> None:
 
 
 def test_static_gemm_under_the_grain_stays_serial_and_sizes_one_scratch() -> None:
-    from lowering.codegen_llvm import emit_llvm
+    from tensorplay.lowering.codegen.llvm import emit_llvm
 
     small = parse(_gemm_ir(m=8, n=32, k=64))  # 16K multiply-adds
     text, _ = emit_llvm(small)
@@ -162,9 +163,9 @@ def test_batched_gemm_loop_splits_every_product() -> None:
 
 def _compiled(layer, example, dynamic):
     """Export and compile ``forward(x) = layer(x)`` (its weights are read-only arguments: prepacked)."""
-    from lowering.pipeline import compile_program
     from tensorplay import nn
     from tensorplay.export import export
+    from tensorplay.lowering.pipeline import compile_program
 
     class Wrap(nn.Module):
         def __init__(self) -> None:

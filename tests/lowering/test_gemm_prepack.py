@@ -5,9 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lowering.gemm import _CTYPES, DEFAULT_SHAPE, Epilogue, GemmShape, packed_b_floats, scratch_bytes
-from lowering.gemm_library import GemmConfig, gemm_library
-from lowering.gemm_prepack import pack_b
+from tensorplay.lowering.microkernels.gemm import (
+    _CTYPES,
+    DEFAULT_SHAPE,
+    Epilogue,
+    GemmShape,
+    packed_b_floats,
+    scratch_bytes,
+)
+from tensorplay.lowering.microkernels.gemm_library import GemmConfig, gemm_library
+from tensorplay.lowering.microkernels.gemm_prepack import pack_b
 
 SMALL = GemmShape(mr=6, nv=1, mc=12, kc=8, nc=32)  # every blocking loop runs several times at small sizes
 
@@ -106,7 +113,7 @@ def _reference(model, x):
 
 
 def test_program_packs_weights_once_and_repacks_after_in_place_writes() -> None:
-    from lowering.pipeline import compile_program
+    from tensorplay.lowering.pipeline import compile_program
 
     tp, model, prog = _mlp_program()
     compiled = compile_program(prog)
@@ -132,7 +139,7 @@ def test_program_packs_weights_once_and_repacks_after_in_place_writes() -> None:
 
 
 def test_program_follows_a_replaced_weight_and_falls_back_for_numpy_arrays() -> None:
-    from lowering.pipeline import compile_program
+    from tensorplay.lowering.pipeline import compile_program
 
     tp, model, prog = _mlp_program()
     compiled = compile_program(prog)
@@ -180,7 +187,7 @@ def test_slots_are_cleared_when_the_compiled_program_goes() -> None:
     """The executable may outlive its CompiledProgram: it must not read packed copies that were freed."""
     import gc
 
-    from lowering.pipeline import compile_program
+    from tensorplay.lowering.pipeline import compile_program
 
     tp, model, prog = _mlp_program()
     compiled = compile_program(prog)
@@ -200,8 +207,8 @@ def test_aot_bundle_of_a_prepacking_program_runs_unpacked(tmp_path) -> None:
     """An AOT library has its own, zeroed, slots: it packs B itself and still computes the right thing."""
     import shutil
 
-    from lowering.aot import build_library
-    from runtime.standalone import StandaloneModel
+    from tensorplay.lowering.aot import build_library
+    from tensorplay.runtime.standalone import StandaloneModel
 
     tp, model, prog = _mlp_program()
     compiled = tp.compile(prog)
@@ -217,9 +224,9 @@ def test_aot_bundle_of_a_prepacking_program_runs_unpacked(tmp_path) -> None:
 def test_gemms_of_one_weight_share_a_slot_and_match_numpy():
     """An unrolled recurrence multiplies by the same weight at every step: one packed copy serves them all."""
     import tensorplay as tp
-    from dialect import parse
-    from lowering.gemm_prepack import pack_sites
+    from tensorplay.dialect import parse
     from tensorplay.export import export
+    from tensorplay.lowering.microkernels.gemm_prepack import pack_sites
 
     f = parse('''func @two(%x: buffer<[1, 64], f32>, %w: buffer<[32, 64], f32>, %v: buffer<[32, 64], f32>,
                            %y: buffer<[1, 32], f32>, %z: buffer<[1, 32], f32>, %u: buffer<[1, 32], f32>) -> () {

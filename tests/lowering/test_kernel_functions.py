@@ -12,12 +12,12 @@ import pytest
 import sympy
 
 import tensorplay as tp
-from dialect import parse
-from lowering.codegen_llvm import compile_kernel_module, emit_llvm
-from lowering.kernel_functions import kernel_info, plan_kernel
-from lowering.pipeline import CompileOptions, compile_program
 from tensorplay import nn
+from tensorplay.dialect import parse
 from tensorplay.export import Dim, export
+from tensorplay.lowering.codegen.functions import kernel_info, plan_kernel
+from tensorplay.lowering.codegen.llvm import compile_kernel_module, emit_llvm
+from tensorplay.lowering.pipeline import CompileOptions, compile_program
 
 F = nn.functional
 

@@ -1,4 +1,4 @@
-"""lowering.kernel_rewrite: the stashed row value and the reciprocal divisions, in the kernel
+"""tensorplay.lowering.fusion.rewrite: the stashed row value and the reciprocal divisions, in the kernel
 interpreter and in native code, against numpy formulas (never against the rewrite itself)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import sympy
 
-import lowering.fuse  # noqa: F401  (registers fuse / plan-memory)
-from dialect import parse
-from dialect.passes import PassManager
-from lowering.codegen_llvm import compile_kernel_module
+import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers fuse / plan-memory)
+from tensorplay.dialect import parse
+from tensorplay.dialect.passes import PassManager
+from tensorplay.lowering.codegen.llvm import compile_kernel_module
 from tests.lowering.test_fuse_support import check_lowering
 
 SOFTMAX = """func @main(%x: tensor<[s0, 37], f32>) -> (tensor<[s0, 37], f32>) where {s0 in [1, 64]} {

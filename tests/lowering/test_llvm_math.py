@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from lowering.llvm_math import MATH_FUNCTIONS, UnsupportedMathType, emit_unary, math_function
-from runtime.jit import compile_ir
+from tensorplay.lowering.codegen.vector_math import MATH_FUNCTIONS, UnsupportedMathType, emit_unary, math_function
+from tensorplay.runtime.jit import compile_ir
 
 F32, F64 = ir.FloatType(), ir.DoubleType()
 NAMES = sorted(MATH_FUNCTIONS)

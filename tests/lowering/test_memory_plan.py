@@ -6,7 +6,7 @@ import itertools
 
 import sympy
 
-from lowering.memory_plan import plan_memory, slot_lifetimes
+from tensorplay.lowering.fusion.memory_plan import plan_memory, slot_lifetimes
 from tests.lowering.test_fuse_support import check_lowering, lower_text
 
 CHAIN = """func @main(%x: tensor<[s0, 8], f32>, %w1: tensor<[8, 8], f32>, %w2: tensor<[8, 8], f32>,
@@ -96,9 +96,9 @@ def test_rounded_sizes_still_reuse():
 
 
 def test_proves_le_with_rounding():
-    from dialect import sym
-    from dialect.symbolic import Facts
-    from lowering.memory_plan import proves_le
+    from tensorplay.dialect import sym
+    from tensorplay.dialect.symbolic import Facts
+    from tensorplay.lowering.fusion.memory_plan import proves_le
     s0, s1 = sym("s0"), sym("s1")
     facts = Facts({s0: (0, sympy.oo), s1: (1, 100)})
     assert proves_le(64 * sympy.ceiling(5 * s0 / 16), 64 * s0, facts)

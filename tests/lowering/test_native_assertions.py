@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect import parse, print_module
-from dialect.interpret import DialectAssertionError, run
-from dialect.verify import verify
-from lowering.to_tp_program import program_to_tp
+from tensorplay.dialect import parse, print_module
+from tensorplay.dialect.interpret import DialectAssertionError, run
+from tensorplay.dialect.verify import verify
 from tensorplay.export import ConstraintsExceededError, Dim, export
 from tensorplay.export.native import native_runner
+from tensorplay.lowering.from_graph.program import program_to_tp
 
 
 def _pin(x):

@@ -9,10 +9,10 @@ import pytest
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
-from dialect import parse
-from dialect.interpret import run
-from lowering.tp_expand import expand_function
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
 from tensorplay.export import Dim, export
+from tensorplay.lowering.tp_passes.expand import expand_function
 
 
 def _scatter_ref(x, w, b, stride, padding, output_padding, dilation, groups):

@@ -1,4 +1,5 @@
-"""Native gather / index_select / scatter_add (lowering.kernel_gather): tp text and exported programs compiled
+"""Native gather / index_select / scatter_add (tensorplay.lowering.fusion.gather): tp text and exported programs
+compiled
 to native code, compared with numpy formulas (exact: these ops move data), plus the kernel-level shape of
 the lowering (gathers fused into their consumers, affine indices as plain index math) and index errors."""
 
@@ -8,11 +9,11 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect import parse, print_module
-from dialect.interpret import run
-from lowering.codegen_llvm import compile_kernel_module
-from lowering.fuse import fusion_stats
+from tensorplay.dialect import parse, print_module
+from tensorplay.dialect.interpret import run
 from tensorplay.export import Dim, export
+from tensorplay.lowering.codegen.llvm import compile_kernel_module
+from tensorplay.lowering.fusion.fuse import fusion_stats
 from tests.lowering.test_fuse_support import count, lower_text
 
 EMBED = """func @main(%w: tensor<[50, 8], f32>, %ids: tensor<[s0], i64>) -> (tensor<[s0, 8], f32>)
@@ -183,7 +184,7 @@ def test_embedding_program_is_native_with_dynamic_length():
 
 def test_column_indexing_reads_the_input_through_its_transpose():
     """``x[:, idx]`` is permute, index_select, permute: the gather reads ``x`` in place (no transposed copy)."""
-    from lowering.pipeline import compile_program
+    from tensorplay.lowering.pipeline import compile_program
     prog = export(lambda x, i: x[:, i] + 1, dynamic_shapes={"x": {0: Dim.AUTO}, "i": None}, x=tp.randn(8, 5),
                   i=tp.tensor([0, 4, 2]))
     kernel = compile_program(prog).ir("kernel")
@@ -202,7 +203,7 @@ def test_take_wraps_negative_indices_like_eager():
 
 
 def test_flip_with_a_dynamic_dim_is_pure_index_math():
-    from lowering.pipeline import compile_program
+    from tensorplay.lowering.pipeline import compile_program
     prog = export(lambda x: tp.flip(x, (0, 1)), dynamic_shapes={"x": {0: Dim.AUTO}}, x=tp.randn(4, 3))
     kernel = compile_program(prog).ir("kernel")
     assert "kernel.load_at" not in kernel and "kernel.load %x" in kernel

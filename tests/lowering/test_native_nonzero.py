@@ -1,5 +1,5 @@
 """Native nonzero, masked_select and boolean-mask indexing (lowering/kernel_nonzero.py): outputs sized by
-tensor data come back as views of upper-bound buffers (runtime.abi reads the counts the kernel wrote).
+tensor data come back as views of upper-bound buffers (tensorplay.runtime.abi reads the counts the kernel wrote).
 References are numpy (np.argwhere, boolean indexing)."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect import Module, parse
-from lowering.tp_to_kernel import LoweringError, lower_function
+from tensorplay.dialect import Module, parse
 from tensorplay.export import Dim, export
+from tensorplay.lowering.fusion.lower import LoweringError, lower_function
 
 
 def _program(fn, *args, dynamic=None):
@@ -113,7 +113,7 @@ def test_kernel_level_form_and_refusal_message():
 
 
 def test_kernel_level_interpretation_pads_with_zero_rows():
-    from dialect.interpret import run
+    from tensorplay.dialect.interpret import run
     f = parse('''func @main(%x: tensor<[2, 3], f32>) -> (tensor<[u0, 2], i64>) where {u0 in [0, 6]} {
   %0 = tp.nonzero %x {rows = u0} : tensor<[u0, 2], i64>
   tp.return %0

@@ -1,4 +1,4 @@
-"""Native tp.random (lowering.kernel_random): the draws are numpy's ``default_rng(seed)`` stream, made on the
+"""Native tp.random (tensorplay.lowering.fusion.random): the draws are numpy's ``default_rng(seed)`` stream, made on the
 host when the program runs, so native results equal the interpreter's bitwise; checked against numpy
 formulas, the tp interpreter, dropout statistics and tensorplay's generator."""
 
@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect import parse, print_module
-from dialect.interpret import run
-from lowering.codegen_llvm import compile_kernel_module
-from lowering.pipeline import compile_program
-from lowering.to_tp_program import program_to_tp
+from tensorplay.dialect import parse, print_module
+from tensorplay.dialect.interpret import run
 from tensorplay.export import Dim, export
+from tensorplay.lowering.codegen.llvm import compile_kernel_module
+from tensorplay.lowering.from_graph.program import program_to_tp
+from tensorplay.lowering.pipeline import compile_program
 from tests.lowering.test_fuse_support import count, lower_text
 
 RANDOM = """func @main(%seed: tensor<[], i64>, %x: tensor<[s0, 3], {dt}>) -> (tensor<[s0, 3], {dt}>)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect import Module, parse
-from lowering.tp_to_kernel import lower_function
+from tensorplay.dialect import Module, parse
 from tensorplay.export import Dim, export
+from tensorplay.lowering.fusion.lower import lower_function
 
 
 def _ref_argsort(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
-    """Stable order along ``axis`` with NaN as the largest value (independent of dialect.reference)."""
+    """Stable order along ``axis`` with NaN as the largest value (independent of tensorplay.dialect.reference)."""
     x = np.moveaxis(x, axis, -1)
     out = np.empty(x.shape, np.int64)
     for pos in np.ndindex(*x.shape[:-1]):
@@ -146,7 +146,7 @@ def test_kernel_level_form():
 
 def test_kernel_level_interpretation_matches_numpy():
     """kernel.sort's reference (the interpreter's semantics) on the lowered function of an exp + topk."""
-    from dialect.interpret import run
+    from tensorplay.dialect.interpret import run
     f = parse('''func @main(%x: tensor<[s0, 8], f32>) -> (tensor<[s0, 3], f32>, tensor<[s0, 3], i64>)
     where {s0 in [1, 16]} {
   %0 = tp.exp %x : tensor<[s0, 8], f32>

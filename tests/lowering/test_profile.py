@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from lowering.pipeline import CompileOptions, compile_program
-from lowering.profile import ProfileTable
 from tensorplay import nn
 from tensorplay.export import Dim, export
+from tensorplay.lowering.codegen.profile import ProfileTable
+from tensorplay.lowering.pipeline import CompileOptions, compile_program
 
 
 class _Net(nn.Module):

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect import F32, I32, parse, structurally_equal
-from dialect.interpret import DialectAssertionError, run
-from dialect.verify import verify
-from lowering.to_tp import ArgSource, Binding, LoweringError, graph_to_tp, supported_ops
 from tensorplay import nn
+from tensorplay.dialect import F32, I32, parse, structurally_equal
+from tensorplay.dialect.interpret import DialectAssertionError, run
+from tensorplay.dialect.verify import verify
 from tensorplay.export import assertions
 from tensorplay.graph.tracer import trace
+from tensorplay.lowering.from_graph.convert import ArgSource, Binding, LoweringError, graph_to_tp, supported_ops
 
 
 def _ops(module) -> list[str]:

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect import parse, structurally_equal
-from dialect.interpret import DialectAssertionError, run
-from dialect.passes import PassManager
-from dialect.verify import verify
-from lowering.to_tp import graph_to_tp
 from tensorplay import nn
+from tensorplay.dialect import parse, structurally_equal
+from tensorplay.dialect.interpret import DialectAssertionError, run
+from tensorplay.dialect.passes import PassManager
+from tensorplay.dialect.verify import verify
 from tensorplay.graph.decompose import decompose
 from tensorplay.graph.tracer import trace
+from tensorplay.lowering.from_graph.convert import graph_to_tp
 
 F = nn.functional
 

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect import BF16
-from dialect.interpret import DialectAssertionError, InterpretError, run
-from dialect.verify import verify
-from lowering.to_tp import LoweringError, graph_to_tp
+from tensorplay.dialect import BF16
+from tensorplay.dialect.interpret import DialectAssertionError, InterpretError, run
+from tensorplay.dialect.verify import verify
 from tensorplay.graph.decompose import decomposition_of
 from tensorplay.graph.errors import GraphCaptureError
 from tensorplay.graph.tracer import trace
+from tensorplay.lowering.from_graph.convert import LoweringError, graph_to_tp
 from tensorplay.ops import REGISTRY
 from tests.tensorplay.ops.opinfo import Sample, all_samples, load_all, to_numpy
 
@@ -142,7 +142,7 @@ def _check(op, sample: Sample, dynamic: bool) -> bool:
     verify(module)
     inputs = binding.flat_inputs({f"a{i}": t for i, t in enumerate(tensors)})
     if _rank0_bf16(module):
-        return False  # dialect.reference.round_bf16 turns 0-d arrays into 1-d ones (reported to the lead)
+        return False  # tensorplay.dialect.reference.round_bf16 turns 0-d arrays into 1-d ones (reported to the lead)
     got = run(module, inputs, weights=binding.weights)
     want = _leaves(eager)
     assert len(got) == len(want), f"{sample}: {len(got)} results, eager has {len(want)}"

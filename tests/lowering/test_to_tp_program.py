@@ -8,12 +8,16 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect.interpret import DialectAssertionError, run
-from dialect.verify import verify
-from lowering import to_tp, to_tp_assert, to_tp_binding, to_tp_program, to_tp_symbols
-from lowering.to_tp_program import program_to_tp
 from tensorplay import nn
+from tensorplay.dialect.interpret import DialectAssertionError, run
+from tensorplay.dialect.verify import verify
 from tensorplay.export import Dim, export
+from tensorplay.lowering.from_graph import assertions as to_tp_assert
+from tensorplay.lowering.from_graph import binding as to_tp_binding
+from tensorplay.lowering.from_graph import convert as to_tp
+from tensorplay.lowering.from_graph import program as to_tp_program
+from tensorplay.lowering.from_graph import symbols as to_tp_symbols
+from tensorplay.lowering.from_graph.program import program_to_tp
 from tests.lowering.test_to_tp_models import SmallCNN
 
 

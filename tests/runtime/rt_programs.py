@@ -1,4 +1,4 @@
-"""Hand-written LLVM IR programs following the runtime.abi calling convention.
+"""Hand-written LLVM IR programs following the tensorplay.runtime.abi calling convention.
 
 ``affine``: inputs x: float32[n, m], b: float32[m]; outputs y = x * 2 + b (float32[n, m]) and
 count = n (int64, rank 0). Assertions: 1 (shape) 2 <= n <= 64, values [n]; 2 (shape)
@@ -6,7 +6,7 @@ b.size(0) == m, values [b0, m]; 3 (value) every x >= 0; 4 (value) workspace 64-b
 The run phase stages x * 2 in the workspace (n*m floats) to exercise it.
 """
 
-from runtime.abi import Assertion, Signature, TensorSpec
+from tensorplay.runtime.abi import Assertion, Signature, TensorSpec
 
 AFFINE_IR = r"""
 define i32 @affine_prepare(ptr noalias %in_dims, ptr noalias %out_dims, ptr noalias %ws, ptr noalias %err) {

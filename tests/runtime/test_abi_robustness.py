@@ -7,8 +7,8 @@ import test_abi
 from rt_programs import AFFINE_SIGNATURE, affine_reference
 from test_abi import MyShapeError, _inputs, run_threads
 
-from runtime import abi, jit
-from runtime.abi import Executable, Signature, TensorSpec
+from tensorplay.runtime import abi, jit
+from tensorplay.runtime.abi import Executable, Signature, TensorSpec
 
 # ``counted``: y = copy of x (float32, 1-d); every prepare call bumps a global counter that
 # ``counted_prepares()`` returns. (A real program must not keep mutable globals; this one only

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from rt_programs import AFFINE_IR, AFFINE_SIGNATURE, affine_reference
 
-from runtime.abi import Assertion, Executable, Signature, TensorSpec
-from runtime.aot import SharedLibrary, emit_object, header_text, link_shared, write_header
+from tensorplay.runtime.abi import Assertion, Executable, Signature, TensorSpec
+from tensorplay.runtime.aot import SharedLibrary, emit_object, header_text, link_shared, write_header
 
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from rt_programs import AFFINE_IR, AFFINE_SIGNATURE, affine_reference
 
-from runtime import jit
-from runtime.artifact import IncompatibleArtifact, NativeArtifact, incompatibility
-from runtime.target import HostCPU, host_cpu
+from tensorplay.runtime import jit
+from tensorplay.runtime.artifact import IncompatibleArtifact, NativeArtifact, incompatibility
+from tensorplay.runtime.target import HostCPU, host_cpu
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -102,7 +102,7 @@ except ImportError:
     pass
 
 import numpy as np
-from runtime.artifact import NativeArtifact
+from runtime.artifact import NativeArtifact  # the runtime/ folder on its own: it needs nothing above itself
 
 exe = NativeArtifact.from_bytes(open(sys.argv[1], "rb").read()).load()
 x = np.arange(12, dtype=np.float32).reshape(4, 3) / 8

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from runtime import jit
-from runtime.cache import CompileCache, cache_key, default_cache
+from tensorplay.runtime import jit
+from tensorplay.runtime.cache import CompileCache, cache_key, default_cache
 
 REPO = Path(__file__).resolve().parents[2]
 IR = "define i64 @triple_it(i64 %x) {\n  %y = mul i64 %x, 3\n  ret i64 %y\n}\n"
@@ -88,8 +88,8 @@ def test_bad_key_rejected(tmp_path):
 
 _CHILD = """
 import ctypes, json, sys
-from runtime import jit
-from runtime.cache import default_cache
+from tensorplay.runtime import jit
+from tensorplay.runtime.cache import default_cache
 lib = jit.compile_ir(sys.argv[1])
 r = lib.function("triple_it", ctypes.c_int64, ctypes.c_int64)(7)
 s = default_cache().stats()
@@ -113,8 +113,8 @@ def test_second_process_reuses_cache(tmp_path):
 
 _RACER = """
 import sys
-from runtime.cache import CompileCache
-from runtime import jit
+from tensorplay.runtime.cache import CompileCache
+from tensorplay.runtime import jit
 lib = jit.compile_ir(sys.argv[1], cache=CompileCache(sys.argv[2]))
 print(len(lib.object))
 """
@@ -136,7 +136,7 @@ def test_concurrent_processes_share_one_directory(tmp_path):
 
 
 def _target():
-    from runtime.target import feature_string, host_cpu
+    from tensorplay.runtime.target import feature_string, host_cpu
 
     cpu = host_cpu()
     return cpu.name, feature_string(), cpu.llvmlite, 3

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from rt_programs import AFFINE_IR, AFFINE_SIGNATURE, affine_reference, copy_ir
 
-from runtime import jit, output_pool
-from runtime.abi import Executable, Signature, TensorSpec
-from runtime.output_pool import MIN_BYTES, OutputPool
+from tensorplay.runtime import jit, output_pool
+from tensorplay.runtime.abi import Executable, Signature, TensorSpec
+from tensorplay.runtime.output_pool import MIN_BYTES, OutputPool
 
 BIG = MIN_BYTES // 4 * 3  # float32 elements: 1.5x the pooling threshold
 F32 = np.dtype(np.float32)

@@ -3,8 +3,9 @@ import importlib
 
 import pytest
 
-MODULES = ["runtime", "runtime.target", "runtime.jit", "runtime.cache", "runtime.abi", "runtime.aot",
-           "runtime.weights", "runtime.artifact"]
+MODULES = ["tensorplay.runtime", "tensorplay.runtime.target", "tensorplay.runtime.jit",
+           "tensorplay.runtime.cache", "tensorplay.runtime.abi", "tensorplay.runtime.aot",
+           "tensorplay.runtime.weights", "tensorplay.runtime.artifact"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -7,8 +7,8 @@ import llvmlite.ir as lir
 import numpy as np
 import pytest
 
-from runtime import jit
-from runtime.target import host_cpu, host_target_machine, new_target_machine, optimize, parse_features
+from tensorplay.runtime import jit
+from tensorplay.runtime.target import host_cpu, host_target_machine, new_target_machine, optimize, parse_features
 
 SUM_F32 = """
 define float @sum(ptr noalias %x, i64 %n) {

@@ -9,8 +9,8 @@ import subprocess
 import llvmlite.binding as llvm
 import pytest
 
-from runtime import jit
-from runtime.target import ensure_initialized
+from tensorplay.runtime import jit
+from tensorplay.runtime.target import ensure_initialized
 
 MISSING = """
 declare double @tp_robustness_no_such_symbol(double)

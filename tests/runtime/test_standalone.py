@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from lowering.aot import build_library
-from runtime.standalone import StandaloneModel, read_objects, write_bundle, write_objects
 from tensorplay.export import Dim, export
+from tensorplay.lowering.aot import build_library
+from tensorplay.runtime.standalone import StandaloneModel, read_objects, write_bundle, write_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
@@ -51,7 +51,7 @@ def test_bundle_runs_in_a_process_where_tensorplay_cannot_be_imported(bundle):
         sys.meta_path.insert(0, Block())
         sys.path.insert(0, {str(ROOT)!r})
         import numpy as np
-        from runtime.standalone import StandaloneModel
+        from runtime.standalone import StandaloneModel  # the runtime/ folder on its own
         model = StandaloneModel.load({str(out)!r}, "net")
         x = np.arange(12, dtype=np.float32).reshape(4, 3).repeat(2, axis=1)[:, :5] / 10
         (y,) = model(np.ascontiguousarray(x))
@@ -129,7 +129,7 @@ def test_c_api_through_ctypes(bundle, tmp_path):
 
 def test_write_bundle_refuses_missing_weights_and_missing_compiler(bundle, tmp_path, monkeypatch):
     _, _, _, compiled = bundle
-    from lowering.aot import artifact_of
+    from tensorplay.lowering.aot import artifact_of
     artifact, _ = artifact_of(compiled)
     with pytest.raises(ValueError, match="weights lack"):
         write_bundle(artifact, {}, tmp_path, "net")
@@ -150,8 +150,8 @@ def test_object_file_rejects_truncated_and_foreign_data(tmp_path):
             read_objects(tmp_path / "b.tpo")
 
 
-@pytest.mark.parametrize("name", ["runtime.standalone", "lowering.aot", "tensorplay.export.native_archive",
-                                  "tensorplay.cli"])
+@pytest.mark.parametrize("name", ["tensorplay.runtime.standalone", "tensorplay.lowering.aot",
+                                  "tensorplay.export.native_archive", "tensorplay.cli"])
 def test_docstring_examples(name, tmp_path, monkeypatch):
     import doctest
     import importlib

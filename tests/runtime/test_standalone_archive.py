@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from runtime.artifact import IncompatibleArtifact
-from runtime.jit import stats
 from tensorplay.export import Dim, export, load, load_pt2, package_pt2, save
 from tensorplay.export.native_archive import ModelRunners, NativeRecompileWarning, native_entry
+from tensorplay.runtime.artifact import IncompatibleArtifact
+from tensorplay.runtime.jit import stats
 
 
 def mlp_program():
@@ -67,9 +67,9 @@ def test_archive_loads_without_compiling_in_a_fresh_process_with_an_empty_cache(
     save(prog, str(path))
     script = textwrap.dedent(f"""
         import json, numpy as np, tensorplay as tp
-        from runtime.abi import _trampoline
-        from runtime.jit import stats
-        from runtime.threadpool import pool_library
+        from tensorplay.runtime.abi import _trampoline
+        from tensorplay.runtime.jit import stats
+        from tensorplay.runtime.threadpool import pool_library
         from tensorplay.export import load
         _trampoline()  # the runtime's call helper shared by every program (60 ms, once per cache)
         pool_library()  # the process-wide worker pool of parallel loops (20 ms, once per cache)

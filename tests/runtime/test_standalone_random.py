@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 import tensorplay as tp
-from lowering.aot import build_library
 from tensorplay.export import export
+from tensorplay.lowering.aot import build_library
 
 
 def test_bundle_of_a_program_with_random_ops_is_refused(tmp_path):

@@ -1,4 +1,4 @@
-"""The persistent worker pool of parallel loops (runtime.threadpool) and the programs that call it.
+"""The persistent worker pool of parallel loops (tensorplay.runtime.threadpool) and the programs that call it.
 
 References: chunk bookkeeping checked against the contract (every chunk of [0, k) runs exactly once),
 compiled kernels against numpy formulas.
@@ -15,13 +15,13 @@ import time
 import numpy as np
 import pytest
 
-import lowering.codegen_llvm as codegen
-from dialect import parse
-from lowering.codegen_llvm import compile_kernel_module, emit_llvm
-from runtime.abi import Executable
-from runtime.aot import SharedLibrary, link_shared
-from runtime.jit import compile_ir, compile_object, undefined_symbols
-from runtime.threadpool import (
+import tensorplay.lowering.codegen.llvm as codegen
+from tensorplay.dialect import parse
+from tensorplay.lowering.codegen.llvm import compile_kernel_module, emit_llvm
+from tensorplay.runtime.abi import Executable
+from tensorplay.runtime.aot import SharedLibrary, link_shared
+from tensorplay.runtime.jit import compile_ir, compile_object, undefined_symbols
+from tensorplay.runtime.threadpool import (
     MAX_WORKERS,
     PARALLEL_FOR,
     emit_pool_ir,
@@ -205,7 +205,7 @@ def test_pool_is_one_library_per_process_and_linked_by_prefix(harness):
 def test_pool_ir_for_linux_on_x86_64_and_aarch64_only():
     import llvmlite.binding as llvm
 
-    from runtime.target import ensure_initialized
+    from tensorplay.runtime.target import ensure_initialized
 
     ensure_initialized()
     for triple, pause in (("x86_64-unknown-linux-gnu", True), ("aarch64-unknown-linux-gnu", False)):
@@ -339,8 +339,8 @@ def test_shared_library_gets_the_pool(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CC") or "cc") is None, reason="no C compiler")
 def test_bundle_library_and_loader_run_parallel_loops(tmp_path, monkeypatch):
-    from runtime.artifact import NativeArtifact
-    from runtime.standalone import StandaloneModel, write_bundle
+    from tensorplay.runtime.artifact import NativeArtifact
+    from tensorplay.runtime.standalone import StandaloneModel, write_bundle
 
     monkeypatch.setattr(codegen, "PARALLEL_GRAIN", 1)
     text, sig = emit_llvm(parse(EXP_MUL), prefix="bundled")

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.weights import ALIGN, MAGIC, read_weights, write_weights
+from tensorplay.runtime.weights import ALIGN, MAGIC, read_weights, write_weights
 
 HEADER = struct.Struct("<8sQQ")
 

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from dialect.interpret import run
-from dialect.verify import verify
-from lowering.to_tp_program import program_to_tp
 from tensorplay import nn
+from tensorplay.dialect.interpret import run
+from tensorplay.dialect.verify import verify
 from tensorplay.export import Dim, export, lower
+from tensorplay.lowering.from_graph.program import program_to_tp
 
 
 def _eager(model, *args):

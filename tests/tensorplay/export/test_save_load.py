@@ -192,8 +192,8 @@ def test_opset_versions_are_stored_and_checked():
 
 
 def fake_artifact(triple="x86_64-unknown-linux-gnu", features="+avx2,+fma"):
-    from runtime.abi import Signature, TensorSpec
-    from runtime.artifact import NativeArtifact
+    from tensorplay.runtime.abi import Signature, TensorSpec
+    from tensorplay.runtime.artifact import NativeArtifact
     sig = Signature((TensorSpec("x", "float32", 2),), (TensorSpec("y", "float32", 2),))
     return NativeArtifact(b"\x7fELF-not-really", "prog", sig, triple, "skylake", features, "0.50")
 

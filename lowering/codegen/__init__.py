@@ -1,0 +1,1 @@
+"""``kernel`` -> LLVM IR: scalar and vector math, index arithmetic, the prepare/run entry points."""

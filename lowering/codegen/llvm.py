@@ -1,0 +1,778 @@
+"""``kernel`` dialect -> LLVM IR -> a native :class:`tensorplay.runtime.abi.Executable`.
+
+:func:`emit_llvm` turns the one function of a kernel-level module into the two entry points of the
+:mod:`tensorplay.runtime.abi` convention: ``<prefix>_prepare`` binds the symbols from the input dims and runs
+every shape check (see :mod:`tensorplay.lowering.codegen.prepare`), ``<prefix>_run`` runs the loop nests.
+
+How ops are lowered:
+
+* ``<prefix>.body`` calls one internal function per top-level ``kernel.kernel``; the buffers the
+  kernel uses and the loop-invariant start of every load/store address are its parameters, so
+  kernels equal up to those share one function (:mod:`tensorplay.lowering.codegen.functions`); with
+  ``profile=True`` every call is timed (:mod:`tensorplay.lowering.codegen.profile`);
+* index expressions become ``i64`` arithmetic (:mod:`tensorplay.lowering.codegen.expr`) over ``inbounds`` GEPs;
+* ``kernel.for {parallel = true}`` (outermost only) is outlined into ``<prefix>.par<k>`` and split
+  into ``num_threads`` contiguous chunks run by the persistent worker pool of
+  :mod:`tensorplay.runtime.threadpool` (``tp_parallel_for``; the calling thread takes chunks too; small loops
+  and ``num_threads = 1`` stay on the calling thread without touching the pool);
+* ``kernel.reduce`` is a loop with a ``phi`` accumulator (``reassoc`` float add/mul so it vectorizes);
+* scalar ops follow numpy per dtype (:mod:`tensorplay.lowering.codegen.scalar`), transcendentals through
+  :mod:`tensorplay.lowering.codegen.vector_math`;
+* ``kernel.gemm`` calls the external function of its :class:`tensorplay.lowering.microkernels.gemm_library.GemmConfig`
+  (compiled once per process into a shared library that :func:`compile_kernel_module` links
+  against), its packing scratch placed after the planned workspace; a float32 product big enough is
+  split by rows or columns over the worker pool, one packing scratch per thread
+  (:mod:`tensorplay.lowering.microkernels.gemm_parallel`);
+* ``kernel.alloc`` is the workspace pointer plus the slot's byte offset.
+
+512-bit vectors come from the feature string :mod:`tensorplay.runtime.target` gives LLVM (``-prefer-256-bit``).
+
+Example::
+
+    >>> import numpy as np
+    >>> from tensorplay.dialect import parse
+    >>> m = parse('''func @k(%x: buffer<[s0], f32>, %y: buffer<[s0], f32>) -> () where {s0 in [1, 4096]} {
+    ...   kernel.for {iv = i0, parallel = true, upper = s0} {
+    ...     %0 = kernel.load %x {index = [i0]} : f32
+    ...     %1 = kernel.exp %0 : f32
+    ...     kernel.store %1, %y {index = [i0]}
+    ...   }
+    ...   kernel.return
+    ... }
+    ... ''')
+    >>> exe = compile_kernel_module(m)
+    >>> exe(np.zeros(3, np.float32))[0].tolist()
+    [1.0, 1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import llvmlite.ir as ir
+import numpy as np
+import sympy
+
+from tensorplay.dialect.attrs import Dense
+from tensorplay.dialect.ir import Function, Module, Operation, Value
+from tensorplay.dialect.kernel_ops import COMBINES
+from tensorplay.dialect.reference import round_bf16
+from tensorplay.dialect.shapes import elem_dtype
+from tensorplay.dialect.types import BufferType, DType
+from tensorplay.runtime.abi import Executable, Signature, TensorSpec
+from tensorplay.runtime.threadpool import CHUNK_FN, declare_parallel_for
+
+from ..fusion.gather import CODEGEN as _GATHER_CODEGEN
+from ..fusion.gather import INDEX_ERROR, ErrorWord
+from ..fusion.random import CODEGEN as _RANDOM_CODEGEN
+from ..fusion.unbacked import counts_layout, emit_nonzero_call
+from ..microkernels.gemm import DEFAULT_SHAPE
+from ..microkernels.gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
+from ..microkernels.gemm_parallel import ENV_TYPE as GEMM_ENV
+from ..microkernels.gemm_parallel import GRAIN as GEMM_GRAIN
+from ..microkernels.gemm_parallel import MAX_GEMM_THREADS, emit_split_gemm
+from ..microkernels.gemm_prepack import pack_sites, slot_symbol
+from .expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
+from .functions import KernelPlan, offset_symbol, plan_kernel
+from .prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
+from .profile import ProfileEmitter
+from .scalar import SIGNATURE_DTYPES, ScalarOps
+from .sort import emit_sort_call
+
+__all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
+
+MAX_THREADS = 64
+#: Scalar ops per thread below which a parallel loop is not split (handing a loop to the worker pool of
+#: tensorplay.runtime.threadpool costs a few us; 32K ops are ~5-20 us of work).
+PARALLEL_GRAIN = 1 << 15
+_ALIGN = 64
+_FASTMATH = {"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
+_UNARY = {"neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
+          "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "sign", "reciprocal", "logical_not",
+          "bitwise_not", "isnan", "isinf", "isfinite"}
+
+
+def gemm_scratch_expr(m: Any, n: Any, k: Any, threads: int = 1) -> sympy.Expr:
+    """:func:`tensorplay.lowering.microkernels.gemm.scratch_bytes` as a sympy expression of symbolic ``m, n, k``; with
+    ``threads > 1``
+    that many 64-byte aligned copies (:func:`tensorplay.lowering.microkernels.gemm_parallel.thread_scratch_bytes`).
+
+    >>> from tensorplay.lowering.microkernels.gemm import scratch_bytes
+    >>> int(gemm_scratch_expr(100, 70, 33)) == scratch_bytes(100, 70, 33)
+    True
+    >>> from tensorplay.lowering.microkernels.gemm_parallel import thread_scratch_bytes
+    >>> int(gemm_scratch_expr(100, 70, 33, threads=3)) == thread_scratch_bytes(3, 100, 70, 33)
+    True
+    """
+    s = DEFAULT_SHAPE
+    m, n, k = (sympy.sympify(x) for x in (m, n, k))
+    kc = sympy.Min(s.kc, k)
+    a = sympy.ceiling(sympy.Min(m, s.mc) / s.mr) * s.mr * kc
+    bf = sympy.ceiling(sympy.Min(n, s.nc) / s.nr) * s.nr * kc
+    one = sympy.Max(4 * (sympy.ceiling(a / 16) * 16 + bf), 4 * k) + 2 * _ALIGN
+    return one if threads == 1 else threads * _round_up(one, _ALIGN)
+
+
+def _round_up(e: sympy.Expr, m: int) -> sympy.Expr:
+    return sympy.ceiling(sympy.sympify(e) / m) * m
+
+
+class _Scope:
+    """What emitted code sees: builder, symbol emitter, scalar ops, and dialect value -> LLVM value."""
+
+    __slots__ = ("b", "em", "ops", "vals", "fn", "ws", "in_parallel")
+
+    def __init__(self, fn: ir.Function, b: ir.IRBuilder, em: ExprEmitter, fastmath: Sequence[str],
+                 vals: dict[Value, ir.Value], ws: ir.Value, in_parallel: bool) -> None:
+        self.fn, self.b, self.em, self.ws = fn, b, em, ws
+        self.ops = ScalarOps(b, fastmath)
+        self.vals = vals
+        self.in_parallel = in_parallel
+
+
+class _Codegen:
+    def __init__(self, f: Function, prefix: str, num_outputs: int, fastmath: Sequence[str],
+                 profile: bool = False) -> None:
+        self.f, self.prefix, self.fastmath = f, prefix, tuple(fastmath)
+        self.nin = len(f.args) - num_outputs
+        self.module = ir.Module(name=prefix)
+        self.plan: ShapePlan = plan_shapes(f, self.nin)
+        self.out_shapes = [f.args[i].type.shape for i in range(self.nin, len(f.args))]
+        bound = set(self.plan.symbols)
+        for i, shape in enumerate(self.out_shapes):
+            for d in shape:
+                if not sympy.sympify(d).free_symbols <= bound:
+                    raise CodegenError(f"output '{f.args[self.nin + i].name}' has dimension {d} whose symbols are "
+                                       "not determined by the input sizes")
+        self.gemm_sizes: list[sympy.Expr] = []
+        gemm_mnk: set[tuple[sympy.Expr, sympy.Expr, sympy.Expr, int]] = set()
+        self.par_count = 0
+        for op in f.walk():
+            if op.name == "kernel.gemm":
+                a = op.attributes
+                if any(s not in bound for x in ("m", "n", "k") for s in a[x].free_symbols):
+                    raise CodegenError("kernel.gemm: m, n and k must depend only on header symbols, got "
+                                       f"m={a['m']}, n={a['n']}, k={a['k']}")
+                mnk = (a["m"], a["n"], a["k"], MAX_GEMM_THREADS if _splittable(op) else 1)
+                if mnk not in gemm_mnk:  # sympy.Max over many equal sizes is quadratic (an unrolled LSTM: 128)
+                    gemm_mnk.add(mnk)
+                    self.gemm_sizes.append(gemm_scratch_expr(*mnk))
+        plan_size = f.workspace.size if f.workspace is not None else sympy.Integer(0)
+        self.scratch_offset = _round_up(plan_size, _ALIGN)
+        # unevaluated: simplifying a Max of symbolic sizes costs seconds and the emitter takes it as it is
+        scratch = sympy.Max(*self.gemm_sizes, evaluate=False) if self.gemm_sizes else sympy.Integer(0)
+        self.workspace_size = self.scratch_offset + scratch if self.gemm_sizes else sympy.sympify(plan_size)
+        self.index_error = ErrorWord(f, self.workspace_size, len(self.plan.assertions) + 1)  # kernel.check_index
+        self.workspace_size = self.index_error.size  # before the nonzero counts, which must end the workspace
+        self.counts_offset, self.workspace_size, self.counts_meta = counts_layout(f, self.workspace_size)
+        # top-level kernels: one internal function per distinct key (see tensorplay.lowering.codegen.functions)
+        self.kernel_fns: dict[Hashable, ir.Function] = {}
+        self.kernels: list[dict[str, Any]] = []
+        self.addresses: dict[Operation, sympy.Expr] = {}
+        self.in_kernel = False
+        n_kernels = sum(op.name == "kernel.kernel" for op in f.body.ops)
+        self.profiler = ProfileEmitter(self.module, prefix, n_kernels) if profile else None
+
+    # ----------------------------------------------------------------- entry points
+    def emit(self) -> tuple[str, Signature]:
+        emit_prepare(self.module, f"{self.prefix}_prepare", self.plan, self.out_shapes,
+                     lambda em: em.emit(self.workspace_size))
+        body = self._emit_body()
+        self._emit_run(body)
+        f = self.f
+        specs = [TensorSpec(a.name or f"arg{i}", SIGNATURE_DTYPES[a.type.dtype], a.type.rank,
+                            tuple(str(d) for d in a.type.shape)) for i, a in enumerate(f.args)]
+        meta = {"function": f.name, "prefix": self.prefix, "kernel_functions": len(self.kernel_fns),
+                **self.counts_meta}
+        if self.profiler is not None:
+            meta.update(profile=True, kernels=self.kernels)
+        checks = tuple(self.plan.assertions) + ((INDEX_ERROR,) if self.index_error.offset is not None else ())
+        sig = Signature(tuple(specs[:self.nin]), tuple(specs[self.nin:]), checks, meta)
+        return str(self.module), sig
+
+    def _emit_run(self, body: ir.Function) -> None:
+        fn = ir.Function(self.module, ir.FunctionType(I32, [PTR, PTR, PTR, PTR, I32]), f"{self.prefix}_run")
+        in_ptrs, out_ptrs, in_dims, ws, nthreads = fn.args
+        for a, n in zip(fn.args, ("in_ptrs", "out_ptrs", "in_dims", "workspace", "num_threads")):
+            a.name = n
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        em = ExprEmitter(b)
+
+        def dims(p: int) -> ir.Value:
+            return b.load(b.gep(in_dims, [i64(p)], inbounds=True, source_etype=I64), typ=I64)
+
+        self.plan.emit_binds(em, dims)
+        args = []
+        for i in range(len(self.f.args)):
+            base, k = (in_ptrs, i) if i < self.nin else (out_ptrs, i - self.nin)
+            args.append(b.load(b.gep(base, [i64(k)], inbounds=True, source_etype=PTR), typ=PTR))
+        args += [em.symbols[s] for s in self.plan.symbols] + [ws, nthreads]
+        self.index_error.clear(b, em, ws)
+        b.call(body, args)
+        b.ret(self.index_error.result(b, em, ws))
+
+    def _emit_body(self) -> ir.Function:
+        f, syms = self.f, self.plan.symbols
+        ty = ir.FunctionType(ir.VoidType(), [PTR] * len(f.args) + [I64] * len(syms) + [PTR, I32])
+        fn = ir.Function(self.module, ty, f"{self.prefix}.body")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        for i, a in enumerate(f.args):
+            fn.args[i].name = a.name or f"arg{i}"
+            fn.args[i].add_attribute("noalias")
+        n = len(f.args)
+        for k, s in enumerate(syms):
+            fn.args[n + k].name = str(s)
+        ws, nthreads = fn.args[-2], fn.args[-1]
+        ws.name, nthreads.name = "workspace", "num_threads"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        em = ExprEmitter(b, {s: fn.args[n + k] for k, s in enumerate(syms)})
+        vals: dict[Value, ir.Value] = {a: fn.args[i] for i, a in enumerate(f.args)}
+        self.nthreads = nthreads
+        sc = _Scope(fn, b, em, self.fastmath, vals, ws, False)
+        self._block(sc, f.body.ops)
+        b.ret_void()
+        return fn
+
+    # ----------------------------------------------------------------- ops
+    def _block(self, sc: _Scope, ops: Sequence[Operation]) -> ir.Value | None:
+        """Emit ops in order; returns the value of a ``kernel.yield``."""
+        for op in ops:
+            name = op.name
+            if name == "kernel.yield":
+                return sc.vals[op.operands[0]]
+            if name in ("kernel.return", "tp.return") or name in ASSERTION_OPS:
+                continue
+            if name == "kernel.kernel":
+                if self.in_kernel:
+                    self._block(sc, op.body.ops)
+                else:
+                    self._kernel_call(sc, op)
+            elif name == "kernel.for":
+                self._for(sc, op)
+            elif name == "kernel.reduce":
+                sc.vals[op.result] = self._reduce(sc, op)
+            elif name == "kernel.gemm":
+                self._gemm(sc, op)
+            elif name == "kernel.sort":
+                emit_sort_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op)
+            elif name == "kernel.nonzero":
+                counts = sc.b.gep(sc.ws, [sc.em.emit(self.counts_offset)], inbounds=True, source_etype=ir.IntType(8))
+                emit_nonzero_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op, counts)
+            else:
+                self._simple(sc, op)
+        return None
+
+    def _simple(self, sc: _Scope, op: Operation) -> None:
+        b, name, a = sc.b, op.name, op.attributes
+        if name == "kernel.alloc":
+            off = sc.em.emit(a["offset"])
+            sc.vals[op.result] = b.gep(sc.ws, [off], inbounds=True, source_etype=ir.IntType(8))
+            return
+        if name == "kernel.global":
+            sc.vals[op.result] = self._global(op)
+            return
+        if name in SHAPE_VALUE_OPS:
+            sc.vals[op.result] = shape_value(op, sc.em, sc.vals, self._dim_of_input(sc), self.plan.positions,
+                                             lambda i, j: sc.em.emit(self.out_shapes[i - self.nin][j]))
+            return
+        if name == "kernel.check_index":
+            self.index_error.emit_check(sc, op)
+            return
+        rule = _GATHER_CODEGEN.get(name) or _RANDOM_CODEGEN.get(name)  # kernel.load_at/store_at/random
+        if rule is not None:
+            rule(sc, op)
+            return
+        if name == "kernel.load":
+            buf = op.operands[0]
+            sc.vals[op.result] = sc.ops.load(self._access(sc, op, buf), buf.type.dtype)
+            return
+        if name == "kernel.store":
+            val, buf = op.operands
+            sc.ops.store(sc.vals[val], self._access(sc, op, buf), buf.type.dtype)
+            return
+        rt = op.results[0].type if op.results else None
+        rdt = elem_dtype(rt) if rt is not None else None
+        if name == "kernel.constant":
+            sc.vals[op.result] = sc.ops.const(float(a["value"]), rdt)
+            return
+        if name == "kernel.where":
+            c, x, y = (sc.vals[v] for v in op.operands)
+            sc.vals[op.result] = b.select(c, x, y)
+            return
+        if name == "kernel.cast":
+            src = op.operands[0]
+            sc.vals[op.result] = sc.ops.cast(sc.vals[src], elem_dtype(src.type), a["dtype"])
+            return
+        if not name.startswith("kernel."):
+            raise CodegenError(f"cannot lower {name} in a kernel-level function")
+        short = name[len("kernel."):]
+        args = [sc.vals[v] for v in op.operands]
+        dt: DType = elem_dtype(op.operands[0].type) if op.operands else rdt
+        if short in _UNARY and len(args) == 1:
+            sc.vals[op.result] = sc.ops.unary(short, args[0], dt)
+        elif len(args) == 2:
+            sc.vals[op.result] = sc.ops.binary(short, args[0], args[1], dt)
+        else:
+            raise CodegenError(f"cannot lower {name} with {len(args)} operands")
+
+    def _global(self, op: Operation) -> ir.Value:
+        """An inline ``dense<...>`` literal as an internal constant; weights must be arguments."""
+        value, t = op.attributes["value"], op.result.type
+        if not isinstance(value, Dense):
+            raise CodegenError(f"kernel.global {value}: module weights are passed as arguments; run "
+                               "tensorplay.lowering.codegen.globals.globals_to_args on the function first")
+        arr = np.asarray(value.array, dtype=t.dtype.numpy).reshape(-1)
+        if t.dtype.name == "bf16":
+            arr = (round_bf16(arr).view(np.uint32) >> 16).astype(np.uint16)
+        elif t.dtype.name == "i1":
+            arr = arr.astype(np.uint8)
+        ety = _storage(t.dtype)
+        if arr.size == 0:
+            arr = np.zeros(1, arr.dtype)
+        aty = ir.ArrayType(ety, arr.size)
+        if isinstance(ety, ir.IntType):
+            init = ir.Constant(aty, [ir.Constant(ety, int(v)) for v in arr.tolist()])
+        else:
+            init = ir.Constant(aty, [ir.Constant(ety, float(v)) for v in arr.tolist()])
+        g = ir.GlobalVariable(self.module, aty, f"{self.prefix}.const{len(self.module.globals)}")
+        g.linkage, g.global_constant, g.initializer, g.align = "internal", True, init, 64
+        return g
+
+    def _dim_of_input(self, sc: _Scope):
+        """In the body, input dims are their (already checked) shape expressions."""
+        exprs = {p: self.f.args[i].type.shape[j] for (i, j), p in self.plan.positions.items()}
+        return lambda p: sc.em.emit(exprs[p])
+
+    def _access(self, sc: _Scope, op: Operation, buf: Value) -> ir.Value:
+        """Address of a load/store: inside a kernel function, relative to its offset parameters."""
+        flat = self.addresses.get(op)
+        if flat is None:
+            return self._addr(sc, buf, op.attributes["index"])
+        return sc.b.gep(sc.vals[buf], [sc.em.emit(flat)], inbounds=True, source_etype=_storage(buf.type.dtype))
+
+    # ----------------------------------------------------------------- kernel functions
+    def _kernel_call(self, sc: _Scope, op: Operation) -> None:
+        """Call the function of a top-level kernel (emitted on first use of its key), timed when profiling."""
+        if "_pack_sites" not in self.__dict__:
+            self._pack_sites = pack_sites(self.f)
+        plan = plan_kernel(op, set(self.plan.symbols), self._pack_sites)
+        fn = self.kernel_fns.get(plan.key)
+        if fn is None:
+            fn = self.kernel_fns[plan.key] = self._kernel_function(plan, [sc.vals[v].type for v in plan.externals])
+        args = [sc.vals[v] for v in plan.externals] + [sc.em.emit(o) for o in plan.offsets]
+        args += [sc.em.symbols[s] for s in self.plan.symbols] + [sc.ws, self.nthreads]
+        if self.profiler is None:
+            sc.b.call(fn, args)
+            return
+        info = plan.info
+        self.kernels.append({"name": info.name, "kind": info.kind, "compute_ops": info.compute_ops,
+                             "origins": list(info.origins), "function": fn.name})
+        start = self.profiler.start(sc.b)
+        sc.b.call(fn, args)
+        self.profiler.stop(sc.b, start, len(self.kernels) - 1)
+
+    def _kernel_function(self, plan: KernelPlan, types: list[ir.Type]) -> ir.Function:
+        """``void <prefix>.<kernel>(externals..., offsets..., symbols..., workspace, num_threads)``."""
+        syms, n_ext, n_off = self.plan.symbols, len(plan.externals), len(plan.offsets)
+        ty = ir.FunctionType(ir.VoidType(), types + [I64] * (n_off + len(syms)) + [PTR, I32])
+        base = f"{self.prefix}.{plan.info.name}"
+        name, k = base, 1
+        while name in self.module.globals:
+            name, k = f"{base}.{k}", k + 1
+        fn = ir.Function(self.module, ty, name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("noinline")  # one copy of shared code; O3 would otherwise re-inline every call
+        for i, (v, noalias) in enumerate(zip(plan.externals, plan.noalias)):
+            fn.args[i].name = v.name or f"arg{i}"
+            if noalias:
+                fn.args[i].add_attribute("noalias")
+        symbols = {offset_symbol(k): fn.args[n_ext + k] for k in range(n_off)}
+        for k, s in enumerate(syms):
+            symbols[s] = fn.args[n_ext + n_off + k]
+            symbols[s].name = str(s)
+        ws, nthreads = fn.args[-2], fn.args[-1]
+        ws.name, nthreads.name = "workspace", "num_threads"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        vals: dict[Value, ir.Value] = {v: fn.args[i] for i, v in enumerate(plan.externals)}
+        saved = self.nthreads, self.addresses
+        self.nthreads, self.addresses, self.in_kernel = nthreads, plan.addresses, True
+        try:
+            self._block(_Scope(fn, b, ExprEmitter(b, symbols), self.fastmath, vals, ws, False), plan.op.body.ops)
+        finally:
+            (self.nthreads, self.addresses), self.in_kernel = saved, False
+        b.ret_void()
+        return fn
+
+    def _addr(self, sc: _Scope, buf: Value, index: Sequence[sympy.Expr]) -> ir.Value:
+        t: BufferType = buf.type
+        flat = sympy.Integer(0)
+        for e, stride in zip(index, _strides(t.shape)):
+            flat += sympy.sympify(e) * stride
+        ptr = sc.vals[buf]
+        return sc.b.gep(ptr, [sc.em.emit(sympy.expand(flat))], inbounds=True, source_etype=_storage(t.dtype))
+
+    # ----------------------------------------------------------------- loops
+    def _loop(self, sc: _Scope, op: Operation, lower: ir.Value, upper: ir.Value, body, acc_init=None):
+        """Emit ``for iv in [lower, upper) step op.step``; ``body(sc, acc) -> next acc``; returns final acc."""
+        b, em, a = sc.b, sc.em, op.attributes
+        step = em.emit(a["step"])
+        pre = b.block
+        loop_bb = sc.fn.append_basic_block(f"{a['iv']}.loop")
+        exit_bb = sc.fn.append_basic_block(f"{a['iv']}.exit")
+        b.cbranch(b.icmp_signed("<", lower, upper), loop_bb, exit_bb)
+        b.position_at_end(loop_bb)
+        iv = b.phi(I64, name=str(a["iv"]))
+        iv.add_incoming(lower, pre)
+        acc = None
+        if acc_init is not None:
+            acc = b.phi(acc_init.type, name="acc")
+            acc.add_incoming(acc_init, pre)
+        em.push()
+        outer_iv = em.symbols.get(a["iv"])
+        em.bind(a["iv"], iv, loop=True)
+        nxt_acc = body(sc, acc)
+        em.pop()
+        if outer_iv is None:
+            del em.symbols[a["iv"]]
+        else:
+            em.symbols[a["iv"]] = outer_iv
+        nxt = b.add(iv, step, name=f"{a['iv']}.next", flags=["nsw"])
+        latch = b.block
+        iv.add_incoming(nxt, latch)
+        if acc is not None:
+            acc.add_incoming(nxt_acc, latch)
+        b.cbranch(b.icmp_signed("<", nxt, upper), loop_bb, exit_bb)
+        b.position_at_end(exit_bb)
+        if acc is None:
+            return None
+        res = b.phi(acc_init.type, name="red")
+        res.add_incoming(acc_init, pre)
+        res.add_incoming(nxt_acc, latch)
+        return res
+
+    def _for(self, sc: _Scope, op: Operation) -> None:
+        a = op.attributes
+        if a["parallel"] and not sc.in_parallel and not any(o.name == "kernel.gemm" for o in op.walk()):
+            self._parallel_for(sc, op)
+            return
+        lower, upper = sc.em.emit(a["lower"]), sc.em.emit(a["upper"])
+        self._loop(sc, op, lower, upper, lambda s, acc: self._block(s, op.body.ops))
+
+    def _reduce(self, sc: _Scope, op: Operation) -> ir.Value:
+        a = op.attributes
+        dt = elem_dtype(op.result.type)
+        init = sc.ops.const(float(a["init"]), dt)
+        combine = a["combine"]
+        if combine not in COMBINES:
+            raise CodegenError(f"kernel.reduce: unknown combine {combine!r}")
+
+        def body(s: _Scope, acc: ir.Value) -> ir.Value:
+            v = self._block(s, op.body.ops)
+            return self._combine(s, combine, acc, v, dt)
+
+        return self._loop(sc, op, sc.em.emit(a["lower"]), sc.em.emit(a["upper"]), body, init)
+
+    def _combine(self, sc: _Scope, combine: str, acc: ir.Value, v: ir.Value, dt: DType) -> ir.Value:
+        b = sc.b
+        if dt.is_float:
+            flags = tuple(sorted(set(self.fastmath) | {"reassoc"}))
+            if combine == "add":
+                return sc.ops.finish(b.fadd(acc, v, flags=flags), dt)
+            if combine == "mul":
+                return sc.ops.finish(b.fmul(acc, v, flags=flags), dt)
+        if combine in ("max", "min"):
+            return sc.ops.reduce_extremum("maximum" if combine == "max" else "minimum", acc, v, dt)
+        return sc.ops.binary(combine, acc, v, dt)
+
+    # ----------------------------------------------------------------- parallel loops
+    def _parallel_for(self, sc: _Scope, op: Operation) -> None:
+        """Outline the loop body into ``<prefix>.par<k>(env..., lo, hi)`` and fork-join over chunks."""
+        k = self.par_count
+        self.par_count += 1
+        inside = {id(o) for o in op.walk()}
+        env_vals: list[Value] = []
+        for o in op.walk():
+            for v in o.operands:
+                owner = v.owner
+                outer = (isinstance(owner, Operation) and id(owner) not in inside) or \
+                    (not isinstance(owner, Operation) and v in sc.vals)
+                if outer and v not in env_vals and v in sc.vals:
+                    env_vals.append(v)
+        env_syms = list(sc.em.symbols)
+        env = [sc.vals[v] for v in env_vals] + [sc.em.symbols[s] for s in env_syms] + [sc.ws]
+        env_types = [x.type for x in env]
+        fty = ir.FunctionType(ir.VoidType(), env_types + [I64, I64])
+        par = ir.Function(self.module, fty, f"{self.prefix}.par{k}")
+        par.linkage = "internal"
+        par.attributes.add("nounwind")
+        for i, v in enumerate(env_vals):
+            if isinstance(v.type, BufferType) and v.is_block_arg:
+                par.args[i].add_attribute("noalias")
+        pb = ir.IRBuilder(par.append_basic_block("entry"))
+        n_v = len(env_vals)
+        pem = ExprEmitter(pb, {s: par.args[n_v + i] for i, s in enumerate(env_syms)}, sc.em.variant)
+        pvals = {v: par.args[i] for i, v in enumerate(env_vals)}
+        psc = _Scope(par, pb, pem, self.fastmath, pvals, par.args[len(env) - 1], True)
+        self._loop(psc, op, par.args[-2], par.args[-1], lambda s, acc: self._block(s, op.body.ops))
+        pb.ret_void()
+        thunk, st = self._thunk(par, env_types, k)
+        self._fork_join(sc, op, par, thunk, st, env)
+
+    def _thunk(self, par: ir.Function, env_types: list[ir.Type], k: int) -> tuple[ir.Function, ir.Type]:
+        """``<prefix>.par<k>.chunk(env*, t, n)``: run chunk ``t`` of ``n`` (a :mod:`tensorplay.runtime.threadpool` chunk
+        function); ``env*`` holds the outlined loop's environment, then lower, upper, step and trip count."""
+        st = ir.LiteralStructType(env_types + [I64] * 4)
+        fn = ir.Function(self.module, CHUNK_FN, f"{self.prefix}.par{k}.chunk")
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        fields = [b.load(b.gep(fn.args[0], [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                               source_etype=st), typ=t) for i, t in enumerate(st.elements)]
+        lower, upper, step, trip = fields[-4:]
+        t, n = fn.args[1], fn.args[2]
+
+        def bound(t: ir.Value) -> ir.Value:  # lower + step * (trip * t / n), clamped to upper
+            v = b.add(lower, b.mul(step, b.sdiv(b.mul(trip, t), n)))
+            return b.select(b.icmp_signed("<", upper, v), upper, v)
+
+        b.call(par, fields[:-4] + [bound(t), bound(b.add(t, i64(1)))])
+        b.ret_void()
+        return fn, st
+
+    def _work(self, ops: Sequence[Operation]) -> sympy.Expr:
+        total = sympy.Integer(0)
+        known = set(self.plan.symbols)
+        for o in ops:
+            if o.name in ("kernel.for", "kernel.reduce"):
+                ext = sympy.sympify(o.attributes["upper"] - o.attributes["lower"])
+                if not ext.free_symbols <= known:
+                    ext = sympy.Integer(1)
+                total += ext * self._work(o.body.ops)
+            elif o.name == "kernel.kernel":
+                total += self._work(o.body.ops)
+            else:
+                total += 1
+        return total
+
+    def _fork_join(self, sc: _Scope, op: Operation, par: ir.Function, thunk: ir.Function, st: ir.Type,
+                   env: list[ir.Value]) -> None:
+        """Run ``par`` over the loop's range: on this thread when one chunk suffices, else through the
+        persistent pool (``tp_parallel_for(thunk, &env, n)``, see :mod:`tensorplay.runtime.threadpool`)."""
+        b, em, a = sc.b, sc.em, op.attributes
+        lower, upper, step = em.emit(a["lower"]), em.emit(a["upper"]), em.emit(a["step"])
+        span = b.sub(upper, lower)
+        trip = b.select(b.icmp_signed(">", span, i64(0)), b.sdiv(b.add(span, b.sub(step, i64(1))), step), i64(0))
+        work = b.mul(trip, em.emit(sympy.Max(1, self._work(op.body.ops))))
+        by_work = b.add(b.sdiv(work, i64(PARALLEL_GRAIN)), i64(1))
+        n = b.sext(self.nthreads, I64)
+        for cap in (i64(MAX_THREADS), trip, by_work):
+            n = b.select(b.icmp_signed("<", cap, n), cap, n)
+        serial_bb, pool_bb, done_bb = (sc.fn.append_basic_block(f"{par.name}.{x}") for x in ("serial", "pool", "done"))
+        b.cbranch(b.icmp_signed("<=", n, i64(1)), serial_bb, pool_bb)
+        b.position_at_end(serial_bb)
+        b.call(par, env + [lower, upper])
+        b.branch(done_bb)
+        b.position_at_end(pool_bb)
+        slot = self._entry_alloca(sc, st)
+        for i, x in enumerate(env + [lower, upper, step, trip]):
+            b.store(x, b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True, source_etype=st))
+        b.call(declare_parallel_for(self.module), [thunk, slot, n])
+        b.branch(done_bb)
+        b.position_at_end(done_bb)
+
+    def _entry_alloca(self, sc: _Scope, ty: ir.Type) -> ir.Value:
+        b = sc.b
+        here = b.block
+        entry = sc.fn.entry_basic_block
+        b.position_at_start(entry)
+        slot = _opaque(b.alloca(ty))
+        b.position_at_end(here)
+        return slot
+
+    # ----------------------------------------------------------------- gemm
+    def _gemm(self, sc: _Scope, op: Operation) -> None:
+        a, b, em = op.attributes, sc.b, sc.em
+        types = [v.type for v in op.operands]
+        if len({t.dtype for t in types}) != 1 or types[0].dtype.name not in GEMM_DTYPES:
+            raise CodegenError(f"kernel.gemm is compiled for buffers of one element type among {GEMM_DTYPES}, "
+                               f"got {', '.join(map(str, types))}")
+        fn = declare_gemm(self.module, GemmConfig.from_op(op))
+        m, n, k = (em.emit(a[x]) for x in ("m", "n", "k"))
+        elem = _storage(types[0].dtype)
+
+        def at(v: Value, off: Any) -> ir.Value:
+            return b.gep(sc.vals[v], [em.emit(off)], inbounds=True, source_etype=elem)
+
+        ops = op.operands
+        lda = m if a["trans_a"] else k
+        ldb = k if a["trans_b"] else n
+        null = ir.Constant(PTR, None)
+        extra = list(ops[3:])
+        bias = at(extra.pop(0), 0) if a["bias"] else null
+        resid = at(extra.pop(0), a["c_offset"]) if a["residual"] else null
+        scratch = b.gep(sc.ws, [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
+        args = [i64(1), m, n, k, at(ops[0], a["a_offset"]), lda, i64(0), at(ops[1], a["b_offset"]), ldb, i64(0),
+                at(ops[2], a["c_offset"]), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch]
+        call = self._gemm_caller(sc, op, elem)
+        if "_pack_sites" not in self.__dict__:
+            self._pack_sites = pack_sites(self.f)
+        site = self._pack_sites.get(op)
+        if site is None:
+            call(fn, args, False)
+            return
+        # a constant B may come prepacked: tensorplay.lowering.microkernels.gemm_prepack fills this slot, zero means
+        # "pack it yourself"
+        slot_ty = ir.LiteralStructType([PTR, PTR])
+        name = slot_symbol(self.prefix, site.index)
+        slot = self.module.globals.get(name)
+        if slot is None:
+            slot = ir.GlobalVariable(self.module, slot_ty, name)
+            slot.initializer = ir.Constant(slot_ty, None)
+        packed, source = (b.load(b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                                       source_etype=slot_ty), typ=PTR) for i in (0, 1))
+        ready = b.and_(b.icmp_unsigned("!=", packed, null), b.icmp_unsigned("==", source, args[7]))
+        with b.if_else(ready) as (prepacked, plain):
+            with prepacked:
+                packed_fn = declare_gemm(self.module, dataclasses.replace(GemmConfig.from_op(op), packed_b=True))
+                call(packed_fn, args[:7] + [packed] + args[8:], True)
+            with plain:
+                call(fn, args, False)
+
+    def _gemm_caller(self, sc: _Scope, op: Operation, elem: ir.Type) -> Any:
+        """``call(gemm_fn, args, packed_b)``: a plain call, or one split over the worker pool
+        (:mod:`tensorplay.lowering.microkernels.gemm_parallel`) when the product may be big enough (its scratch
+        was sized for it)."""
+        if sc.in_parallel or not _splittable(op):
+            return lambda fn, args, packed_b: sc.b.call(fn, args)
+        a = op.attributes
+        stride = sc.em.emit(_round_up(gemm_scratch_expr(a["m"], a["n"], a["k"]), _ALIGN))
+        envs = self.__dict__.setdefault("_gemm_envs", {})  # one per function: its GEMMs run one after another
+        slot = envs.get(sc.fn)
+        if slot is None:
+            slot = envs[sc.fn] = self._entry_alloca(sc, GEMM_ENV)
+        flags = {x: bool(a[x]) for x in ("trans_a", "trans_b", "bias", "residual")}
+        return lambda fn, args, packed_b: emit_split_gemm(sc.b, fn, args, num_threads=self.nthreads, stride=stride,
+                                                          env_slot=slot, packed_b=packed_b, elem=elem, **flags)
+
+
+def _splittable(op: Operation) -> bool:
+    """Whether a ``kernel.gemm`` may be split over threads: float32 and not statically under two grains."""
+    if op.operands[0].type.dtype.name != "f32":
+        return False
+    macs = sympy.sympify(op.attributes["m"] * op.attributes["n"] * op.attributes["k"])
+    return not (macs.is_Integer and int(macs) < 2 * GEMM_GRAIN)
+
+
+def _opaque(slot: ir.Instruction) -> ir.Instruction:
+    """Give an alloca the opaque ``ptr`` type (llvmlite types it ``T*``, which its store() then checks)."""
+    slot.type = PTR
+    return slot
+
+
+def _strides(shape: Sequence[Any]) -> list[sympy.Expr]:
+    out, acc = [], sympy.Integer(1)
+    for d in reversed(shape):
+        out.append(acc)
+        acc = acc * sympy.sympify(d)
+    return out[::-1]
+
+
+def _storage(dt: DType) -> ir.Type:
+    from .scalar import storage_type
+    return storage_type(dt)
+
+
+def _function(module: Module | Function, function: str | None) -> Function:
+    if isinstance(module, Function):
+        return module
+    if not isinstance(module, Module):
+        raise TypeError(f"expected a dialect Module or Function, got {type(module).__name__}")
+    if function is not None:
+        return module[function]
+    if len(module.functions) != 1:
+        names = [f.name for f in module.functions]
+        raise CodegenError(f"module has {len(names)} functions {names}; pass function= to choose one")
+    return module.functions[0]
+
+
+def _default_outputs(f: Function) -> int:
+    """Trailing buffer arguments written by kernel.store / kernel.gemm are the outputs."""
+    written: set[int] = set()
+    for op in f.walk():
+        target = op.operands[1] if op.name == "kernel.store" else op.operands[2] if op.name == "kernel.gemm" else None
+        if target is None:
+            continue
+        root = target
+        if root.is_block_arg and root.owner is f.body:
+            written.add(root.index)
+    n = 0
+    for i in range(len(f.args) - 1, -1, -1):
+        if i not in written:
+            break
+        n += 1
+    return n
+
+
+def emit_llvm(kernel_module: Module | Function, *, prefix: str = "tp_main", num_outputs: int | None = None,
+              function: str | None = None, fastmath: Sequence[str] = ("contract",),
+              profile: bool = False) -> tuple[str, Signature]:
+    """LLVM IR text of ``<prefix>_prepare``/``<prefix>_run`` for a kernel-level function, and its Signature.
+
+    ``num_outputs``: how many trailing buffer arguments are outputs (default: the trailing arguments the
+    function writes). ``fastmath``: flags on float arithmetic (reductions add ``reassoc``). ``profile``:
+    time every kernel call into ``<prefix>_profile`` (see :mod:`tensorplay.lowering.codegen.profile`).
+
+    >>> from tensorplay.dialect import parse
+    >>> m = parse('''func @k(%x: buffer<[4], f32>, %y: buffer<[4], f32>) -> () {
+    ...   kernel.for {iv = i0, upper = 4} {
+    ...     %0 = kernel.load %x {index = [i0]} : f32
+    ...     kernel.store %0, %y {index = [i0]}
+    ...   }
+    ...   kernel.return
+    ... }
+    ... ''')
+    >>> text, sig = emit_llvm(m, prefix="copy")
+    >>> "copy_run" in text, [t.name for t in sig.outputs]
+    (True, ['y'])
+    """
+    f = _function(kernel_module, function)
+    bad = set(fastmath) - _FASTMATH
+    if isinstance(fastmath, str) or bad:
+        raise ValueError(f"fastmath must be a sequence of {sorted(_FASTMATH)}, got {fastmath!r}")
+    for i, a in enumerate(f.args):
+        if not isinstance(a.type, BufferType):
+            raise CodegenError(f"argument {i} of @{f.name} must be a buffer, got {a.type}")
+    nout = _default_outputs(f) if num_outputs is None else num_outputs
+    if isinstance(nout, bool) or not isinstance(nout, int) or not 0 <= nout <= len(f.args):
+        raise ValueError(f"num_outputs must be an int in [0, {len(f.args)}], got {num_outputs!r}")
+    if not prefix.isidentifier():
+        raise ValueError(f"prefix must be a C identifier, got {prefix!r}")
+    return _Codegen(f, prefix, nout, fastmath, profile).emit()
+
+
+def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp_main",
+                          num_outputs: int | None = None, function: str | None = None,
+                          fastmath: Sequence[str] = ("contract",), num_threads: int | None = None,
+                          shape_error: type[BaseException] = RuntimeError, opt: int = 3,
+                          cache: bool = True, prefer_vector_width: int | None = None,
+                          profile: bool = False) -> Executable:
+    """Compile a kernel-level function to native code behind the :mod:`tensorplay.runtime.abi` convention.
+
+    Options as in :func:`emit_llvm`, plus ``num_threads`` (default ``TENSORPLAY_NUM_THREADS`` or the
+    core count), ``shape_error`` (the exception class for failed shape checks), ``opt``, ``cache`` and
+    ``prefer_vector_width`` (256 or 512; default ``TENSORPLAY_VECTOR_WIDTH``, else 512), passed to
+    :func:`tensorplay.runtime.jit.compile_ir`. The GEMM kernels come from
+    :func:`tensorplay.lowering.microkernels.gemm_library.gemm_library`
+    with the same options (compiled once per process and configuration); ``library.links`` holds them.
+    """
+    from tensorplay.runtime.jit import compile_ir
+    f = _function(kernel_module, function)
+    text, sig = emit_llvm(f, prefix=prefix, num_outputs=num_outputs, fastmath=fastmath, profile=profile)
+    links = gemm_libraries(gemm_configs(f), opt=opt, cache=cache, prefer_vector_width=prefer_vector_width)
+    lib = compile_ir(text, opt=opt, cache=cache, name=prefix, prefer_vector_width=prefer_vector_width, link=links)
+    return Executable(lib, prefix, sig, shape_error=shape_error, num_threads=num_threads)
+

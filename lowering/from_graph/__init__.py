@@ -1,0 +1,1 @@
+"""Exported programs and traced graphs to the ``tp`` dialect."""

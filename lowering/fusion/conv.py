@@ -1,0 +1,142 @@
+"""tp.conv at the kernel level: per image, an im2col copy then one kernel.gemm per group.
+
+The output is computed as ``W[g] (Cout/G x C/G*prod(k)) @ col[g] (C/G*prod(k) x out pixels)``, which is
+the NCHW result of image ``n`` and group ``g`` (M = output channels, N = output pixels). The column
+buffer holds ONE image (``[G, C/G*prod(k), prod(out spatial)]``) and is refilled inside the batch loop,
+so it stays in cache whatever the batch. A padded convolution first copies each image into a
+zero-bordered buffer (bordered once per call), so every column row is a plain strided copy with no
+bounds test; an input computed inline (e.g. the previous layer's batch norm and ReLU) is computed into
+that copy once per element. A 1x1 convolution with stride 1 and no padding needs no column buffer: the
+input image already is the GEMM's right operand. 3x3 stride-1 convolutions with enough channels go
+through :mod:`tensorplay.lowering.fusion.winograd` instead.
+
+A 3x3 convolution with padding 1 over ``buffer<[s0, 8, 16, 16]>`` (one group) becomes::
+
+    kernel.kernel {name = "conv_0"} {
+      kernel.for {iv = i0, parallel = true, upper = 8} {          (zero border of the image copy)
+        ...  kernel.store %zero, %image {index = [i0, i1, i2]}
+      }
+      kernel.for {iv = i3, upper = s0} {
+        kernel.for {iv = i4, upper = 8} { ... copy image i3 into %image[i4, 1.., 1..] ... }
+        kernel.for {iv = i7, upper = 8} {
+          kernel.for {iv = i8, upper = 3} {
+            kernel.for {iv = i9, upper = 3} {
+              kernel.for {iv = i10, upper = 16} {
+                kernel.for {iv = i11, upper = 16} {
+                  %0 = kernel.load %image {index = [i7, i10 + i8, i11 + i9]} : f32
+                  kernel.store %0, %col {index = [0, 9*i7 + 3*i8 + i9, 16*i10 + i11]}
+        ...
+        kernel.gemm %w, %col, %out {c_offset = 2048*i3, k = 72, m = 8, n = 256}
+      }
+    }
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+
+from tensorplay.dialect.ir import Operation, Value
+from tensorplay.dialect.types import TensorType
+
+from .emit import NestEmitter, origin
+from .index import numel
+from .winograd import emit_winograd, winograd_applies
+
+__all__ = ["conv_col_type", "emit_conv", "needs_im2col"]
+
+
+def needs_im2col(op: Operation) -> bool:
+    """False for a 1x1 convolution with stride 1 and no padding (it reads its input as the GEMM operand).
+
+    >>> from tensorplay.dialect import parse
+    >>> f = parse('''func @f(%x: tensor<[1, 4, 5], f32>, %w: tensor<[2, 4, 1], f32>) -> (tensor<[1, 2, 5], f32>) {
+    ...   %0 = tp.conv %x, %w {dilation = [1], padding = [0], stride = [1]} : tensor<[1, 2, 5], f32>
+    ...   tp.return %0
+    ... }''').functions[0]
+    >>> needs_im2col(f.body.ops[0])
+    False
+    """
+    a, ks = op.attributes, op.operands[1].type.shape[2:]
+    return not (all(k == 1 for k in ks) and all(s == 1 for s in a["stride"]) and not any(a["padding"]))
+
+
+def conv_col_type(op: Operation) -> TensorType | None:
+    """The im2col buffer of a tp.conv, ``[G, C/G * prod(kernel), prod(out spatial)]`` (one image), or
+    None when :func:`needs_im2col` is false."""
+    if not needs_im2col(op):
+        return None
+    xt, wt, yt = op.operands[0].type, op.operands[1].type, op.result.type
+    g = op.attributes["groups"]
+    return TensorType([g, sympy.cancel(xt.shape[1] / g) * numel(wt.shape[2:]), numel(yt.shape[2:])], xt.dtype)
+
+
+def _close_to(em: NestEmitter, depth: int) -> None:
+    while len(em.levels) > depth:
+        em.close_loop()
+
+
+def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
+              input_buffer: Value | None) -> None:
+    """The loop over images of ``op`` (a tp.conv without its bias) writing ``out`` (NC... layout).
+
+    ``weight`` and ``out`` are buffers, ``alloc`` gives workspace buffers. ``input_buffer`` is the input's
+    buffer, or None when the input is computed inline: each image of it is then computed once into the
+    image copy (the fused elementwise prologue) instead of being recomputed by every kernel tap.
+    3x3 stride-1 convolutions :func:`tensorplay.lowering.fusion.winograd.winograd_applies` to go through Winograd.
+    """
+    if winograd_applies(op):
+        emit_winograd(em, op, weight, out, alloc, input_buffer)
+        return
+    x = op.operands[0]
+    xt, wt, yt = x.type, op.operands[1].type, op.result.type
+    a, nd, dt = op.attributes, xt.rank - 2, xt.dtype
+    g, pads = a["groups"], list(a["padding"])
+    cg, og = sympy.cancel(xt.shape[1] / g), sympy.cancel(wt.shape[0] / g)
+    ks, sp = list(wt.shape[2:]), list(yt.shape[2:])
+    ck, p = cg * numel(ks), numel(sp)
+    col_type = conv_col_type(op)
+    col = alloc(col_type) if col_type is not None else None
+    image = None
+    if input_buffer is None or any(pads):
+        image = alloc(TensorType([xt.shape[1], *(xt.shape[2 + d] + 2 * pads[d] for d in range(nd))], dt))
+        if any(pads):  # zero border, once per call (the interior is rewritten per image)
+            idx = em.loops(image.type.shape)
+            _store(em, em.constant(0.0, dt), image, idx)
+            _close_to(em, 1)
+    (n_i,) = em.loops([xt.shape[0]], parallel=False)
+    depth = len(em.levels)
+    if image is not None:
+        c_i, *s_i = em.loops(xt.shape[1:], parallel=False)
+        val = em.scalar(x, (n_i, c_i, *s_i)) if input_buffer is None else \
+            em.op("kernel.load", input_buffer, index=[n_i, c_i, *s_i])
+        _store(em, val, image, [c_i, *(e + q for e, q in zip(s_i, pads))])
+        _close_to(em, depth)
+        src, at, img_off = image, [], sympy.Integer(0)
+    else:
+        src, at, img_off = input_buffer, [n_i], n_i * xt.shape[1] * numel(xt.shape[2:])
+    if col is not None:  # every tap is in range: the input has no padding, or src is the zero-bordered copy
+        g_i, c_i, *rest = em.loops([g, cg, *ks, *sp], parallel=False)
+        k_i, o_i = rest[:nd], rest[nd:]
+        pos = [o_i[d] * a["stride"][d] + k_i[d] * a["dilation"][d] for d in range(nd)]
+        _store(em, em.op("kernel.load", src, index=[sympy.expand(e) for e in (*at, g_i * cg + c_i, *pos)]), col,
+               [g_i, _flat(c_i, k_i, ks), _flat(sympy.Integer(0), o_i, sp)])
+        _close_to(em, depth)
+    (g_i,) = em.loops([g], parallel=False)
+    b_src, b_off = (col, g_i * ck * p) if col is not None else (src, img_off + g_i * cg * p)
+    attrs = {"m": og, "n": p, "k": ck, "a_offset": sympy.expand(g_i * og * ck), "b_offset": sympy.expand(b_off),
+             "c_offset": sympy.expand((n_i * yt.shape[1] + g_i * og) * p), **origin(op)}
+    em.create(len(em.levels) - 1, "kernel.gemm", [weight, b_src, out], attrs, [])
+    _close_to(em, 1)
+
+
+def _flat(lead: sympy.Expr, index: list, shape: list) -> sympy.Expr:
+    """Row-major position of ``index`` in ``shape``, after ``lead`` outer positions."""
+    for e, d in zip(index, shape):
+        lead = lead * d + e
+    return sympy.expand(lead)
+
+
+def _store(em: NestEmitter, value: Value, buf: Value, index) -> None:
+    em.create(len(em.levels) - 1, "kernel.store", [value, buf], {"index": [sympy.expand(e) for e in index]}, [])

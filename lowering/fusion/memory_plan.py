@@ -1,0 +1,361 @@
+"""Workspace planning: every ``kernel.alloc`` gets a byte offset in one workspace, reused by liveness.
+
+A slot is live from the first to the last top-level op (kernel) that uses it. Slots are placed
+greedily, largest first, at the lowest candidate offset (0 or the end of a placed slot) that provably
+does not overlap any placed slot whose lifetime overlaps; sizes and offsets are sympy expressions and
+the proofs use the function's symbol ranges. The total size is recorded on the function:
+
+>>> import tensorplay.lowering.fusion.fuse
+>>> from tensorplay.dialect import parse
+>>> from tensorplay.dialect.passes import PassManager
+>>> m = parse('''func @main(%x: tensor<[s0, 16], f32>, %w: tensor<[16, 16], f32>) -> (tensor<[s0, 16], f32>)
+...     where {s0 in [1, 64]} {
+...   %0 = tp.matmul %x, %w : tensor<[s0, 16], f32>
+...   %1 = tp.exp %0 : tensor<[s0, 16], f32>
+...   %2 = tp.matmul %1, %w : tensor<[s0, 16], f32>
+...   %3 = tp.exp %2 : tensor<[s0, 16], f32>
+...   %4 = tp.matmul %3, %w : tensor<[s0, 16], f32>
+...   tp.return %4
+... }
+... ''')
+>>> _ = PassManager("fuse").run(m)        # fuse alone: one slot after the other
+>>> print(m.functions[0].workspace)
+workspace {size = 256*s0, t0 = 0, t1 = 64*s0, t2 = 128*s0, t3 = 192*s0}
+>>> _ = PassManager("plan-memory").run(m)  # t2 and t3 reuse the bytes of t0 and t1
+>>> print(m.functions[0].workspace)
+workspace {size = 128*s0, t0 = 0, t1 = 64*s0, t2 = 0, t3 = 64*s0}
+
+Every slot is 64-byte aligned.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+
+import sympy
+
+from tensorplay.dialect.attrs import WorkspacePlan
+from tensorplay.dialect.ir import Function, Module, Operation
+from tensorplay.dialect.passes.manager import ModulePass, register_pass
+from tensorplay.dialect.symbolic import Facts
+from tensorplay.dialect.types import BufferType
+
+__all__ = ["ALIGN", "SlotInfo", "slot_lifetimes", "sequential_plan", "plan_memory", "PlanMemory"]
+
+ALIGN = 64
+
+
+def aligned_bytes(t: BufferType) -> sympy.Expr:
+    """Bytes of a buffer rounded up to :data:`ALIGN` (kept exact when provably a multiple)."""
+    n = sympy.expand(t.nbytes())
+    q = sympy.expand(n / ALIGN)
+    if all(c.is_Integer for c in sympy.Add.make_args(q) for c in [c.as_coeff_Mul()[0]]):
+        return n
+    return sympy.expand(ALIGN * sympy.ceiling(n / ALIGN))
+
+
+@dataclass
+class SlotInfo:
+    """One workspace slot: its alloc ops, aligned size and live range (top-level op indices)."""
+
+    slot: str
+    ops: list[Operation]
+    size: sympy.Expr
+    first: int
+    last: int
+
+    def overlaps(self, other: SlotInfo) -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+
+def _top_index(f: Function) -> dict[Operation, int]:
+    out: dict[Operation, int] = {}
+    for k, top in enumerate(f.body.ops):
+        for op in top.walk():
+            out[op] = k
+    return out
+
+
+def slot_lifetimes(f: Function) -> list[SlotInfo]:
+    """The slots of a kernel-level function with their sizes and live ranges."""
+    where = _top_index(f)
+    slots: dict[str, SlotInfo] = {}
+    for k, op in enumerate(f.body.ops):
+        if op.name != "kernel.alloc":
+            continue
+        uses = [where[u] for u, _ in op.result.uses if u in where]
+        first, last = (min(uses), max(uses)) if uses else (k, k)
+        name = op.attributes["slot"]
+        size = aligned_bytes(op.result.type)
+        if name in slots:
+            s = slots[name]
+            s.ops.append(op)
+            s.first, s.last = min(s.first, first), max(s.last, last)
+            if sympy.expand(size - s.size) != 0:
+                s.size = sympy.Max(s.size, size)
+        else:
+            slots[name] = SlotInfo(name, [op], size, first, last)
+    return list(slots.values())
+
+
+def _apply(f: Function, slots: list[SlotInfo], offsets: dict[str, sympy.Expr], total: sympy.Expr) -> None:
+    for s in slots:
+        for op in s.ops:
+            op.attributes["offset"] = offsets[s.slot]
+    f.workspace = WorkspacePlan(total, tuple((s.slot, offsets[s.slot]) for s in slots))
+
+
+def sequential_plan(f: Function) -> None:
+    """Give every slot its own range, one after another (no reuse)."""
+    slots = slot_lifetimes(f)
+    offsets, total = {}, sympy.Integer(0)
+    for s in slots:
+        offsets[s.slot] = total
+        total = sympy.expand(total + s.size)
+    _apply(f, slots, offsets, total)
+
+
+def _sample(e: sympy.Expr, facts: Facts) -> float:
+    env = {}
+    for s in e.free_symbols:
+        lo, hi = facts.ranges.get(s, (sympy.Integer(0), sympy.oo))
+        env[s] = min(max(lo, sympy.Integer(64)), hi)
+    return float(e.xreplace(env))
+
+
+_SMALL = 32  # symbol values below lo + _SMALL are checked one by one when rounding blocks a proof
+
+
+def _relaxed_upper(d: sympy.Expr) -> sympy.Expr:
+    """An upper bound of ``d`` free of ceiling/floor (``ceiling(u) < u + 1``, ``floor(u) <= u``)."""
+    out = sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(d)):
+        c, rest = term.as_coeff_Mul()
+        ceil_up, floor_up = (1, 0) if c > 0 else (0, -1)
+        rest = rest.replace(sympy.ceiling, lambda u, k=ceil_up: u + k)
+        rest = rest.replace(sympy.floor, lambda u, k=floor_up: u + k)
+        out += c * rest
+    return sympy.expand(out)
+
+
+def _py(e: sympy.Expr) -> str:
+    """Python source computing ``e`` exactly (Fractions) from integer symbol values."""
+    if e.is_Symbol:
+        return f"_v[{e.name!r}]"
+    if e.is_Integer:
+        return f"{int(e)}"
+    if e.is_Rational:
+        return f"_F({int(e.p)}, {int(e.q)})"
+    if e.is_Add:
+        return "(" + " + ".join(_py(a) for a in e.args) + ")"
+    if e.is_Mul:
+        return "(" + " * ".join(_py(a) for a in e.args) + ")"
+    if e.is_Pow and e.exp.is_Integer and int(e.exp) >= 0:
+        return f"({_py(e.base)} ** {int(e.exp)})"
+    if isinstance(e, sympy.ceiling):
+        return f"_ceil(_F({_py(e.args[0])}))"
+    if isinstance(e, sympy.floor):
+        return f"_floor(_F({_py(e.args[0])}))"
+    if isinstance(e, (sympy.Max, sympy.Min)):
+        return ("max(" if isinstance(e, sympy.Max) else "min(") + ", ".join(_py(a) for a in e.args) + ")"
+    raise ValueError(f"cannot evaluate {e} exactly")
+
+
+def _exact_fn(e: sympy.Expr) -> Callable[[dict[str, int]], Fraction]:
+    """A fast exact evaluator of ``e`` (ceiling/floor included) taking ``{symbol name: int}``."""
+    code = compile(f"lambda _v: {_py(e)}", "<memory_plan>", "eval")
+    return eval(code, {"_F": Fraction, "_ceil": math.ceil, "_floor": math.floor})  # noqa: S307 (our own text)
+
+
+def _linear_max(e: sympy.Expr, ranges: dict) -> sympy.Expr | None:
+    """Maximum of an expression linear in its symbols over their ranges (None if not linear)."""
+    syms = sorted(e.free_symbols, key=str)
+    if not syms:
+        return e
+    try:
+        poly = sympy.Poly(e, *syms)
+    except sympy.PolynomialError:
+        return None
+    if poly.total_degree() > 1:
+        return None
+    top = poly.coeff_monomial(1)
+    for s in syms:
+        c = poly.coeff_monomial(s)
+        lo, hi = ranges.get(s, (sympy.Integer(0), sympy.oo))
+        end = hi if c > 0 else lo
+        if end in (sympy.oo, -sympy.oo):
+            if c != 0:
+                return sympy.oo
+            continue
+        top += c * end
+    return top
+
+
+def _number(v: sympy.Expr) -> int | float | None:
+    """A range end as a Python number (None when it is symbolic)."""
+    if v in (sympy.oo, -sympy.oo):
+        return math.inf if v == sympy.oo else -math.inf
+    return int(v) if v.is_Integer else None
+
+
+class _Prover:
+    """``a <= b`` proofs under a function's symbol ranges, cached, able to see through 64-byte rounding."""
+
+    def __init__(self, facts: Facts):
+        self.facts = facts
+        self.cache: dict[sympy.Expr, bool] = {}
+        self.forms: dict[sympy.Expr, tuple[Fraction, dict[sympy.Symbol, Fraction]] | None] = {}
+        self.sums: dict[tuple[tuple[sympy.Expr, ...], tuple[sympy.Expr, ...]], bool] = {}
+        self.bounds = {s: (_number(lo), _number(hi)) for s, (lo, hi) in facts.ranges.items()}
+
+    def _form(self, e: sympy.Expr) -> tuple[Fraction, dict[sympy.Symbol, Fraction]] | None:
+        """``e`` as ``(constant, {symbol: coefficient})`` when it is linear (None otherwise), cached."""
+        if e in self.forms:
+            return self.forms[e]
+        const, coeffs, form = 0, {}, None
+        for term in sympy.Add.make_args(e):
+            c, rest = term.as_coeff_Mul()
+            if not c.is_Rational:
+                break
+            v = int(c.p) if c.q == 1 else Fraction(int(c.p), int(c.q))  # ints stay ints: much faster
+            if rest == 1:
+                const += v
+            elif rest.is_Symbol:
+                coeffs[rest] = coeffs.get(rest, 0) + v
+            else:
+                break
+        else:
+            form = (const, coeffs)
+        self.forms[e] = form
+        return form
+
+    def le_sum(self, lhs: tuple[sympy.Expr, ...], rhs: tuple[sympy.Expr, ...]) -> bool:
+        """``sum(lhs) <= sum(rhs)``; linear sides are decided with plain arithmetic over the ranges."""
+        known = self.sums.get((lhs, rhs))
+        if known is None:
+            known = self.sums[(lhs, rhs)] = self._le_sum(lhs, rhs)
+        return known
+
+    def _le_sum(self, lhs: tuple[sympy.Expr, ...], rhs: tuple[sympy.Expr, ...]) -> bool:
+        forms = [self._form(e) for e in lhs + rhs]
+        if any(fm is None or any(self.bounds.get(s, (0, 0))[0] is None or self.bounds.get(s, (0, 0))[1] is None
+                                 for s in fm[1]) for fm in forms):
+            return self.le(sympy.Add(*lhs), sympy.Add(*rhs))
+        top, coeffs = 0, {}
+        for k, (const, cs) in enumerate(forms):
+            sign = 1 if k < len(lhs) else -1
+            top += sign * const
+            for s, c in cs.items():
+                coeffs[s] = coeffs.get(s, 0) + sign * c
+        for s, c in coeffs.items():
+            if c == 0:
+                continue
+            lo, hi = self.bounds.get(s, (0, math.inf))
+            end = hi if c > 0 else lo
+            if end in (math.inf, -math.inf):
+                return False
+            top += c * end
+        return top <= 0
+
+    def le(self, a: sympy.Expr, b: sympy.Expr) -> bool:
+        d = sympy.expand(a - b)
+        if d not in self.cache:
+            self.cache[d] = self._nonpositive(d)
+        return self.cache[d]
+
+    def _nonpositive(self, d: sympy.Expr) -> bool:
+        if d.is_number:
+            return bool(d <= 0)
+        if not d.has(sympy.ceiling, sympy.floor):
+            top = _linear_max(d, self.facts.ranges)
+            return bool(top <= 0) if top is not None else self.facts.prove(sympy.Le(d, 0)) is True
+        syms = sorted(d.free_symbols, key=str)
+        if len(syms) > 2 or any(s not in self.facts.ranges for s in syms):
+            return False
+        small, big = [], []
+        for s in syms:
+            lo, hi = self.facts.ranges[s]
+            small.append(list(range(int(lo), int(min(hi, lo + _SMALL - 1)) + 1)))
+            big.append((lo + _SMALL, hi) if lo + _SMALL <= hi else None)
+        # exact check of every all-small point (also refutes most false claims quickly)
+        try:
+            value = _exact_fn(d)
+        except ValueError:
+            return self.facts.prove(sympy.Le(d, 0)) is True
+        names = [s.name for s in syms]
+        if any(value(dict(zip(names, vals))) > 0 for vals in itertools.product(*small)):
+            return False
+        # regions where some symbols are large: rounding relaxed, other symbols fixed one by one
+        for mask in itertools.product((False, True), repeat=len(syms)):
+            if not any(mask) or any(m and b is None for m, b in zip(mask, big)):
+                continue
+            ranges = {**self.facts.ranges, **{s: b for s, m, b in zip(syms, mask, big) if m}}
+            prover = Facts(ranges)
+            fixed = [(s, vals) for s, m, vals in zip(syms, mask, small) if not m]
+            for vals in itertools.product(*[v for _, v in fixed]):
+                part = _relaxed_upper(d.xreplace({s: sympy.Integer(v) for (s, _), v in zip(fixed, vals)}))
+                top = _linear_max(part, ranges)
+                if top is not None and top > 0 or top is None and prover.prove(sympy.Le(part, 0)) is not True:
+                    return False
+        return True
+
+
+def proves_le(a: sympy.Expr, b: sympy.Expr, facts: Facts) -> bool:
+    """``a <= b`` for every symbol value in range. Sizes rounded to 64 bytes carry ceilings: small
+    symbol values are checked exactly, large ones proved with the rounding relaxed."""
+    return _Prover(facts).le(a, b)
+
+
+def _fits(at: sympy.Expr, size: sympy.Expr, live: list[tuple[SlotInfo, sympy.Expr]], prover: _Prover) -> bool:
+    """``[at, at + size)`` provably misses every live slot."""
+    return all(prover.le_sum((at, size), (off,)) or prover.le_sum((off, o.size), (at,)) for o, off in live)
+
+
+def plan_memory(f: Function) -> None:
+    """Greedy offset assignment with reuse between slots whose lifetimes do not overlap."""
+    facts = f.facts()
+    prover = _Prover(facts)
+    slots = slot_lifetimes(f)
+    placed: list[tuple[SlotInfo, sympy.Expr]] = []
+    offsets: dict[str, sympy.Expr] = {}
+    total: sympy.Expr = sympy.Integer(0)
+    for s in sorted(slots, key=lambda s: -_sample(s.size, facts)):
+        live = [(o, off) for o, off in placed if o.overlaps(s)]
+
+        cands = [sympy.Integer(0)] + [sympy.expand(off + o.size) for o, off in live]
+        good = [c for c in cands if _fits(c, s.size, live, prover)]
+        if good:
+            at = min(good, key=lambda c: _sample(c, facts))
+        else:
+            at = total
+        end = sympy.expand(at + s.size)
+        if prover.le_sum((end,), (total,)):
+            pass
+        elif at == total or prover.le_sum((total,), (end,)):
+            total = end
+        else:
+            total = sympy.Max(total, end)
+        offsets[s.slot] = at
+        placed.append((s, at))
+    _apply(f, slots, offsets, total)
+
+
+@register_pass
+@dataclass(frozen=True)
+class PlanMemory(ModulePass):
+    """Plan the workspace of every kernel-level function (offsets reused by liveness)."""
+
+    name = "plan-memory"
+
+    def apply(self, module: Module) -> bool:
+        changed = False
+        for f in module.functions:
+            if f.body.ops and f.body.ops[-1].name == "kernel.return":
+                before = f.workspace
+                plan_memory(f)
+                changed |= f.workspace != before
+        return changed

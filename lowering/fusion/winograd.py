@@ -1,0 +1,177 @@
+"""Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions: 16 small GEMMs instead of one 2.25x larger one.
+
+For every 2x2 output tile, ``Y = A^T [(G g G^T) * (B^T d B)] A`` where ``d`` is the 4x4 input patch and
+``g`` the 3x3 filter (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", 2016)::
+
+    B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
+    G   = [[1, 0, 0], [1/2, 1/2, 1/2], [1/2, -1/2, 1/2], [0, 0, 1]]
+    A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]
+
+Summing over input channels makes the elementwise product 16 matrix products (one per transform
+position ``xi``): ``M[xi] (Cout x tiles) = U[xi] (Cout x Cin) @ V[xi] (Cin x tiles)``. The kernel
+transforms the filters (``U``, every call: weights are live), then per image copies the input into a
+zero-bordered buffer (running the fused elementwise prologue, if any), transforms it into ``V``, runs
+the 16 ``kernel.gemm`` and transforms ``M`` back into the output. Transforms only add, subtract and
+halve, so results stay within float32 rounding of the direct sum (measured ~1e-6 relative).
+
+Used for float32, groups 1 and Cin, Cout >= :data:`MIN_CHANNELS` (else :mod:`tensorplay.lowering.fusion.conv`'s
+im2col): at Cin = Cout = 32 on a 32x32 image the 16 products of K = 32 take about half the time of
+the one K = 288 product, and the transforms cost a fraction of im2col. An odd (or symbolic) output
+height or width rounds the tiles up: the input copy gets an extra zero row/column and the output
+transform writes a tile-aligned scratch whose valid part is copied out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+
+from tensorplay.dialect.ir import Operation, Value
+from tensorplay.dialect.types import TensorType
+
+from .emit import NestEmitter, origin
+
+__all__ = ["MIN_CHANNELS", "emit_winograd", "winograd_applies"]
+
+#: Below this many input or output channels the 16 GEMMs are too thin to pay for the transforms.
+MIN_CHANNELS = 16
+
+
+def _int(e: sympy.Expr) -> int | None:
+    e = sympy.sympify(e)
+    return int(e) if e.is_Integer else None
+
+
+def winograd_applies(op: Operation) -> bool:
+    """Whether :func:`emit_winograd` handles this tp.conv (2-d 3x3, stride 1, dilation 1, groups 1, f32,
+    static channel counts >= :data:`MIN_CHANNELS`; any, even symbolic, height and width).
+
+    >>> from tensorplay.dialect import parse
+    >>> f = parse('''func @f(%x: tensor<[s0, 32, 9, 9], f32>, %w: tensor<[16, 32, 3, 3], f32>)
+    ...     -> (tensor<[s0, 16, 9, 9], f32>) where {s0 in [1, 8]} {
+    ...   %0 = tp.conv %x, %w {dilation = [1, 1], padding = [1, 1], stride = [1, 1]} : tensor<[s0, 16, 9, 9], f32>
+    ...   tp.return %0
+    ... }''').functions[0]
+    >>> winograd_applies(f.body.ops[0])
+    True
+    """
+    xt, wt = op.operands[0].type, op.operands[1].type
+    a = op.attributes
+    if xt.rank != 4 or xt.dtype.name != "f32" or a["groups"] != 1 or list(a["stride"]) != [1, 1] \
+            or list(a["dilation"]) != [1, 1] or [_int(k) for k in wt.shape[2:]] != [3, 3]:
+        return False
+    cin, cout = _int(wt.shape[1]), _int(wt.shape[0])
+    return cin is not None and cout is not None and min(cin, cout) >= MIN_CHANNELS
+
+
+class _Ops:
+    """Scalar add/sub/halve on a nest emitter."""
+
+    def __init__(self, em: NestEmitter, dtype) -> None:
+        self.em, self.half = em, em.constant(0.5, dtype)
+
+    def add(self, a: Value, b: Value) -> Value:
+        return self.em.op("kernel.add", a, b)
+
+    def sub(self, a: Value, b: Value) -> Value:
+        return self.em.op("kernel.sub", a, b)
+
+    def filter_rows(self, g: list) -> list:
+        """G @ g for a column of three values: four values."""
+        s = self.add(g[0], g[2])
+        return [g[0], self.em.op("kernel.mul", self.add(s, g[1]), self.half),
+                self.em.op("kernel.mul", self.sub(s, g[1]), self.half), g[2]]
+
+    def input_rows(self, d: list) -> list:
+        """B^T @ d for a column of four values."""
+        return [self.sub(d[0], d[2]), self.add(d[1], d[2]), self.sub(d[2], d[1]), self.sub(d[1], d[3])]
+
+    def output_rows(self, m: list) -> list:
+        """A^T @ m for a column of four values: two values."""
+        return [self.add(self.add(m[0], m[1]), m[2]), self.sub(self.sub(m[1], m[2]), m[3])]
+
+
+def _transform(em: NestEmitter, ops: _Ops, rows: Callable[[list], list], tile: list) -> list:
+    """``R tile R^T`` for the row transform ``rows``: ``tile`` is a list of rows of scalar values."""
+    cols = [rows([r[j] for r in tile]) for j in range(len(tile[0]))]       # R @ tile, column by column
+    return [rows([c[i] for c in cols]) for i in range(len(cols[0]))]       # (R @ tile) @ R^T, row by row
+
+
+def _store(em: NestEmitter, value: Value, buf: Value, index: list) -> None:
+    em.create(len(em.levels) - 1, "kernel.store", [value, buf], {"index": [sympy.expand(e) for e in index]}, [])
+
+
+def _close_to(em: NestEmitter, depth: int) -> None:
+    while len(em.levels) > depth:
+        em.close_loop()
+
+
+def emit_winograd(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
+                  input_buffer: Value | None) -> None:
+    """``op`` (a tp.conv without its bias, :func:`winograd_applies`) into ``out`` (NCHW).
+
+    ``input_buffer`` is the input's buffer, or None when the input is computed inline (its elements are
+    then computed once per image into the zero-bordered copy). ``alloc`` gives workspace buffers.
+    """
+    x = op.operands[0]
+    xt, wt, yt = x.type, op.operands[1].type, op.result.type
+    dt = xt.dtype
+    cin, cout = wt.shape[1], wt.shape[0]
+    (ph, pw), (oh, ow) = op.attributes["padding"], yt.shape[2:]
+    th, tw = sympy.ceiling(sympy.Rational(1, 2) * oh), sympy.ceiling(sympy.Rational(1, 2) * ow)
+    tiles = th * tw
+    even = all(_int(d) is not None and _int(d) % 2 == 0 for d in (oh, ow))  # else the last tiles overhang
+    padded = alloc(TensorType([cin, 2 * th + 2, 2 * tw + 2], dt))     # [C, H + 2p (+ 1), W + 2p (+ 1)]
+    tiled = out if even else alloc(TensorType([cout, 2 * th, 2 * tw], dt))
+    u = alloc(TensorType([16, cout, cin], dt))
+    v = alloc(TensorType([16, cin, tiles], dt))
+    m = alloc(TensorType([16, cout, tiles], dt))
+    ops = _Ops(em, dt)
+
+    co, ci = em.loops([cout, cin])  # filter transform, every call
+    g = [[em.op("kernel.load", weight, index=[co, ci, sympy.Integer(r), sympy.Integer(s)]) for s in range(3)]
+         for r in range(3)]
+    for a, row in enumerate(_transform(em, ops, ops.filter_rows, g)):
+        for b, val in enumerate(row):
+            _store(em, val, u, [4 * a + b, co, ci])
+    _close_to(em, 1)
+    h_in, w_in = xt.shape[2:]
+    if ph or pw or not even:  # zero border (the interior is rewritten per image)
+        idx = em.loops(padded.type.shape)
+        _store(em, em.constant(0.0, dt), padded, list(idx))
+        _close_to(em, 1)
+
+    (n_i,) = em.loops([xt.shape[0]], parallel=False)
+    depth = len(em.levels)
+    c_i, h_i, w_i = em.loops([cin, h_in, w_in], parallel=False)
+    val = em.scalar(x, (n_i, c_i, h_i, w_i)) if input_buffer is None else \
+        em.op("kernel.load", input_buffer, index=[n_i, c_i, h_i, w_i])
+    _store(em, val, padded, [c_i, h_i + ph, w_i + pw])
+    _close_to(em, depth)
+
+    c_i, t_h, t_w = em.loops([cin, th, tw], parallel=False)
+    d = [[em.op("kernel.load", padded, index=[c_i, sympy.expand(2 * t_h + r), sympy.expand(2 * t_w + s)])
+          for s in range(4)] for r in range(4)]
+    for a, row in enumerate(_transform(em, ops, ops.input_rows, d)):
+        for b, val in enumerate(row):
+            _store(em, val, v, [4 * a + b, c_i, t_h * tw + t_w])
+    _close_to(em, depth)
+
+    (xi,) = em.loops([16], parallel=False)
+    attrs = {"m": cout, "n": tiles, "k": cin, "a_offset": sympy.expand(xi * cout * cin),
+             "b_offset": sympy.expand(xi * cin * tiles), "c_offset": sympy.expand(xi * cout * tiles), **origin(op)}
+    em.create(len(em.levels) - 1, "kernel.gemm", [u, v, m], attrs, [])
+    _close_to(em, depth)
+
+    o_i, t_h, t_w = em.loops([cout, th, tw], parallel=False)
+    t = t_h * tw + t_w
+    mm = [[em.op("kernel.load", m, index=[sympy.Integer(4 * a + b), o_i, t]) for b in range(4)] for a in range(4)]
+    for i, row in enumerate(_transform(em, ops, ops.output_rows, mm)):
+        for j, val in enumerate(row):
+            _store(em, val, tiled, ([n_i] if even else []) + [o_i, 2 * t_h + i, 2 * t_w + j])
+    _close_to(em, depth)
+    if not even:  # the whole tiles' valid part
+        o_i, h_i, w_i = em.loops([cout, oh, ow], parallel=False)
+        _store(em, em.op("kernel.load", tiled, index=[o_i, h_i, w_i]), out, [n_i, o_i, h_i, w_i])
+    _close_to(em, 1)

@@ -1,0 +1,247 @@
+"""Constant GEMM weights packed once, not on every call.
+
+A ``kernel.gemm`` whose ``B`` is a function argument the program only reads (a parameter, buffer or
+constant once :func:`tensorplay.lowering.codegen.globals.globals_to_args` has run), with static ``K`` and ``N``,
+is a *pack site*. For each site the generated code has a slot, a global ``{ptr packed, ptr source}``
+named :func:`slot_symbol`, and calls::
+
+    if (slot.packed != NULL && slot.source == B) gemm_<config>__packed_b(..., B = slot.packed, ...)
+    else                                          gemm_<config>(..., B, ...)      /* packs B itself */
+
+Slots start zeroed, so code nobody fills (an AOT library, a program run without a :class:`Prepacker`)
+takes the ordinary route. In the JIT, :class:`Prepacker` fills the slots before each call from the
+weights the call passes: a weight is packed again when it is another array, or when the tensor's
+``_version`` moved (in-place writes) -- writes through a raw numpy view of a tensor's storage are
+not seen, as with torch's version counter. Plain numpy arrays (no version) are never packed.
+
+Example::
+
+    >>> import numpy as np
+    >>> w = np.arange(6, dtype=np.float32).reshape(2, 3)        # nn.Linear layout: N=2 x K=3
+    >>> p = pack_b(w, trans_b=True)
+    >>> p.shape, p.reshape(3, 32)[:, :2].tolist()                # panel: k rows of NR=32 columns
+    ((96,), [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]])
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import sympy
+
+from .gemm import DEFAULT_SHAPE, GEMV_MAX_N, GemmShape, packed_b_floats
+
+__all__ = ["PackSite", "Prepacker", "pack_b", "pack_sites", "prepacker", "slot_symbol"]
+
+#: Ops that only read a buffer operand (any operand position); kernel.gemm reads all but its output.
+_READERS = {"kernel.load", "kernel.load_at"}
+
+
+@dataclass(frozen=True, slots=True)
+class PackSite:
+    """One prepackable ``kernel.gemm``: slot number, position of its ``B`` argument, ``K``, ``N``, layout."""
+
+    index: int
+    arg: int
+    k: int
+    n: int
+    trans_b: bool
+
+
+def slot_symbol(prefix: str, index: int) -> str:
+    """The C name of pack slot ``index`` in the program compiled with ``prefix``.
+
+    >>> slot_symbol("tp_main", 0)
+    'tp_main_gemm_pack0'
+    """
+    return f"{prefix}_gemm_pack{index}"
+
+
+def _static(expr: Any) -> int | None:
+    e = sympy.sympify(expr)
+    return int(e) if e.is_Integer else None
+
+
+def _read_only(v: Any) -> bool:
+    return all(op.name in _READERS or (op.name == "kernel.gemm" and i != 2) for op, i in v.uses)
+
+
+def pack_sites(f: Any) -> dict[Any, PackSite]:
+    """The pack sites of kernel-level function ``f``, by ``kernel.gemm`` operation; sites packing the same
+    weight argument with the same ``K``, ``N`` and layout share a slot (numbered in walk order).
+
+    >>> from tensorplay.dialect import parse
+    >>> f = parse('''func @lin(%x: buffer<[s0, 64], f32>, %w: buffer<[32, 64], f32>, %y: buffer<[s0, 32], f32>)
+    ...     -> () where {s0 in [1, 512]} {
+    ...   kernel.gemm %x, %w, %y {m = s0, n = 32, k = 64, trans_b = true}
+    ...   kernel.return
+    ... }''').functions[0]
+    >>> list(pack_sites(f).values())
+    [PackSite(index=0, arg=1, k=64, n=32, trans_b=True)]
+    """
+    args = list(f.args)
+    sites: dict[Any, PackSite] = {}
+    slots: dict[tuple, int] = {}  # gemms packing the same weight the same way share one slot (an RNN's time steps)
+    for op in f.walk():
+        if op.name != "kernel.gemm":
+            continue
+        a, w = op.attributes, op.operands[1]
+        k, n = _static(a["k"]), _static(a["n"])
+        if (w in args and w.type.dtype.name == "f32" and k is not None and n is not None and k > 0
+                and n > GEMV_MAX_N and _static(a["b_offset"]) == 0 and _read_only(w)):
+            key = (args.index(w), k, n, bool(a["trans_b"]))
+            sites[op] = PackSite(slots.setdefault(key, len(slots)), *key)
+    return sites
+
+
+def pack_b(w: np.ndarray, trans_b: bool, shape: GemmShape = DEFAULT_SHAPE) -> np.ndarray:
+    """``B`` (``w``, or ``w.T`` when ``trans_b``) in the prepacked layout of
+    :func:`tensorplay.lowering.microkernels.gemm.packed_b_floats`,
+    64-byte aligned."""
+    if not isinstance(w, np.ndarray) or w.ndim != 2:
+        raise ValueError(f"pack_b: expected a 2-D array, got {getattr(w, 'shape', type(w).__name__)}")
+    bm = w.T if trans_b else w
+    k, n = bm.shape
+    nr = shape.nr
+    n_pad = -(-n // nr) * nr
+    full = np.zeros((k, n_pad), np.float32)
+    full[:, :n] = bm
+    out = _aligned(packed_b_floats(k, n, shape))
+    for jc in range(0, n, shape.nc):
+        nc_pad = min(shape.nc, n_pad - jc)
+        for pc in range(0, k, shape.kc):
+            kc = min(shape.kc, k - pc)
+            blk = full[pc:pc + kc, jc:jc + nc_pad].reshape(kc, nc_pad // nr, nr).transpose(1, 0, 2)
+            start = jc * k + nc_pad * pc
+            out[start:start + kc * nc_pad] = blk.ravel()
+    return out
+
+
+def _aligned(count: int) -> np.ndarray:
+    raw = np.empty(count + 16, np.float32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip:skip + count]
+
+
+class _Slot:
+    """One site's slot in native memory and what was last packed into it."""
+
+    __slots__ = ("site", "source", "cell", "data", "version", "packed", "previous")
+
+    def __init__(self, site: PackSite, source: tuple[str, Any], address: int) -> None:
+        self.site, self.source = site, source
+        self.cell = (ctypes.c_uint64 * 2).from_address(address)
+        self.data: np.ndarray | None = None
+        self.version: Any = None
+        self.packed: np.ndarray | None = None
+        self.previous: np.ndarray | None = None  # kept alive one generation longer for a concurrent call
+
+    def update(self, value: Any) -> None:
+        data = getattr(value, "_data", None)
+        version = getattr(value, "_version", None)
+        if data is self.data and version == self.version and data is not None:
+            return
+        site = self.site
+        want = (site.n, site.k) if site.trans_b else (site.k, site.n)
+        if (version is None or not isinstance(data, np.ndarray) or data.dtype != np.float32
+                or data.size != site.k * site.n or not data.flags.c_contiguous):
+            self.cell[0] = self.cell[1] = 0  # nothing trustworthy to pack: the kernel packs B itself
+            self.data = self.version = None
+            return
+        packed = pack_b(data.reshape(want), site.trans_b)
+        self.previous, self.packed = self.packed, packed
+        self.data, self.version = data, version
+        self.cell[1] = data.ctypes.data
+        self.cell[0] = packed.ctypes.data
+
+
+class Prepacker:
+    """Fills the pack slots of one compiled program from the weights each call passes.
+
+    ``held`` is the program's list of bound arguments after its ``n_user`` user inputs (WeightRefs by
+    name, or literal arrays). Sites whose ``B`` is a user input are left to the kernel.
+    """
+
+    __slots__ = ("_library", "_named", "_literal", "__weakref__")
+
+    def __init__(self, library: Any, prefix: str, sites: Mapping[Any, PackSite], n_user: int, held: list,
+                 literals: list) -> None:
+        self._library = weakref.ref(library)  # the slots live in its memory (see __del__)
+        self._named: list[tuple[str, _Slot]] = []
+        self._literal: list[_Slot] = []
+        for site in {site.index: site for site in sites.values()}.values():  # one slot per packed weight
+            pos = site.arg - n_user
+            if not 0 <= pos < len(held):
+                continue
+            try:
+                address = library.address(slot_symbol(prefix, site.index))
+            except KeyError:  # code built without this slot: it packs B itself
+                continue
+            slot = _Slot(site, ("held", pos), address)
+            if literals[pos] is not None:  # an inline literal never changes: pack it now
+                slot.update(_Frozen(literals[pos]))
+                self._literal.append(slot)
+            else:
+                self._named.append((held[pos].name, slot))
+
+    def __bool__(self) -> bool:
+        return bool(self._named or self._literal)
+
+    def __del__(self) -> None:
+        # The packed copies die with this object: code still reachable elsewhere must not read them. A dead
+        # library (weak references to garbage are cleared before finalizers run) has no slots to clear.
+        library = getattr(self, "_library", None)
+        if library is None or library() is None:
+            return
+        for slot in [s for _, s in getattr(self, "_named", ())] + list(getattr(self, "_literal", ())):
+            slot.cell[0] = slot.cell[1] = 0
+
+    @property
+    def sites(self) -> list[PackSite]:
+        """The slots this prepacker fills, one site each (stored in archives: see :mod:`tensorplay.lowering.aot`)."""
+        return [slot.site for _, slot in self._named] + [slot.site for slot in self._literal]
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the weights whose packed copies this prepacker keeps."""
+        return [name for name, _ in self._named]
+
+    def refresh(self, lookup: Callable[[str], Any]) -> None:
+        """Repack what changed; ``lookup(name)`` is the value the call passes for weight ``name``."""
+        for name, slot in self._named:
+            slot.update(lookup(name))
+
+    def refresher(self, position: Mapping[str, int]) -> Callable[[Sequence[Any]], None] | None:
+        """For calls passing values in a fixed order (``position``: name -> index): a function repacking
+        from such a value list, or None when no weight here is packed live."""
+        pairs = [(position[name], slot.update) for name, slot in self._named]
+        if not pairs:
+            return None
+
+        def refresh(values: Sequence[Any]) -> None:
+            for i, update in pairs:
+                update(values[i])
+        return refresh
+
+
+def prepacker(compiled: Any, function: Any) -> Prepacker | None:
+    """The :class:`Prepacker` of a :class:`tensorplay.lowering.pipeline.CompiledProgram` built from kernel-level
+    ``function`` (after ``globals_to_args``), or None when it has no pack site on a bound weight."""
+    exe = compiled.executable
+    packer = Prepacker(exe.library, exe.prefix, pack_sites(function), len(compiled.binding.arguments),
+                       compiled._held, compiled._literals)
+    return packer if packer else None
+
+
+class _Frozen:
+    """An immutable array seen as a tensor at version 0."""
+
+    __slots__ = ("_data", "_version")
+
+    def __init__(self, data: np.ndarray) -> None:
+        self._data, self._version = data, 0

@@ -1,0 +1,1 @@
+"""``tp`` -> ``tp`` passes that run before fusion."""
