@@ -46,7 +46,6 @@ from .codegen.llvm import compile_kernel_module
 from .from_graph.program import program_to_tp
 from .fusion.fuse import fusion_stats
 from .microkernels.gemm_prepack import prepacker
-from .tp_passes import batch_matmuls  # noqa: F401  (registers batch-matmuls)
 
 __all__ = ["CompileOptions", "CompiledProgram", "compile_program", "IR_LEVELS"]
 

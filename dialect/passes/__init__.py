@@ -1,13 +1,15 @@
 """Passes over the dialect, one per module, run by :class:`PassManager` from a pipeline string.
 
+:data:`PASSES` (:mod:`.table`) lists every pass by name, the compiler's too, without importing them::
+
     >>> from tensorplay.dialect.passes import PASSES
-    >>> {'canonicalize', 'cse', 'dce', 'simplify-assertions'} <= set(PASSES)  # other packages add more
+    >>> {'canonicalize', 'cse', 'dce', 'simplify-assertions', 'fuse', 'plan-memory'} <= set(PASSES)
     True
 """
 
-from . import canonicalize, cse, dce, simplify_assertions  # noqa: F401  (register the passes)
-from .manager import PASSES, ModulePass, PassManager, PipelineError, UnknownPassError, parse_pipeline, register_pass
+from .manager import ModulePass, PassManager, PipelineError, UnknownPassError, parse_pipeline
 from .rewrite import Pattern, PatternTable, Rewriter, apply_patterns
+from .table import PASSES, pass_class
 
-__all__ = ["PASSES", "ModulePass", "PassManager", "PipelineError", "UnknownPassError", "parse_pipeline",
-           "register_pass", "Pattern", "PatternTable", "Rewriter", "apply_patterns"]
+__all__ = ["PASSES", "pass_class", "ModulePass", "PassManager", "PipelineError", "UnknownPassError",
+           "parse_pipeline", "Pattern", "PatternTable", "Rewriter", "apply_patterns"]

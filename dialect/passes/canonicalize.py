@@ -27,7 +27,7 @@ from ..ir import Module, Operation, Value
 from ..opdef import PURE, REGISTRY
 from ..symbolic import evaluate
 from ..types import TensorType, sym
-from .manager import ModulePass, register_pass
+from .manager import ModulePass
 from .rewrite import Pattern, PatternTable, Rewriter, apply_patterns
 
 __all__ = ["Canonicalize", "CANONICALIZE_PATTERNS", "FOLD_LIMIT"]
@@ -204,7 +204,6 @@ CANONICALIZE_PATTERNS = PatternTable([
 ])
 
 
-@register_pass
 @dataclass(frozen=True)
 class Canonicalize(ModulePass):
     """Apply :data:`CANONICALIZE_PATTERNS` greedily (at most ``max_iterations`` sweeps per function)."""

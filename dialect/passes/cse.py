@@ -14,7 +14,7 @@ from typing import Any
 
 from ..ir import Block, Module, _canon_attr
 from ..opdef import PURE, REGISTRY
-from .manager import ModulePass, register_pass
+from .manager import ModulePass
 
 __all__ = ["CommonSubexpressionElimination"]
 
@@ -47,7 +47,6 @@ def _cse_block(block: Block, seen: dict) -> bool:
     return changed
 
 
-@register_pass
 @dataclass(frozen=True)
 class CommonSubexpressionElimination(ModulePass):
     """Merge identical pure ops (same name, operands, attributes and result types)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from ..ir import Block, Module
 from ..opdef import PURE, REGISTRY
-from .manager import ModulePass, register_pass
+from .manager import ModulePass
 
 __all__ = ["DeadCodeElimination"]
 
@@ -30,7 +30,6 @@ def _sweep(block: Block) -> bool:
     return changed
 
 
-@register_pass
 @dataclass(frozen=True)
 class DeadCodeElimination(ModulePass):
     """Erase unused pure ops until none is left (assertions are never pure, so they stay)."""

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..ir import Module
+from .table import PASSES, pass_class
 
-__all__ = ["ModulePass", "PassManager", "register_pass", "PASSES", "UnknownPassError", "PipelineError",
-           "parse_pipeline"]
+__all__ = ["ModulePass", "PassManager", "UnknownPassError", "PipelineError", "parse_pipeline"]
 
 
 class PipelineError(ValueError):
@@ -34,7 +34,7 @@ class PipelineError(ValueError):
 
 
 class UnknownPassError(PipelineError):
-    """A pipeline names a pass that is not registered; the message lists the known ones."""
+    """A pipeline names a pass that is not in the pass table; the message lists the known ones."""
 
 
 @dataclass(frozen=True)
@@ -45,17 +45,6 @@ class ModulePass:
 
     def apply(self, module: Module) -> bool:
         raise NotImplementedError(f"pass {type(self).__name__} does not implement apply")
-
-
-PASSES: dict[str, type[ModulePass]] = {}
-
-
-def register_pass(cls: type[ModulePass]) -> type[ModulePass]:
-    """Class decorator adding a pass to :data:`PASSES` under its ``name``."""
-    if not cls.name:
-        raise ValueError(f"pass {cls.__name__} has no name")
-    PASSES[cls.name] = cls
-    return cls
 
 
 _KINDS = {"int": int, "bool": bool, "str": str, "float": float}
@@ -109,7 +98,7 @@ def parse_pipeline(text: str) -> list[ModulePass]:
         name = name.strip()
         if name not in PASSES:
             raise UnknownPassError(f"unknown pass {name!r}; known passes: {', '.join(sorted(PASSES))}")
-        cls = PASSES[name]
+        cls = pass_class(name)
         kwargs = {}
         if opts:
             if not opts.endswith("}"):

@@ -17,7 +17,7 @@ import sympy
 from ..ir import Block, Function, Module, Operation, Value
 from ..symbolic import Facts
 from ..types import sym
-from .manager import ModulePass, register_pass
+from .manager import ModulePass
 
 __all__ = ["SimplifyAssertions", "index_expr"]
 
@@ -101,7 +101,6 @@ def _simplify(f: Function) -> bool:
     return _merge_ranges(f.body, facts) or changed
 
 
-@register_pass
 @dataclass(frozen=True)
 class SimplifyAssertions(ModulePass):
     """Drop assertions implied by the header ranges; merge overlapping range assertions."""

@@ -2,7 +2,6 @@
 
 Pipeline use (``plan-memory`` then reuses workspace slots)::
 
-    >>> import tensorplay.lowering.fusion.fuse  # registers "fuse" and "plan-memory"
     >>> from tensorplay.dialect import parse
     >>> from tensorplay.dialect.passes import PassManager
     >>> m = parse('''func @main(%x: tensor<[s0, 8], f32>) -> (tensor<[s0, 8], f32>) where {s0 in [1, 64]} {
@@ -38,9 +37,8 @@ import sympy
 
 from tensorplay.dialect.ir import Function, Module
 from tensorplay.dialect.opdef import ELEMENTWISE, REGISTRY
-from tensorplay.dialect.passes.manager import ModulePass, register_pass
+from tensorplay.dialect.passes.manager import ModulePass
 
-from . import memory_plan  # noqa: F401  (registers plan-memory)
 from .lower import lower_module
 from .rewrite import rewrite_kernels
 
@@ -97,7 +95,6 @@ def fusion_stats(f: Function) -> FusionStats:
     return FusionStats(tuple(kernels), size)
 
 
-@register_pass
 @dataclass(frozen=True)
 class Fuse(ModulePass):
     """tp -> kernel with producer-consumer fusion; ``recompute_limit`` caps the ops an inlined value

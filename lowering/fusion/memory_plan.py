@@ -40,7 +40,7 @@ import sympy
 
 from tensorplay.dialect.attrs import WorkspacePlan
 from tensorplay.dialect.ir import Function, Module, Operation
-from tensorplay.dialect.passes.manager import ModulePass, register_pass
+from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.symbolic import Facts
 from tensorplay.dialect.types import BufferType
 
@@ -344,7 +344,6 @@ def plan_memory(f: Function) -> None:
     _apply(f, slots, offsets, total)
 
 
-@register_pass
 @dataclass(frozen=True)
 class PlanMemory(ModulePass):
     """Plan the workspace of every kernel-level function (offsets reused by liveness)."""

@@ -39,7 +39,7 @@ import sympy
 
 from tensorplay.dialect.ir import Block, Builder, Function, Module, Operation, Value
 from tensorplay.dialect.opdef import PURE, REGISTRY, TERMINATOR
-from tensorplay.dialect.passes.manager import ModulePass, register_pass
+from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.types import TensorType
 
 __all__ = ["BatchMatmuls", "batch_matmuls", "MAX_CONCAT"]
@@ -285,7 +285,6 @@ def batch_matmuls(function: Function) -> int:
         formed += 1
 
 
-@register_pass
 @dataclass(frozen=True)
 class BatchMatmuls(ModulePass):
     """Merge independent matmuls that share a right operand into one (see the module docstring)."""

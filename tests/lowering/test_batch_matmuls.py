@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import tensorplay.lowering.tp_passes.batch_matmuls  # noqa: F401  (registers batch-matmuls)
 from tensorplay.dialect import parse
 from tensorplay.dialect.interpret import run
 from tensorplay.dialect.passes import PassManager

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers fuse and plan-memory)
 from tests.dialect.conftest import check_output, run_golden
 
 FILES = sorted((Path(__file__).parent / "golden").glob("fuse_*.tp"))

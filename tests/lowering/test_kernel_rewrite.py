@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import sympy
 
-import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers fuse / plan-memory)
 from tensorplay.dialect import parse
 from tensorplay.dialect.passes import PassManager
 from tensorplay.lowering.codegen.llvm import compile_kernel_module
