@@ -37,6 +37,7 @@ from ._dtype import (  # noqa: A004
     short,
     uint8,
 )
+from ._interop import from_dlpack
 from ._tensor import Size, Tensor, device
 from .ops import _registry
 

@@ -238,6 +238,14 @@ class Tensor:
                             ".float() first")
         return self._data
 
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of the storage (shared memory; bfloat16 says bfloat16): ``torch.from_dlpack(t)``."""
+        from ._interop import to_dlpack_capsule
+        return to_dlpack_capsule(self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)  # kDLCPU, device 0
+
     def __array__(self, dtype=None, copy=None):
         values = _dtype.from_storage(self._data, self.dtype) if self.dtype is _dtype.bfloat16 else self._data
         return values if dtype is None else values.astype(dtype)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import tensorplay as tp
+from tensorplay._interop import not_a_tensor
 from tensorplay._tensor import Tensor
 from tensorplay.ops import REGISTRY
 
@@ -40,7 +41,7 @@ def _op(name: str):
 
 def _require_tensor(fn: str, name: str, value) -> None:
     if not isinstance(value, Tensor) and not hasattr(type(value), "__tensorplay_function__"):
-        raise TypeError(f"{fn}(): argument '{name}' must be Tensor, not {type(value).__name__}")
+        raise TypeError(f"{fn}(): argument '{name}' must be Tensor, not {not_a_tensor(value)}")
 
 
 def _tuple(value, n: int, name: str, fn: str) -> tuple:

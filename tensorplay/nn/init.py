@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from .. import _dtype
+from .._interop import not_a_tensor
 from .._tensor import Tensor
 from ..random import generator_of
 
@@ -49,7 +50,7 @@ def calculate_gain(nonlinearity: str, param: float | None = None) -> float:
 
 def _check(tensor, fn: str) -> None:
     if not isinstance(tensor, Tensor):
-        raise TypeError(f"{fn}: expected a Tensor, got {type(tensor).__name__}")
+        raise TypeError(f"{fn}: expected a Tensor, got {not_a_tensor(tensor)}")
 
 
 def _fill(tensor: Tensor, values) -> Tensor:

@@ -244,7 +244,11 @@ def run_eager(op: Op, args: tuple, kwargs: dict):
         return _run_inplace(op, args, kwargs)
     meta_args = tuple(_map(a, to_meta) for a in args)
     meta_kwargs = {k: _map(v, to_meta) for k, v in kwargs.items()}
-    out_meta = op.meta(*meta_args, **meta_kwargs)
+    try:
+        out_meta = op.meta(*meta_args, **meta_kwargs)
+    except TypeError as exc:
+        _explain_torch_arguments(op, args, kwargs, exc)
+        raise
 
     if op.view:
         convert = _raw_storage
@@ -277,6 +281,15 @@ def run_eager(op: Op, args: tuple, kwargs: dict):
         if any(t.requires_grad for t in _tensors(args, kwargs)):
             hook(op, args, kwargs, outputs)
     return out
+
+
+def _explain_torch_arguments(op: Op, args: tuple, kwargs: dict, exc: TypeError) -> None:
+    """Re-raise a type error caused by a ``torch.Tensor`` argument naming it and how to convert it."""
+    from .._interop import TORCH_HINT, is_torch_tensor
+    values = [x for v in (*args, *kwargs.values()) for x in (v if isinstance(v, list | tuple) else (v,))]
+    if any(is_torch_tensor(v) for v in values):
+        message = str(exc).replace("got Tensor", "got torch.Tensor").replace("not Tensor", "not torch.Tensor")
+        raise TypeError(f"{message}; {TORCH_HINT}") from None
 
 
 def _run_inplace(op: Op, args: tuple, kwargs: dict):

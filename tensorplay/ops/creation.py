@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from .. import _dtype
+from .._interop import TORCH_HINT, from_torch, is_torch_tensor, type_name
 from ..random import generator_of
 from ._registry import register
 from ._shapes import TensorMeta
@@ -46,17 +47,21 @@ def _flatten_tensors(data):
     T = _Tensor()
     if isinstance(data, T):
         return np.asarray(data)
+    if is_torch_tensor(data):
+        return np.asarray(from_torch(data))
     if isinstance(data, list | tuple):
         return [_flatten_tensors(d) for d in data]
     return data
 
 
 def tensor(data, *, dtype=None, device=None, requires_grad: bool = False, pin_memory: bool = False):
-    """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays or tensors)."""
+    """A new tensor holding a copy of ``data`` (nested lists, numbers, numpy arrays, tensorplay or torch tensors)."""
     T = _Tensor()
     if device is not None:
         from .._tensor import device as _device
         _device(device)
+    if is_torch_tensor(data):
+        data = from_torch(data)
     if isinstance(data, T):
         dt = _dtype.as_dtype(dtype) if dtype is not None else data.dtype
         values = _dtype.from_storage(data._data, data.dtype)
@@ -89,8 +94,11 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False, pin_me
 
 
 def as_tensor(data, dtype=None, device=None):
-    """Like ``tensor`` but shares memory with a numpy array or tensor when no conversion is needed."""
+    """Like ``tensor`` but shares memory with a numpy array, a tensor or a CPU torch tensor (through DLPack)
+    when no conversion is needed."""
     T = _Tensor()
+    if is_torch_tensor(data):
+        data = from_torch(data)
     if isinstance(data, T):
         return data if dtype is None or _dtype.as_dtype(dtype) is data.dtype else data.to(dtype)
     if isinstance(data, np.ndarray) and (dtype is None or _dtype.as_dtype(dtype).storage == data.dtype):
@@ -105,7 +113,8 @@ asarray = as_tensor
 def from_numpy(array: np.ndarray):
     """A tensor sharing memory with ``array``."""
     if not isinstance(array, np.ndarray):
-        raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
+        hint = f"; {TORCH_HINT}" if is_torch_tensor(array) else ""
+        raise TypeError(f"expected np.ndarray (got {type_name(array)}){hint}")
     return _Tensor()._from_storage(array, _dtype.from_numpy_dtype(array.dtype))
 
 

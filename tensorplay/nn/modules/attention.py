@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 from ... import _dtype
+from ..._interop import not_a_tensor
 from ..._tensor import Tensor
 from ...ops import REGISTRY
 from .. import functional as F
@@ -50,7 +51,7 @@ def canonical_mask(mask: Tensor | None, name: str, dtype) -> Tensor | None:
     if mask is None:
         return None
     if not _is_tensor(mask):
-        raise TypeError(f"{name}: expected a Tensor or None, got {type(mask).__name__}")
+        raise TypeError(f"{name}: expected a Tensor or None, got {not_a_tensor(mask)}")
     if mask.dtype is _dtype.bool:
         zeros = REGISTRY["zeros"](*mask.shape, dtype=dtype)
         return zeros.masked_fill(mask, float("-inf"))

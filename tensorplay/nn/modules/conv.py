@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from ..._interop import not_a_tensor
 from ..._tensor import Tensor, is_tensor_like
 from .. import functional as F
 from .. import init
@@ -93,7 +94,7 @@ class _ConvNd(Module):
         owner = type(self).__name__
         n = self._dims
         if not is_tensor_like(input):
-            raise TypeError(f"{owner}: expected a Tensor input, got {type(input).__name__}")
+            raise TypeError(f"{owner}: expected a Tensor input, got {not_a_tensor(input)}")
         if input.dim() not in (n + 1, n + 2):
             raise RuntimeError(f"{owner}: expected {n + 1}D (unbatched) or {n + 2}D (batched) input, got "
                                f"{input.dim()}D input of shape {list(input.shape)}")

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ... import _dtype
+from ..._interop import from_torch, is_torch_tensor, type_name
 from ..._tensor import Tensor, is_tensor_like
 from ...autograd.grad_mode import no_grad
 from ..parameter import Buffer, Parameter
@@ -89,7 +90,7 @@ def _state_values(value) -> tuple[np.ndarray, tuple]:
     if isinstance(value, np.ndarray | np.generic):
         arr = np.asarray(value)
         return arr, arr.shape
-    raise TypeError(f"expected a Tensor or numpy array, got {type(value).__name__}")
+    raise TypeError(f"expected a Tensor or numpy array, got {type_name(value)}")
 
 
 def _shape_text(shape) -> str:
@@ -479,11 +480,13 @@ class Module:
                     missing_keys.append(key)
                 continue
             value = state_dict[key]
+            if is_torch_tensor(value):
+                value = from_torch(value)
             try:
                 values, shape = _state_values(value)
             except TypeError:
                 error_msgs.append(f'While copying the parameter named "{key}", expected a Tensor or numpy '
-                                  f"array from checkpoint but received {type(value).__name__}")
+                                  f"array from checkpoint but received {type_name(value)}")
                 continue
             if shape != tuple(target.shape):
                 error_msgs.append(f"size mismatch for {key}: copying a param with shape "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 
 from ... import _dtype
+from ..._interop import not_a_tensor
 from ..._tensor import Tensor, is_tensor_like
 from ...autograd.grad_mode import no_grad
 from .. import functional as F
@@ -101,7 +102,7 @@ class _BatchNorm(Module):
     def forward(self, input: Tensor) -> Tensor:
         owner = type(self).__name__
         if not is_tensor_like(input):
-            raise TypeError(f"{owner}: expected a Tensor input, got {type(input).__name__}")
+            raise TypeError(f"{owner}: expected a Tensor input, got {not_a_tensor(input)}")
         if input.dim() not in self._ranks:
             raise ValueError(f"{owner}: expected {' or '.join(f'{r}D' for r in self._ranks)} input (got "
                              f"{input.dim()}D input)")

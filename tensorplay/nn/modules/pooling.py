@@ -8,6 +8,7 @@ tensorplay.Size([2, 3, 1, 1])
 """
 from __future__ import annotations
 
+from ..._interop import not_a_tensor
 from ..._tensor import Tensor, is_tensor_like
 from .. import functional as F
 from .module import Module
@@ -18,7 +19,7 @@ __all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1
 
 def _check_rank(owner: str, input: Tensor, dims: int) -> None:
     if not is_tensor_like(input):
-        raise TypeError(f"{owner}: expected a Tensor input, got {type(input).__name__}")
+        raise TypeError(f"{owner}: expected a Tensor input, got {not_a_tensor(input)}")
     if input.dim() not in (dims + 1, dims + 2):
         raise RuntimeError(f"{owner}: expected {dims + 1}D (unbatched) or {dims + 2}D (batched) input, got "
                            f"{input.dim()}D input of shape {list(input.shape)}")
