@@ -59,6 +59,7 @@ from .autograd.grad_mode import (  # noqa: E402
 )
 from .ops.creation import as_tensor, asarray, from_numpy, tensor  # noqa: E402
 from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, set_rng_state  # noqa: E402
+from .serialization import load, save  # noqa: E402
 
 __version__ = "0.1.0"
 
