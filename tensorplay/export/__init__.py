@@ -61,9 +61,9 @@ __all__ = [
     "ExportGraphSignature", "ExportedProgram", "FlatArgsAdapter", "GraphSignature", "InputKind", "InputSpec",
     "ModuleCallEntry", "ModuleCallSignature", "OutputKind", "OutputSpec", "PT2ArchiveContents", "ShapesCollection",
     "SymBoolArgument", "SymFloatArgument", "SymIntArgument", "TensorArgument", "TokenArgument",
-    "UnflattenedModule", "WeightType", "default_decompositions", "dims", "draft_export", "export",
-    "export_for_training", "refine_dynamic_shapes_from_suggested_fixes", "register_dataclass", "save", "load",
-    "unflatten",
+    "UnflattenedModule", "UnsupportedTorchOpError", "WeightType", "default_decompositions", "dims", "draft_export",
+    "export", "export_for_training", "from_torch", "refine_dynamic_shapes_from_suggested_fixes", "register_dataclass",
+    "save", "load", "unflatten",
 ]
 
 # Names defined by sibling modules, resolved on first use (the first candidate module that defines it).
@@ -79,8 +79,12 @@ _LAZY: dict[str, tuple[str, ...]] = {
 
 
 def _load_unflatten() -> None:
-    """Bind ``unflatten`` to the function (the submodule of the same name would shadow it)."""
+    """Bind ``unflatten`` and ``from_torch`` to the functions (the submodules of the same names would shadow
+    them; neither import is heavy: ``from_torch`` imports torch only when called)."""
     globals()["unflatten"] = importlib.import_module(f"{__name__}.unflatten").unflatten
+    importer = importlib.import_module(f"{__name__}.from_torch")
+    globals()["from_torch"] = importer.from_torch
+    globals()["UnsupportedTorchOpError"] = importer.UnsupportedTorchOpError
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,146 @@
+"""Converters that need the importer: sizes, runtime assertions, multi-output reads, in-place ops.
+
+A converter marked :func:`with_importer` is called as ``fn(importer, *args, **kwargs)``; the importer
+knows the torch node being replayed (``importer.node``) and can add size assertions.
+"""
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import sympy
+
+from ...graph.proxy import Proxy
+from . import UnsupportedTorchOpError
+from ._nn import _NoIndices
+
+
+def with_importer(fn: Callable) -> Callable:
+    fn.with_importer = True
+    return fn
+
+
+# ----------------------------------------------------------------------------- sizes
+def sym_size(self: Any, dim: int) -> Any:
+    return self.shape[dim]
+
+
+def sym_numel(self: Any) -> Any:
+    return self.numel()
+
+
+def getitem(container: Any, index: int) -> Any:
+    """``operator.getitem`` on a multi-output op's result."""
+    value = container[index]
+    if isinstance(value, _NoIndices):
+        raise UnsupportedTorchOpError(f"the indices {value.op} returns are not available in tensorplay")
+    return value
+
+
+def sym_max(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    raise UnsupportedTorchOpError("torch.sym_max of symbolic sizes")
+
+
+def sym_min(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    raise UnsupportedTorchOpError("torch.sym_min of symbolic sizes")
+
+
+def sym_not(a: Any) -> Any:
+    return not a
+
+
+SIZE_OPERATORS = {
+    "_operator.add": operator.add, "_operator.sub": operator.sub, "_operator.mul": operator.mul,
+    "_operator.floordiv": operator.floordiv, "_operator.truediv": operator.truediv, "_operator.mod": operator.mod,
+    "_operator.pow": operator.pow, "_operator.neg": operator.neg, "_operator.eq": operator.eq,
+    "_operator.ne": operator.ne, "_operator.lt": operator.lt, "_operator.le": operator.le,
+    "_operator.gt": operator.gt, "_operator.ge": operator.ge,
+}
+
+
+# ----------------------------------------------------------------------------- assertions
+def _symbolic(value: Any) -> Any:
+    """The torch sympy expression of a SymInt / SymBool (or a plain value)."""
+    node = getattr(value, "node", None)
+    return node.expr if node is not None and hasattr(node, "expr") else value
+
+
+@with_importer
+def assert_scalar(importer: Any, condition: Any, assert_msg: str) -> None:
+    """``aten._assert_scalar``: a runtime check of a condition on input sizes."""
+    fact = _symbolic(importer.node.args[0].meta.get("val")) if hasattr(importer.node.args[0], "meta") else condition
+    if isinstance(fact, bool | sympy.logic.boolalg.BooleanAtom):
+        if not fact:
+            raise UnsupportedTorchOpError(f"the program asserts a condition that is false: {assert_msg}")
+        return None
+    importer.assert_sizes(fact, assert_msg)
+    return None
+
+
+@with_importer
+def constrain_range(importer: Any, size: Any, *, min: int | None = None, max: int | None = None) -> None:
+    """``aten.sym_constrain_range*``: a runtime check that a size lies in ``[min, max]``."""
+    arg = importer.node.args[0]
+    expr = _symbolic(arg.meta.get("val")) if hasattr(arg, "meta") else size
+    if isinstance(expr, int):
+        return None
+    facts = []
+    if min is not None:
+        facts.append(expr >= min)
+    if max is not None:
+        facts.append(expr <= max)
+    if facts:
+        importer.assert_sizes(sympy.And(*facts), f"{expr} in [{min}, {max}]")
+    return None
+
+
+def assert_tensor_metadata(*args: Any, **kwargs: Any) -> None:
+    """``aten._assert_tensor_metadata``: torch's trace-time check; the importer checks every node's shape
+    and dtype against torch's itself."""
+    return None
+
+
+# ----------------------------------------------------------------------------- in-place ops
+_VIEWS = {"view", "_unsafe_view", "reshape", "slice", "select", "narrow", "transpose", "t", "permute", "expand",
+          "unsqueeze", "squeeze", "alias", "diagonal", "as_strided", "unflatten", "flatten", "split",
+          "split_with_sizes", "chunk", "unbind", "getitem", "detach"}
+
+
+def _packet(node: Any) -> str:
+    target = node.target
+    name = getattr(target, "_opname", None) or getattr(target, "__name__", str(target))
+    return name
+
+
+def inplace(functional: Callable, name: str) -> Callable:
+    """The in-place form of an ATen op: computed by ``functional``, then written back.
+
+    Into a program input (state or user tensor) the write stays an in-place write (``copy_``), which
+    the exporter records as a mutation; an intermediate tensor just takes the new value. A write into
+    a view of a tensor that is read again is refused (only a functionalized program can express it).
+    """
+    def convert(importer: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
+        node = importer.node
+        target = node.args[0]
+        value = functional(importer, self, *args, **kwargs) if getattr(functional, "with_importer", False) \
+            else functional(self, *args, **kwargs)
+        base = target
+        while _packet(base) in _VIEWS and base.op == "call_function":
+            base = base.args[0]
+        if base is not target and (importer.used_after(base, node) or importer.is_input(base)):
+            raise UnsupportedTorchOpError(f"{name} writes into a view of a tensor that is read again; export "
+                                          f"the program with run_decompositions() to functionalize it")
+        if importer.is_input(target):
+            if not isinstance(self, Proxy):
+                raise UnsupportedTorchOpError(f"{name} writes into an input that is not a tensor")
+            return self.copy_(value)
+        importer.env[target] = value
+        return value
+    convert.with_importer = True
+    convert.__name__ = name
+    return convert
