@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .dtypes import storage_dtype
 from .jit import Library
 from .output_pool import MIN_BYTES as MIN_POOLED_BYTES
 from .output_pool import OutputPool, default_pool
@@ -72,33 +73,13 @@ from .output_pool import OutputPool, default_pool
 if TYPE_CHECKING:
     from .aot import SharedLibrary
 
-__all__ = ["Assertion", "DTYPES", "Executable", "MAX_ERR_VALUES", "Signature", "TensorSpec",
-           "default_num_threads", "storage_dtype"]
+__all__ = ["Assertion", "Executable", "MAX_ERR_VALUES", "Signature", "TensorSpec", "default_num_threads"]
 
 MAX_ERR_VALUES = 8
 WORKSPACE_ALIGN = 64
 NUM_THREADS_ENV = "TENSORPLAY_NUM_THREADS"
 
-#: Signature dtype name -> numpy storage dtype.
-DTYPES: dict[str, np.dtype] = {
-    name: np.dtype(name) for name in
-    ("float32", "float64", "float16", "int8", "int16", "int32", "int64", "uint8", "bool")
-}
-DTYPES["bfloat16"] = np.dtype("uint16")
-
 _SIGNATURE_VERSION = 1
-
-
-def storage_dtype(name: str) -> np.dtype:
-    """The numpy dtype holding tensors of signature dtype ``name``.
-
-    >>> storage_dtype("bfloat16")
-    dtype('uint16')
-    """
-    try:
-        return DTYPES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {name!r}") from None
 
 
 def default_num_threads() -> int:
@@ -120,7 +101,8 @@ def default_num_threads() -> int:
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
-    """One input or output: name, dtype name (see :data:`DTYPES`), rank, optional symbolic shape.
+    """One input or output: name, dtype name (a :data:`tensorplay.runtime.dtypes.DTYPES` key), rank, optional
+    symbolic shape.
 
     ``shape`` is documentation only (e.g. ``("s0", "64")``), used in headers and messages.
     """
@@ -623,7 +605,7 @@ class Executable:
         self._plans: dict[Any, _Plan] = {}
         spec = [len(self._in), len(self._out), id(np.ndarray), self._num_threads]
         for _, dtype, rank in self._in:
-            spec += [id(dtype), rank]  # DTYPES keeps every dtype alive, so its id stays valid
+            spec += [id(dtype), rank]  # dtypes.DTYPES keeps every dtype alive, so its id stays valid
         self._spec = (ctypes.c_int64 * len(spec))(*spec)
         self._sizes = (signature.num_in_dims, signature.num_out_dims, len(signature.inputs),
                        len(signature.outputs), ctypes.cast(self._run, ctypes.c_void_p).value or 0,

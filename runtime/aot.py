@@ -27,6 +27,7 @@ from pathlib import Path
 import llvmlite.ir
 
 from .abi import MAX_ERR_VALUES, WORKSPACE_ALIGN, Signature
+from .dtypes import C_TYPES
 from .jit import compile_object
 from .threadpool import needs_pool, pool_object
 from .weights import WeightsFile, read_weights, write_weights
@@ -35,11 +36,8 @@ __all__ = ["SharedLibrary", "WeightsFile", "emit_object", "find_c_compiler", "he
            "read_weights", "write_weights", "write_header"]
 
 _C_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_C_TYPES = {
-    "float32": "float", "float64": "double", "float16": "uint16_t (IEEE half bits)",
-    "bfloat16": "uint16_t (bfloat16 bits)", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t",
-    "int64": "int64_t", "uint8": "uint8_t", "bool": "uint8_t (0 or 1)",
-}
+#: what the header comment adds to the C type of dtypes that C has no type for
+_C_NOTES = {"float16": " (IEEE half bits)", "bfloat16": " (bfloat16 bits)", "bool": " (0 or 1)"}
 
 
 def emit_object(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool = True,
@@ -200,7 +198,7 @@ def header_text(signature: Signature, prefix: str) -> str:
     for kind, specs in (("INPUT", signature.inputs), ("OUTPUT", signature.outputs)):
         for i, t in enumerate(specs):
             shape = f" shape [{', '.join(t.shape)}]" if t.shape is not None else ""
-            ctype = _C_TYPES[t.dtype]
+            ctype = C_TYPES[t.dtype] + _C_NOTES.get(t.dtype, "")
             lines.append(f"/* {kind.lower()} {i} {_comment(t.name)}: {ctype}, rank {t.rank}{shape} */")
             lines.append(f"#define {up}_{kind}_{i}_RANK {t.rank}")
             lines.append(f"#define {up}_{kind}_{i}_NAME {_c_string(t.name)}")

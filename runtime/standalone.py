@@ -32,9 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from .abi import Executable, Signature, storage_dtype
+from .abi import Executable, Signature
 from .aot import find_c_compiler
 from .artifact import IncompatibleArtifact, NativeArtifact
+from .dtypes import C_TYPES, storage_dtype
 from .jit import load_object, undefined_symbols
 from .threadpool import needs_pool, pool_object
 from .weights import read_weights, write_weights
@@ -48,9 +49,6 @@ _U64 = struct.Struct("<Q")
 _TEMPLATE = Path(__file__).with_name("c") / "model_api.c.in"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 _BINDING_KEY = "tensorplay_binding"
-_C_TYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
-            "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t",
-            "bool": "uint8_t"}
 
 
 def _check_name(name: Any) -> str:
@@ -160,7 +158,7 @@ def api_header(signature: Signature, name: str, n_user: int | None = None) -> st
     for kind, specs in (("input", signature.inputs[:n_user]), ("output", signature.outputs)):
         for i, t in enumerate(specs):
             shape = rename(", ".join(t.shape)) if t.shape is not None else "?"
-            doc.append(f" *   {kind} {i} {t.name.replace('*/', '')}: {_C_TYPES[t.dtype]} ({t.dtype}) [{shape}]")
+            doc.append(f" *   {kind} {i} {t.name.replace('*/', '')}: {C_TYPES[t.dtype]} ({t.dtype}) [{shape}]")
     return "\n".join([
         f"/* {name}.h: C API of the tensorplay model {name!r} (generated; do not edit).",
         " *",

@@ -9,7 +9,7 @@ Layout (all integers little-endian)::
           64   ...       tensor payloads, each starting on a 64-byte boundary
     index offset         UTF-8 JSON: {"tensors": [{"name", "dtype", "shape", "offset", "nbytes"}, ...]}
 
-Payloads are little-endian, C-contiguous; ``dtype`` is a :data:`tensorplay.runtime.abi.DTYPES` name
+Payloads are little-endian, C-contiguous; ``dtype`` is a :data:`tensorplay.runtime.dtypes.DTYPES` name
 (``bfloat16`` payloads are uint16 bit patterns). The reader validates the header, the
 index and every entry (dtype, shape, offset alignment, size, bounds, no overlap) before
 creating any array, so a truncated or hostile file raises ValueError and nothing in it is
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .abi import DTYPES
+from .dtypes import DTYPES, name_of_storage
 
 __all__ = ["WeightEntry", "WeightsFile", "read_weights", "write_weights", "MAGIC", "ALIGN"]
 
@@ -44,7 +44,6 @@ MAGIC = b"TPWGHT01"
 ALIGN = 64
 _HEADER = struct.Struct("<8sQQ")
 _MAX_INDEX_BYTES = 64 << 20
-_NAME_OF = {np.dtype(v).str.lstrip("<>|="): k for k, v in DTYPES.items() if k != "bfloat16"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +64,10 @@ def _dtype_name(name: str, a: np.ndarray, given: str | None) -> str:
         if DTYPES[given].itemsize != a.dtype.itemsize or a.dtype.kind not in "biuf":
             raise ValueError(f"weight {name!r}: array of dtype {a.dtype} cannot hold {given}")
         return given
-    key = a.dtype.str.lstrip("<>|=")
-    if key not in _NAME_OF:
+    found = name_of_storage(a.dtype)
+    if found is None:
         raise ValueError(f"weight {name!r}: dtype must be one of {sorted(DTYPES)}, got {a.dtype}")
-    return _NAME_OF[key]
+    return found
 
 
 def write_weights(path: str | os.PathLike[str],

@@ -15,7 +15,8 @@ from rt_programs import (
 )
 
 from tensorplay.runtime import jit
-from tensorplay.runtime.abi import DTYPES, Assertion, Executable, Signature, TensorSpec, default_num_threads
+from tensorplay.runtime.abi import Assertion, Executable, Signature, TensorSpec, default_num_threads
+from tensorplay.runtime.dtypes import DTYPES
 
 
 class MyShapeError(Exception):
