@@ -39,10 +39,10 @@ import numpy as np
 from tensorplay.dialect import Module, print_module
 from tensorplay.dialect.attrs import WeightRef
 from tensorplay.dialect.passes import PassManager
-from tensorplay.dialect.reference import round_bf16
 
 from .codegen.globals import globals_to_args
 from .codegen.llvm import compile_kernel_module
+from .dtypes import DIALECT_DTYPES, to_storage
 from .from_graph.program import program_to_tp
 from .fusion.fuse import fusion_stats
 from .microkernels.gemm_prepack import prepacker
@@ -53,25 +53,13 @@ IR_LEVELS = ("tp", "kernel", "llvm", "asm")
 TP_PASSES = "canonicalize,cse,dce,batch-matmuls"
 
 
-def _default_threads() -> int:
-    env = os.environ.get("TENSORPLAY_NUM_THREADS")
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise ValueError(f"TENSORPLAY_NUM_THREADS must be a positive int, got {env!r}") from None
-        if n < 1:
-            raise ValueError(f"TENSORPLAY_NUM_THREADS must be a positive int, got {env!r}")
-        return n
-    return os.cpu_count() or 1
-
-
 @dataclasses.dataclass(frozen=True)
 class CompileOptions:
     """How to compile: threads for parallel loops, strictness, caching and debug output.
 
-    ``num_threads`` defaults to ``TENSORPLAY_NUM_THREADS``, else the core count. ``dump_ir`` names the
-    levels to print to stderr while compiling (``TENSORPLAY_DUMP_IR=tp,kernel`` or ``=1`` for all).
+    ``num_threads`` defaults to ``TENSORPLAY_NUM_THREADS``, else the CPUs this process may use
+    (:func:`tensorplay.runtime.abi.default_num_threads`). ``dump_ir`` names the levels to print to stderr
+    while compiling (``TENSORPLAY_DUMP_IR=tp,kernel`` or ``=1`` for all).
     ``profile`` times every kernel call natively (``TENSORPLAY_PROFILE=1``; read with
     :meth:`CompiledProgram.profile`); off, no timer is compiled in.
     """
@@ -115,7 +103,7 @@ class CompiledProgram:
         self._held = held
         self._literals = [None if isinstance(h, WeightRef) else np.ascontiguousarray(h.array) for h in held]
         sig = executable.signature
-        self._literals = [None if lit is None else _literal(lit, spec.dtype)
+        self._literals = [None if lit is None else to_storage(lit, DIALECT_DTYPES[spec.dtype])
                           for lit, spec in zip(self._literals, sig.inputs[len(binding.arguments):], strict=True)]
 
     @property
@@ -230,17 +218,6 @@ def _array(value: Any) -> np.ndarray:
     return data if isinstance(data, np.ndarray) else np.asarray(value)
 
 
-def _storage(dtype_name: str) -> np.dtype:
-    return np.dtype({"bfloat16": "uint16", "bool": "bool"}.get(dtype_name, dtype_name))
-
-
-def _literal(array: np.ndarray, dtype_name: str) -> np.ndarray:
-    """A literal in its native storage: bfloat16 values become their rounded uint16 bit patterns."""
-    if dtype_name == "bfloat16" and array.dtype.kind == "f":
-        return (round_bf16(array).view(np.uint32) >> 16).astype(np.uint16)
-    return array.astype(_storage(dtype_name), copy=False)
-
-
 def _dump(level: str, text: str, options: CompileOptions) -> None:
     if level in options.dump_ir:
         print(f"// ----- tensorplay IR: {level} -----\n{text}", file=sys.stderr)
@@ -264,7 +241,7 @@ def compile_program(program: Any, options: CompileOptions | None = None, *,
 
     function, held = globals_to_args(module.functions[0], num_outputs=outputs)
     executable = compile_kernel_module(
-        Module([function]), num_outputs=outputs, num_threads=options.num_threads or _default_threads(),
+        Module([function]), num_outputs=outputs, num_threads=options.num_threads,
         shape_error=shape_error, cache=options.cache, prefer_vector_width=options.prefer_vector_width,
         profile=options.profile)
     if "llvm" in options.dump_ir:  # the optimized IR text is computed on demand (cache hits skip O3)

@@ -58,12 +58,12 @@ import sympy
 from tensorplay.dialect.attrs import Dense
 from tensorplay.dialect.ir import Function, Module, Operation, Value
 from tensorplay.dialect.kernel_ops import COMBINES
-from tensorplay.dialect.reference import round_bf16
 from tensorplay.dialect.shapes import elem_dtype
 from tensorplay.dialect.types import BufferType, DType
 from tensorplay.runtime.abi import Executable, Signature, TensorSpec
 from tensorplay.runtime.threadpool import CHUNK_FN, declare_parallel_for
 
+from ..dtypes import SIGNATURE_NAMES, to_storage
 from ..fusion.gather import CODEGEN as _GATHER_CODEGEN
 from ..fusion.gather import INDEX_ERROR, ErrorWord
 from ..fusion.random import CODEGEN as _RANDOM_CODEGEN
@@ -78,7 +78,7 @@ from .expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .functions import KernelPlan, offset_symbol, plan_kernel
 from .prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
 from .profile import ProfileEmitter
-from .scalar import SIGNATURE_DTYPES, ScalarOps
+from .scalar import ScalarOps, storage_type
 from .sort import emit_sort_call
 
 __all__ = ["CodegenError", "compile_kernel_module", "emit_llvm", "gemm_scratch_expr", "MAX_THREADS"]
@@ -182,7 +182,7 @@ class _Codegen:
         body = self._emit_body()
         self._emit_run(body)
         f = self.f
-        specs = [TensorSpec(a.name or f"arg{i}", SIGNATURE_DTYPES[a.type.dtype], a.type.rank,
+        specs = [TensorSpec(a.name or f"arg{i}", SIGNATURE_NAMES[a.type.dtype], a.type.rank,
                             tuple(str(d) for d in a.type.shape)) for i, a in enumerate(f.args)]
         meta = {"function": f.name, "prefix": self.prefix, "kernel_functions": len(self.kernel_fns),
                 **self.counts_meta}
@@ -324,12 +324,8 @@ class _Codegen:
         if not isinstance(value, Dense):
             raise CodegenError(f"kernel.global {value}: module weights are passed as arguments; run "
                                "tensorplay.lowering.codegen.globals.globals_to_args on the function first")
-        arr = np.asarray(value.array, dtype=t.dtype.numpy).reshape(-1)
-        if t.dtype.name == "bf16":
-            arr = (round_bf16(arr).view(np.uint32) >> 16).astype(np.uint16)
-        elif t.dtype.name == "i1":
-            arr = arr.astype(np.uint8)
-        ety = _storage(t.dtype)
+        arr = to_storage(np.asarray(value.array, dtype=t.dtype.numpy).reshape(-1), t.dtype)
+        ety = storage_type(t.dtype)
         if arr.size == 0:
             arr = np.zeros(1, arr.dtype)
         aty = ir.ArrayType(ety, arr.size)
@@ -351,7 +347,7 @@ class _Codegen:
         flat = self.addresses.get(op)
         if flat is None:
             return self._addr(sc, buf, op.attributes["index"])
-        return sc.b.gep(sc.vals[buf], [sc.em.emit(flat)], inbounds=True, source_etype=_storage(buf.type.dtype))
+        return sc.b.gep(sc.vals[buf], [sc.em.emit(flat)], inbounds=True, source_etype=storage_type(buf.type.dtype))
 
     # ----------------------------------------------------------------- kernel functions
     def _kernel_call(self, sc: _Scope, op: Operation) -> None:
@@ -413,7 +409,7 @@ class _Codegen:
         for e, stride in zip(index, _strides(t.shape)):
             flat += sympy.sympify(e) * stride
         ptr = sc.vals[buf]
-        return sc.b.gep(ptr, [sc.em.emit(sympy.expand(flat))], inbounds=True, source_etype=_storage(t.dtype))
+        return sc.b.gep(ptr, [sc.em.emit(sympy.expand(flat))], inbounds=True, source_etype=storage_type(t.dtype))
 
     # ----------------------------------------------------------------- loops
     def _loop(self, sc: _Scope, op: Operation, lower: ir.Value, upper: ir.Value, body, acc_init=None):
@@ -602,7 +598,7 @@ class _Codegen:
                                f"got {', '.join(map(str, types))}")
         fn = declare_gemm(self.module, GemmConfig.from_op(op))
         m, n, k = (em.emit(a[x]) for x in ("m", "n", "k"))
-        elem = _storage(types[0].dtype)
+        elem = storage_type(types[0].dtype)
 
         def at(v: Value, off: Any) -> ir.Value:
             return b.gep(sc.vals[v], [em.emit(off)], inbounds=True, source_etype=elem)
@@ -679,11 +675,6 @@ def _strides(shape: Sequence[Any]) -> list[sympy.Expr]:
         out.append(acc)
         acc = acc * sympy.sympify(d)
     return out[::-1]
-
-
-def _storage(dt: DType) -> ir.Type:
-    from .scalar import storage_type
-    return storage_type(dt)
 
 
 def _function(module: Module | Function, function: str | None) -> Function:

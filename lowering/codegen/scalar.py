@@ -26,16 +26,12 @@ from tensorplay.dialect.types import BF16, F16, F32, F64, I1, I8, I16, I32, I64,
 from .expr import CodegenError
 from .vector_math import MATH_FUNCTIONS, emit_unary
 
-__all__ = ["ScalarOps", "register_type", "storage_type", "SIGNATURE_DTYPES"]
+__all__ = ["ScalarOps", "register_type", "storage_type"]
 
 _F16, _F32, _F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 _REG = {F16: _F16, BF16: _F32, F32: _F32, F64: _F64, I8: ir.IntType(8), I16: ir.IntType(16), I32: ir.IntType(32),
         I64: ir.IntType(64), U8: ir.IntType(8), I1: ir.IntType(1)}
 _STORE = {**_REG, BF16: ir.IntType(16), I1: ir.IntType(8)}
-
-#: dialect dtype -> tensorplay.runtime.abi signature dtype name.
-SIGNATURE_DTYPES = {F16: "float16", BF16: "bfloat16", F32: "float32", F64: "float64", I8: "int8", I16: "int16",
-                    I32: "int32", I64: "int64", U8: "uint8", I1: "bool"}
 
 
 def register_type(dt: DType) -> ir.Type:

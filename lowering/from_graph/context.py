@@ -21,11 +21,13 @@ from typing import Any
 import numpy as np
 import sympy
 
-from tensorplay.dialect import BF16, F16, F32, F64, I1, I8, I16, I32, I64, INDEX, U8, Builder, TensorType, Value
+from tensorplay.dialect import BF16, F16, F32, I64, INDEX, Builder, TensorType, Value
 from tensorplay.dialect.attrs import Dense
 from tensorplay.dialect.types import DType
 
-__all__ = ["Cx", "SymVal", "LoweringError", "rule", "RULES", "UnsupportedOp", "DTYPES", "to_dialect_dtype"]
+from ..dtypes import DIALECT_DTYPES, SIGNATURE_NAMES
+
+__all__ = ["Cx", "SymVal", "LoweringError", "rule", "RULES", "UnsupportedOp", "to_dialect_dtype"]
 
 
 class LoweringError(NotImplementedError):
@@ -40,14 +42,10 @@ class UnsupportedOp(Exception):
     """Raised by a rule for an op use the dialect cannot express (collected, reported all at once)."""
 
 
-DTYPES: dict[str, DType] = {"float32": F32, "float64": F64, "float16": F16, "bfloat16": BF16, "int8": I8,
-                            "int16": I16, "int32": I32, "int64": I64, "uint8": U8, "bool": I1}
-
-
 def to_dialect_dtype(dt: Any) -> DType:
     """The dialect element type of a tensorplay dtype, e.g. ``to_dialect_dtype(tp.float32) is F32``."""
     try:
-        return DTYPES[dt.name]
+        return DIALECT_DTYPES[dt.name]
     except (KeyError, AttributeError):
         raise UnsupportedOp(f"dtype {dt!r} has no dialect element type") from None
 
@@ -268,8 +266,7 @@ class Cx:
 
 def _tp_dtype(d: DType) -> Any:
     from tensorplay import _dtype
-    name = {v.name: k for k, v in DTYPES.items()}[d.name]
-    return getattr(_dtype, name)
+    return _dtype.from_name(SIGNATURE_NAMES[d])
 
 
 SYM_OPS: dict[Any, Callable[..., sympy.Expr]] = {
