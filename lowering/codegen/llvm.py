@@ -58,6 +58,7 @@ import sympy
 from tensorplay.dialect.attrs import Dense
 from tensorplay.dialect.ir import Function, Module, Operation, Value
 from tensorplay.dialect.kernel_ops import COMBINES
+from tensorplay.dialect.ops import UNARY_OPS
 from tensorplay.dialect.shapes import elem_dtype
 from tensorplay.dialect.types import BufferType, DType
 from tensorplay.runtime.abi import Executable, Signature, TensorSpec
@@ -89,9 +90,7 @@ MAX_THREADS = 64
 PARALLEL_GRAIN = 1 << 15
 _ALIGN = 64
 _FASTMATH = {"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
-_UNARY = {"neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
-          "tan", "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "sign", "reciprocal", "logical_not",
-          "bitwise_not", "isnan", "isinf", "isfinite"}
+_UNARY = frozenset(name for name, *_ in UNARY_OPS)
 
 
 def gemm_scratch_expr(m: Any, n: Any, k: Any, threads: int = 1) -> sympy.Expr:

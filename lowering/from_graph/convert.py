@@ -37,6 +37,7 @@ from tensorplay.dialect import I64, Builder, Function, Module, TensorType, Value
 from tensorplay.dialect.attrs import Dense, WeightRef
 from tensorplay.dialect.opdef import OpError
 from tensorplay.dialect.symbolic import INF
+from tensorplay.ops import REGISTRY
 
 from . import elementwise as _elementwise  # noqa: F401  (registers rules)
 from . import indexing as _indexing  # noqa: F401
@@ -434,7 +435,6 @@ class _Converter:
 
     def inplace_base(self, node: Any, name: str) -> str | None:
         """The functional op behind an in-place one (``add_`` -> ``add``, ``setitem`` -> ``assign``)."""
-        from tensorplay.ops import REGISTRY
         if name == "setitem":
             return "assign"
         op = REGISTRY.get(name)
@@ -446,7 +446,6 @@ class _Converter:
         Only for targets that nothing else aliases: a computed, non-view tensor none of whose users is a
         view, or module state whose last write the program returns (a mutation output the exporter recorded,
         e.g. batch_norm's running statistics); writes into user inputs need functionalization."""
-        from tensorplay.ops import REGISTRY
         target = node.args[0]
         why = None
         kind = getattr(target, "op", None)
@@ -504,7 +503,6 @@ class _Converter:
         return last is not None and any(o is last for o in flat)
 
     def why_unsupported(self, name: str, op: Any) -> str:
-        from tensorplay.ops import REGISTRY
         op = op or REGISTRY.get(name)
         if name == "item":
             return "item() turns tensor data into a size; tp has no op reading a tensor element as an index"
@@ -606,9 +604,8 @@ class _Converter:
 
 _ASSERTIONS = "tensorplay.export.assertions"
 #: ops whose eager result shares memory with their input
-_VIEW_OPS = frozenset({"getitem", "reshape", "view", "permute", "expand", "transpose", "select", "narrow",
-                       "unsqueeze", "squeeze", "flatten", "unflatten", "diagonal", "split", "chunk", "unbind",
-                       "movedim", "t", "as_strided", "view_as", "expand_as", "detach", "contiguous"})
+#: Registry ops whose result may alias their input (``Op.view``): an in-place op must not write through them.
+_VIEW_OPS = frozenset(name for name, op in REGISTRY.items() if op.view)
 
 
 class _Arg:
