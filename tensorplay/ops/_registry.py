@@ -135,12 +135,28 @@ class Op:
         return run_eager(self, args, kwargs)
 
 
+class RedirectingOp(Op):
+    """An op some of whose call forms are spelled with other ops or arguments: ``redirect(op, args, kwargs)``
+    returns the ``(op, args, kwargs)`` to run instead, before any dispatch, so tracing records the canonical
+    call (``where(cond)`` is ``nonzero(cond, as_tuple=True)``; ``cat(ts, axis=1)`` is ``cat(ts, 1)``)."""
+
+    def __init__(self, name: str, impl: Callable, meta: Callable, *, redirect: Callable, **options):
+        super().__init__(name, impl, meta, **options)
+        self.redirect = redirect
+
+    def __call__(self, *args, **kwargs):
+        op, args, kwargs = self.redirect(self, args, kwargs)
+        return Op.__call__(op, *args, **kwargs)
+
+
 def register(name: str, impl: Callable, meta: Callable, *, method: bool | str | tuple = False,
-             **options) -> Op:
-    """Create and register an op; ``method`` binds it as a Tensor method too (True: same name)."""
+             redirect: Callable | None = None, **options) -> Op:
+    """Create and register an op; ``method`` binds it as a Tensor method too (True: same name); ``redirect``
+    makes it a :class:`RedirectingOp`."""
     if name in REGISTRY:
         raise ValueError(f"op {name!r} is already registered")
-    op = Op(name, impl, meta, **options)
+    op = Op(name, impl, meta, **options) if redirect is None else RedirectingOp(name, impl, meta,
+                                                                                redirect=redirect, **options)
     REGISTRY[name] = op
     if method:
         names = (name,) if method is True else ((method,) if isinstance(method, str) else method)

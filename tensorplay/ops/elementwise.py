@@ -295,8 +295,16 @@ def _where(condition, input, other):
     return np.where(condition, input, other)
 
 
-where = register("where", _where, _where_meta, method=True, primitive=True,
-                 doc="``input`` where ``condition`` holds, else ``other`` (broadcasting).")
+def _where_redirect(op, args, kwargs):
+    if len(args) + len(kwargs) == 1:  # where(condition) is nonzero(condition, as_tuple=True), as in PyTorch
+        from .indexing import nonzero
+        return nonzero, (args[0] if args else kwargs["condition"],), {"as_tuple": True}
+    return op, args, kwargs
+
+
+where = register("where", _where, _where_meta, method=True, primitive=True, redirect=_where_redirect,
+                 doc="``input`` where ``condition`` holds, else ``other`` (broadcasting); ``where(condition)`` "
+                     "alone is ``nonzero(condition, as_tuple=True)``.")
 
 
 def _cast_meta(input, dtype):
@@ -309,6 +317,28 @@ def _cast(input, dtype):
 
 to_dtype = register("to_dtype", _cast, _cast_meta, primitive=True,
                     doc="Convert ``input`` to ``dtype`` (float to int truncates toward zero).")
+
+
+def _type_as_meta(input, other):
+    if not isinstance(other, TensorMeta):
+        raise TypeError(f"type_as(): argument 'other' must be Tensor, not {type(other).__name__}")
+    return TensorMeta(input.shape, other.dtype)
+
+
+def _type_as_redirect(op, args, kwargs):
+    """``type_as(input, other)`` is ``to_dtype(input, other.dtype)``: ``other`` gives only its dtype (no
+    gradient flows to it, and a trace records the cast)."""
+    bound = dict(zip(("input", "other"), args), **kwargs)
+    if set(bound) != {"input", "other"}:
+        raise TypeError(f"type_as() takes (input, other), got {len(args)} positional and {sorted(kwargs)} keyword "
+                        "arguments")
+    if not isinstance(getattr(bound["other"], "dtype", None), _dtype.dtype):
+        raise TypeError(f"type_as(): argument 'other' must be Tensor, not {type(bound['other']).__name__}")
+    return to_dtype, (bound["input"], bound["other"].dtype), {}
+
+
+type_as = register("type_as", lambda input, other: input, _type_as_meta, method=True, redirect=_type_as_redirect,
+                   doc="``input`` converted to ``other``'s dtype: ``x.type_as(y) == x.to_dtype(y.dtype)``.")
 
 
 def _clamp_meta(input, min=None, max=None):

@@ -487,9 +487,20 @@ def _cat(tensors, dim=0):
     return np.concatenate(kept, axis=normalize_dim(dim, kept[0].ndim))
 
 
-cat = register("cat", _cat, _cat_meta, primitive=True,
+def _cat_redirect(op, args, kwargs):
+    """``cat(tensors, axis=d)`` (numpy's spelling, accepted by PyTorch) is ``cat(tensors, d)``."""
+    if "axis" in kwargs:
+        kwargs = dict(kwargs)
+        axis = kwargs.pop("axis")
+        if len(args) > 1 or "dim" in kwargs:
+            raise TypeError(f"{op.name}(): got both dim and axis (axis is an alias of dim)")
+        kwargs["dim"] = axis
+    return op, args, kwargs
+
+
+cat = register("cat", _cat, _cat_meta, primitive=True, redirect=_cat_redirect,
                doc="Join tensors along existing dim ``dim`` (dtypes promote; 1-d empty tensors are skipped): "
-               "``tp.cat([tp.zeros(2, 3), tp.ones(1, 3)]).shape == (3, 3)``.")
+               "``tp.cat([tp.zeros(2, 3), tp.ones(1, 3)]).shape == (3, 3)``; ``axis=`` is an alias of ``dim``.")
 
 
 @cat.def_backward
@@ -769,7 +780,7 @@ def _(ctx, grad):
 
 def _alias(name: str, target: Op) -> Op:
     op = register(name, target.impl, target.meta, view=target.view, promote=target.promote,
-                  doc=f"Alias of :func:`{target.name}`.")
+                  redirect=getattr(target, "redirect", None), doc=f"Alias of :func:`{target.name}`.")
     op.backward = target.backward
     op.def_decomposition(target)
     return op

@@ -153,6 +153,18 @@ def _where(rng):
         yield Sample((c, make(rng, sa), make(rng, sb)), ref=lambda c, a, b: np.where(c, a, b))
     c = make(rng, (5,), tp.bool)
     yield Sample((c, make(rng, (5,), tp.int64), 1.5), ref=lambda c, a, b: np.where(c, a, b))
+    for shape in ((3, 4), (6,), (2, 0)):  # where(condition): the indices of the True elements, one tensor per dim
+        yield Sample((make(rng, shape, tp.bool),), ref=lambda c: np.nonzero(c))
+
+
+@samples("type_as")
+def _type_as(rng):
+    for src, dst in [(tp.float32, tp.float64), (tp.float64, tp.float32), (tp.int64, tp.float32), (tp.float32, tp.int32),
+                     (tp.float32, tp.bfloat16), (tp.bool, tp.float16), (tp.float32, tp.float32)]:
+        other = make(rng, (2,), dst)
+        tol = 1e-2 if dst is tp.bfloat16 else 1e-6  # numpy has no bfloat16: its reference is not rounded
+        yield Sample((make(rng, (3, 4), src), other), ref=lambda x, o: x.astype(o.dtype),
+                     torch=lambda torch, x, o: x.type_as(o), rtol=tol, atol=tol)
 
 
 @samples("to_dtype")

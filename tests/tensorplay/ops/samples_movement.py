@@ -169,6 +169,8 @@ def _cat(rng):
     yield Sample(((make(rng, (3,)), make(rng, (0,)), make(rng, (2,))),), ref=_cat_ref)
     yield Sample(([make(rng, (2, 3)), tp.zeros(0)],), ref=_cat_ref)
     yield Sample(([make(rng, (2, 0)), make(rng, (2, 3))], 1), ref=_cat_ref)
+    yield Sample(([make(rng, (2, 1, 3)), make(rng, (2, 2, 3))],), {"axis": 1},  # numpy's name for dim
+                 ref=lambda ts, axis: np.concatenate(ts, axis=axis))
 
 
 @samples("stack")
