@@ -45,6 +45,9 @@ import threading
 import llvmlite.ir as ir
 import numpy as np
 
+from tensorplay.dialect.types import DTYPES
+
+from ..dtypes import storage_dtype
 from .gemm_kernels import (
     F32,
     I32,
@@ -254,11 +257,8 @@ _I = ctypes.c_int64
 _CTYPES = (_I, _I, _I, _I, _FP, _I, _I, _FP, _I, _I, _FP, _I, _I, _FP, _FP, _I, _I, ctypes.c_int32, _FP)
 
 
-#: Element types of :func:`compile_gemm` (dialect name -> numpy dtype; bfloat16 as its uint16 bits).
-NUMPY_DTYPES = {"f32": np.dtype(np.float32), "f64": np.dtype(np.float64), "bf16": np.dtype(np.uint16),
-                "i64": np.dtype(np.int64),
-                "i32": np.dtype(np.int32), "i16": np.dtype(np.int16), "i8": np.dtype(np.int8),
-                "u8": np.dtype(np.uint8)}
+#: Element types of :func:`compile_gemm` (dialect name -> numpy storage dtype; bfloat16 as its uint16 bits).
+NUMPY_DTYPES = {name: storage_dtype(DTYPES[name]) for name in ("f32", "f64", "bf16", "i64", "i32", "i16", "i8", "u8")}
 
 
 def _operand(x: np.ndarray, what: str, batched: bool, dtype: np.dtype) -> tuple[np.ndarray, int, int]:
