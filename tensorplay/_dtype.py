@@ -27,15 +27,14 @@ __all__ = [
 class dtype:
     """An element type: its name, numpy storage type and category."""
 
-    __slots__ = ("name", "storage", "itemsize", "is_floating_point", "is_signed", "short")
+    __slots__ = ("name", "storage", "itemsize", "is_floating_point", "is_signed")
 
-    def __init__(self, name: str, storage: str, short: str, *, floating: bool, signed: bool):
+    def __init__(self, name: str, storage: str, *, floating: bool, signed: bool):
         self.name = name
         self.storage = np.dtype(storage)
         self.itemsize = self.storage.itemsize
         self.is_floating_point = floating
         self.is_signed = signed
-        self.short = short
 
     @property
     def is_complex(self) -> bool:
@@ -55,16 +54,16 @@ class dtype:
 
 _F32 = np.dtype("float32")
 
-float32 = dtype("float32", "float32", "f32", floating=True, signed=True)
-float64 = dtype("float64", "float64", "f64", floating=True, signed=True)
-float16 = dtype("float16", "float16", "f16", floating=True, signed=True)
-bfloat16 = dtype("bfloat16", "uint16", "bf16", floating=True, signed=True)
-int8 = dtype("int8", "int8", "i8", floating=False, signed=True)
-int16 = dtype("int16", "int16", "i16", floating=False, signed=True)
-int32 = dtype("int32", "int32", "i32", floating=False, signed=True)
-int64 = dtype("int64", "int64", "i64", floating=False, signed=True)
-uint8 = dtype("uint8", "uint8", "u8", floating=False, signed=False)
-bool = dtype("bool", "bool", "i1", floating=False, signed=False)  # noqa: A001 - PyTorch's name
+float32 = dtype("float32", "float32", floating=True, signed=True)
+float64 = dtype("float64", "float64", floating=True, signed=True)
+float16 = dtype("float16", "float16", floating=True, signed=True)
+bfloat16 = dtype("bfloat16", "uint16", floating=True, signed=True)
+int8 = dtype("int8", "int8", floating=False, signed=True)
+int16 = dtype("int16", "int16", floating=False, signed=True)
+int32 = dtype("int32", "int32", floating=False, signed=True)
+int64 = dtype("int64", "int64", floating=False, signed=True)
+uint8 = dtype("uint8", "uint8", floating=False, signed=False)
+bool = dtype("bool", "bool", floating=False, signed=False)  # noqa: A001 - PyTorch's name
 
 float, double, half, long, int, short = float32, float64, float16, int64, int32, int16  # noqa: A001
 
