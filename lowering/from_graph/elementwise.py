@@ -10,13 +10,17 @@ from __future__ import annotations
 from typing import Any
 
 from tensorplay.dialect import F64, I1, Value
+from tensorplay.dialect.ops import UNARY_OPS
 
 from .context import Cx, UnsupportedOp, rule, to_dialect_dtype
 
 __all__: list[str] = []
 
-_FLOAT_UNARY = ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
-                "tanh", "sigmoid", "erf", "reciprocal"]
+#: Rounding ops keep integers as they are (rules below); the other float-only unary ops of the dialect
+#: convert the registry op of the same name, computing in the promoted float type.
+_ROUNDING = ("floor", "ceil", "round", "trunc")
+_FLOAT_UNARY = [name for name, _, allowed, result, _ in UNARY_OPS
+                if allowed == "float" and result == "same" and name not in _ROUNDING]
 
 
 def _unary_float(name: str) -> None:
@@ -39,7 +43,7 @@ def _silu(cx: Cx, x: Value) -> Value:
 
 @rule("neg", "abs", "bitwise_not")
 def _unary_same(cx: Cx, x: Value) -> Value:
-    name = {"neg": "neg", "abs": "abs", "bitwise_not": "bitwise_not"}[cx.node_op_name()]
+    name = cx.node_op_name()
     if name == "abs" and x.type.dtype == I1:
         return x
     return cx.emit(f"tp.{name}", cx.tensor(x, cx.compute(x.type.dtype)))
