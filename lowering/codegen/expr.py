@@ -21,14 +21,12 @@ from collections.abc import Iterable, Mapping
 import llvmlite.ir as ir
 import sympy
 
+from ..errors import CodegenError
+
 __all__ = ["CodegenError", "ExprEmitter", "I1", "I8", "I32", "I64", "PTR", "i64"]
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
-
-
-class CodegenError(ValueError):
-    """The kernel IR uses something the LLVM code generator cannot lower (named in the message)."""
 
 
 def i64(v: int) -> ir.Constant:

@@ -7,14 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from tensorplay.export.functionalize import Field
+
 __all__ = ["Binding", "ArgSource", "Field", "Result", "Write", "rebuild", "as_array", "same_constant"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Field:
-    """A ``key`` step of :class:`ArgSource` that reads an attribute (a dataclass field), not an item."""
-
-    name: str
 
 
 @dataclasses.dataclass(frozen=True)

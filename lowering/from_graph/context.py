@@ -26,20 +26,9 @@ from tensorplay.dialect.attrs import Dense
 from tensorplay.dialect.types import DType
 
 from ..dtypes import DIALECT_DTYPES, SIGNATURE_NAMES
+from ..errors import ConversionError, UnsupportedOp
 
-__all__ = ["Cx", "SymVal", "LoweringError", "rule", "RULES", "UnsupportedOp", "to_dialect_dtype"]
-
-
-class LoweringError(NotImplementedError):
-    """The graph cannot be converted; ``unsupported`` lists ``(op, node, reason)`` for every op at fault."""
-
-    def __init__(self, message: str, unsupported: Sequence[tuple[str, str, str]] = ()):
-        self.unsupported = list(unsupported)
-        super().__init__(message)
-
-
-class UnsupportedOp(Exception):
-    """Raised by a rule for an op use the dialect cannot express (collected, reported all at once)."""
+__all__ = ["Cx", "SymVal", "ConversionError", "rule", "RULES", "UnsupportedOp", "to_dialect_dtype"]
 
 
 def to_dialect_dtype(dt: Any) -> DType:

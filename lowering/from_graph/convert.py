@@ -39,15 +39,16 @@ from tensorplay.dialect.opdef import OpError
 from tensorplay.dialect.symbolic import INF
 from tensorplay.ops import REGISTRY
 
+from ..errors import ConversionError, LoweringError
 from . import elementwise as _elementwise  # noqa: F401  (registers rules)
 from . import indexing as _indexing  # noqa: F401
 from . import movement as _movement  # noqa: F401
 from . import nn as _nn  # noqa: F401
 from .binding import ArgSource, Binding, Field, Result, as_array, rebuild
-from .context import RULES, SYM_OPS, Cx, LoweringError, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
+from .context import RULES, SYM_OPS, Cx, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
 from .symbols import floor_form, refine_range, used_symbols
 
-__all__ = ["graph_to_tp", "Binding", "ArgSource", "LoweringError", "supported_ops", "refine_range"]
+__all__ = ["graph_to_tp", "Binding", "ArgSource", "ConversionError", "LoweringError", "supported_ops", "refine_range"]
 
 #: Inline ``get_attr`` constants up to this many elements as ``dense<...>``; larger ones are weights.
 INLINE_LIMIT = 16
@@ -213,8 +214,8 @@ class _Converter:
         if self.unsupported:
             ops = sorted({op for op, _, _ in self.unsupported})
             lines = [f"  {op} (node {n}): {why}" for op, n, why in self.unsupported]
-            raise LoweringError(f"cannot convert the graph to the tp dialect: {len(ops)} unsupported op(s) "
-                                f"({', '.join(ops)}):\n" + "\n".join(lines), self.unsupported)
+            raise ConversionError(f"cannot convert the graph to the tp dialect: {len(ops)} unsupported op(s) "
+                                  f"({', '.join(ops)}):\n" + "\n".join(lines), self.unsupported)
         b.loc = None
         self.cx.node = None
         b.ret(*results)
@@ -281,7 +282,7 @@ class _Converter:
             value = as_array(self.weights[name])
             t = self.ttype(val) if val is not None else None
             if t is None or t.symbols:
-                raise LoweringError(f"weight {name!r} must have a static shape, got {val}")
+                raise ConversionError(f"weight {name!r} must have a static shape, got {val}")
             self.module_weights[wname] = t
             self.binding.weights[wname] = value.astype(t.dtype.numpy)
             self.values[node] = _Weight(wname, t)
@@ -659,7 +660,7 @@ def graph_to_tp(gm: Any, *, name: str = "main", weights: Mapping[str, Any] | Non
     ``weights`` maps placeholder names of lifted module state to their values: with
     ``state_as="constants"`` they become module weights referenced by ``tp.constant @name``, with
     ``"arguments"`` function arguments (``binding.state`` holds their values). ``get_attr`` state of
-    plain traces follows the same option. Raises :class:`LoweringError` (a NotImplementedError)
+    plain traces follows the same option. Raises :class:`ConversionError` (a NotImplementedError)
     listing every op of the graph the dialect cannot express.
 
     >>> import tensorplay as tp

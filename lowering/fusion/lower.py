@@ -49,6 +49,7 @@ from tensorplay.dialect.opdef import REGISTRY as _OPS
 from tensorplay.dialect.types import BufferType, TensorType
 
 from ..codegen.sort import scratch_type
+from ..errors import FusionError as LoweringError  # the function cannot be lowered (bad arguments ...)
 from ..tp_passes.expand import EXPANDED, expand_function
 from .contract import (
     GemmChain,
@@ -74,10 +75,6 @@ _NESTED = set(REDUCTIONS) | {"tp.cumsum", "tp.argmax", "tp.argmin"}
 #: ops lowered into a buffer of their own by ``emit(nest, op, out)`` (tensorplay.lowering.fusion.gather / kernel_random)
 _OWN_NEST = {"tp.scatter_add": emit_scatter_add, "tp.random": emit_random}
 SUPPORTED_OPS = SUPPORTED_OPS | set(GATHERS) | set(_OWN_NEST)
-
-
-class LoweringError(ValueError):
-    """The function cannot be lowered (bad argument kinds, missing weights...)."""
 
 
 class UnsupportedOpError(LoweringError):

@@ -28,6 +28,7 @@ import numpy as np
 from .. import _dtype
 from .._tensor import Tensor
 from .dynamic_shapes import ConstraintsExceededError
+from .functionalize import Field, writes_inputs
 from .graph_signature import OutputKind
 
 __all__ = ["compile", "lower", "NativeRunner", "UnsupportedProgramWarning", "native_runner"]
@@ -57,8 +58,7 @@ class NativeRunner:
     """
 
     def __init__(self, program: Any, compiled: Any):
-        from tensorplay.lowering.from_graph.binding import Field, Result
-        from tensorplay.lowering.from_graph.program import writes_inputs
+        from tensorplay.lowering.from_graph.binding import Result
 
         self.compiled = compiled
         self.placeholders = [n.name for n in program.graph.placeholders]
