@@ -8,8 +8,9 @@
 """
 from __future__ import annotations
 
+from ._workers import WorkerInfo, get_worker_info
 from .dataloader import BatchSampler, DataLoader, RandomSampler, Sampler, SequentialSampler, default_collate
 from .dataset import ConcatDataset, Dataset, Subset, TensorDataset, random_split
 
 __all__ = ["Dataset", "TensorDataset", "ConcatDataset", "Subset", "random_split", "DataLoader", "default_collate",
-           "Sampler", "SequentialSampler", "RandomSampler", "BatchSampler"]
+           "Sampler", "SequentialSampler", "RandomSampler", "BatchSampler", "WorkerInfo", "get_worker_info"]

@@ -131,19 +131,32 @@ class BatchSampler(Sampler):
 
 
 class DataLoader:
-    """Iterate over ``dataset`` in batches (single process; ``num_workers`` must be 0).
+    """Iterate over ``dataset`` in batches.
 
     ``shuffle=True`` draws a new order every epoch from ``generator``; ``drop_last`` drops the
-    incomplete final batch; ``collate_fn`` turns a list of samples into a batch.
+    incomplete final batch; ``collate_fn`` turns a list of samples into a batch. With ``num_workers > 0``
+    worker processes fetch and collate the batches (see :mod:`tensorplay.utils.data._workers`): the same
+    batches in the same order as in the calling process, ``prefetch_factor`` batches ahead per worker;
+    each worker seeds tensorplay's, Python's and numpy's generators with ``base_seed + worker id``
+    (``get_worker_info().seed``), the base seed derived from the loader's generator without drawing from it.
     """
 
     def __init__(self, dataset: Dataset, batch_size: int | None = 1, shuffle: bool | None = None, sampler=None,
                  batch_sampler=None, num_workers: int = 0, collate_fn: Callable | None = None,
                  pin_memory: bool = False, drop_last: bool = False, timeout: float = 0, worker_init_fn=None,
-                 generator=None, **kwargs):
-        if num_workers != 0:
-            raise ValueError(f"DataLoader: tensorplay loads in the calling process; num_workers must be 0, got "
-                             f"{num_workers}")
+                 multiprocessing_context=None, generator=None, *, prefetch_factor: int | None = None,
+                 persistent_workers: bool = False, **kwargs):
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers option should be non-negative; use num_workers=0 to disable "
+                             f"multiprocessing, got {num_workers!r}")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor option could only be specified in multiprocessing. let num_workers > 0 "
+                             "to enable multiprocessing, otherwise set prefetch_factor to None.")
+        if persistent_workers:
+            raise ValueError("persistent_workers=True is not supported: tensorplay starts the workers for each "
+                             "epoch")
+        if timeout < 0:
+            raise ValueError("timeout option should be non-negative")
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
         if batch_sampler is not None and (batch_size != 1 or shuffle or sampler is not None or drop_last):
@@ -151,6 +164,11 @@ class DataLoader:
                              "drop_last")
         self.dataset = dataset
         self.num_workers = num_workers
+        self.prefetch_factor = 2 if prefetch_factor is None and num_workers else prefetch_factor
+        self.timeout = timeout
+        self.worker_init_fn = worker_init_fn
+        self.multiprocessing_context = multiprocessing_context
+        self._epochs = 0
         self.drop_last = drop_last
         self.generator = generator
         if sampler is None:
@@ -165,6 +183,16 @@ class DataLoader:
         self.collate_fn = collate_fn
 
     def __iter__(self) -> Iterator[Any]:
+        if self.num_workers:
+            from ...random import default_generator
+            from ._workers import MultiProcessIterator
+            self._epochs += 1
+            origin = (self.generator or default_generator).initial_seed()
+            seed = int(np.random.SeedSequence([origin, self._epochs]).generate_state(1, np.uint64)[0]) >> 2
+            return MultiProcessIterator(self, seed)
+        return self._single_process()
+
+    def _single_process(self) -> Iterator[Any]:
         if self.batch_sampler is None:
             for idx in self.sampler:
                 yield self.collate_fn(self.dataset[idx])

@@ -57,7 +57,9 @@ def test_custom_collate_and_errors():
     with pytest.raises(ValueError, match="batch_size"):
         DataLoader(ds, batch_size=0)
     with pytest.raises(ValueError, match="num_workers"):
-        DataLoader(ds, num_workers=2)
+        DataLoader(ds, num_workers=-1)
+    with pytest.raises(ValueError, match="prefetch_factor"):
+        DataLoader(ds, prefetch_factor=2)
     with pytest.raises(ValueError, match="Size mismatch"):
         TensorDataset(tp.ones(3), tp.ones(4))
 
