@@ -295,7 +295,8 @@ class Tensor:
         return id(self)
 
     def __reduce_ex__(self, protocol):
-        raise TypeError("tensorplay tensors are not picklable: use tensorplay.save/export archives")
+        raise TypeError("tensorplay tensors are not picklable: save weights with tensorplay.save, programs with "
+                        "tensorplay.export.save (exported programs pickle by value as their archive)")
 
     def __deepcopy__(self, memo):
         t = Tensor._from_storage(self._data.copy(), self.dtype)

@@ -36,6 +36,7 @@ from .graph_signature import (
     OutputKind,
 )
 from .native import _FALLBACK, native_runner
+from .pickling import archive_bytes, program_from_archive
 
 __all__ = ["CallSpec", "EqualityConstraint", "ExportedProgram", "ModuleCallEntry", "ModuleCallSignature", "Verifier"]
 
@@ -397,6 +398,16 @@ class ExportedProgram:
         from . import serde
         return serde.deserialize_program(artifact, state_dict=state_dict, constants=constants,
                                          example_inputs=example_inputs)
+
+    def __reduce__(self) -> tuple:
+        """Pickle by value: the archive ``tensorplay.export.save`` writes (native code included when compiled),
+        read back by ``tensorplay.export.load`` (see :mod:`tensorplay.export.pickling`)."""
+        return program_from_archive, (archive_bytes(self),)
+
+    def __copy__(self) -> ExportedProgram:
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
 
     def __deepcopy__(self, memo: dict) -> ExportedProgram:
         root = self.graph_module.root
