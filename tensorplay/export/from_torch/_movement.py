@@ -18,7 +18,9 @@ def _dim(dim: int, rank: int) -> int:
 
 # ----------------------------------------------------------------------------- views and shapes
 def view(self: Any, size: Any) -> Any:
-    return R["view"](self, tuple(size))
+    """``view`` as ``reshape``: tensorplay's strides after a transpose or a copy need not be torch's, so a
+    view torch can take may need a copy here (in-place writes through views are checked separately)."""
+    return R["reshape"](self, tuple(size))
 
 
 def reshape(self: Any, shape: Any) -> Any:

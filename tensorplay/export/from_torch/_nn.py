@@ -134,20 +134,14 @@ def sdpa_flash_cpu(query: Any, key: Any, value: Any, dropout_p: float = 0.0, is_
 # ----------------------------------------------------------------------------- pooling
 def max_pool(self: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
              ceil_mode: bool = False) -> Any:
-    stride = _pair(stride) if stride not in ((), [], None) else None
-    return R["max_pool"](self, _pair(kernel_size), stride, _pair(padding), _pair(dilation), ceil_mode)
-
-
-class _NoIndices:
-    """Where a pooling op's indices would be: tensorplay's pooling does not give them."""
-
-    def __init__(self, op: str) -> None:
-        self.op = op
+    return max_pool_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode)[0]
 
 
 def max_pool_with_indices(self: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, dilation: Any = 1,
                           ceil_mode: bool = False) -> tuple:
-    return max_pool(self, kernel_size, stride, padding, dilation, ceil_mode), _NoIndices("max_pool_with_indices")
+    """``(values, indices)``, the indices flat offsets into each input plane as PyTorch's."""
+    stride = _pair(stride) if stride not in ((), [], None) else None
+    return tuple(R["max_pool"](self, _pair(kernel_size), stride, _pair(padding), _pair(dilation), ceil_mode))
 
 
 def avg_pool(self: Any, kernel_size: Any, stride: Any = (), padding: Any = 0, ceil_mode: bool = False,
@@ -162,7 +156,7 @@ def adaptive_avg_pool(self: Any, output_size: Any) -> Any:
 
 
 def adaptive_max_pool(self: Any, output_size: Any) -> tuple:
-    return R["adaptive_max_pool"](self, _pair(output_size)), _NoIndices("adaptive_max_pool")
+    return tuple(R["adaptive_max_pool"](self, _pair(output_size)))
 
 
 # ----------------------------------------------------------------------------- resampling

@@ -13,7 +13,6 @@ import sympy
 
 from ...graph.proxy import Proxy
 from . import UnsupportedTorchOpError
-from ._nn import _NoIndices
 
 
 def with_importer(fn: Callable) -> Callable:
@@ -32,10 +31,7 @@ def sym_numel(self: Any) -> Any:
 
 def getitem(container: Any, index: int) -> Any:
     """``operator.getitem`` on a multi-output op's result."""
-    value = container[index]
-    if isinstance(value, _NoIndices):
-        raise UnsupportedTorchOpError(f"the indices {value.op} returns are not available in tensorplay")
-    return value
+    return container[index]
 
 
 def sym_max(a: Any, b: Any) -> Any:
@@ -112,9 +108,25 @@ _VIEWS = {"view", "_unsafe_view", "reshape", "slice", "select", "narrow", "trans
 
 
 def _packet(node: Any) -> str:
-    target = node.target
-    name = getattr(target, "_opname", None) or getattr(target, "__name__", str(target))
-    return name
+    """The op name of a torch node without overload (``add_``, ``view``, ``getitem``)."""
+    packet = getattr(node.target, "_overloadpacket", None)
+    return packet.__name__ if packet is not None else getattr(node.target, "__name__", str(node.target))
+
+
+def _storage_root(node: Any) -> tuple[Any, bool]:
+    """``(node whose storage node's value lives in, whether a view lies between)``: in-place results
+    alias their first argument, views their base."""
+    through_view = False
+    while node.op == "call_function":
+        name = _packet(node)
+        if name.endswith("_") and not name.startswith("_"):
+            node = node.args[0]
+        elif name in _VIEWS:
+            through_view = True
+            node = node.args[0]
+        else:
+            break
+    return node, through_view
 
 
 def inplace(functional: Callable, name: str) -> Callable:
@@ -129,17 +141,20 @@ def inplace(functional: Callable, name: str) -> Callable:
         target = node.args[0]
         value = functional(importer, self, *args, **kwargs) if getattr(functional, "with_importer", False) \
             else functional(self, *args, **kwargs)
-        base = target
-        while _packet(base) in _VIEWS and base.op == "call_function":
-            base = base.args[0]
-        if base is not target and (importer.used_after(base, node) or importer.is_input(base)):
+        root, through_view = _storage_root(target)
+        if through_view and (importer.is_input(root) or importer.used_after(root, node)):
             raise UnsupportedTorchOpError(f"{name} writes into a view of a tensor that is read again; export "
                                           f"the program with run_decompositions() to functionalize it")
-        if importer.is_input(target):
-            if not isinstance(self, Proxy):
+        if importer.is_input(root):
+            proxy = importer.env[root]
+            if not isinstance(proxy, Proxy):
                 raise UnsupportedTorchOpError(f"{name} writes into an input that is not a tensor")
-            return self.copy_(value)
-        importer.env[target] = value
+            return proxy.copy_(value)
+        alias = target
+        while alias is not root:  # every name of the storage now reads the new value
+            importer.env[alias] = value
+            alias = alias.args[0]
+        importer.env[root] = value
         return value
     convert.with_importer = True
     convert.__name__ = name

@@ -33,7 +33,7 @@ from ...nn import Module, Parameter
 from ...ops._registry import recording_random_factories
 from ...random import fork_rng
 from .. import assertions
-from ..dynamic_shapes import Dim, check_dynamic_shapes, normalize_dynamic_shapes
+from ..dynamic_shapes import Dim
 from ..exporter import ExportTracer, _Declarations, _finish, _input_dims
 from ..settle import encode, render
 from . import UnsupportedTorchOpError, require_torch
@@ -161,8 +161,7 @@ class _Importer:
         bound = inspect.Signature(
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names[:len(args)]]
             + [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in names[len(args):]]).bind(*args, **kwargs)
-        spec = normalize_dynamic_shapes(names, self.dynamic_spec(args, kwargs, names))
-        check_dynamic_shapes(spec, dict(bound.arguments))
+        spec = self.dynamic_spec(args, kwargs, names)  # built from torch's shapes: consistent by construction
         decl = _Declarations(tracer.shape_env)
         placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
         with fork_rng(), no_grad(), recording_random_factories(tracer):
