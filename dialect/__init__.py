@@ -1,9 +1,11 @@
 """tensorplay's intermediate representation: an SSA IR whose tensor shapes are sympy expressions.
 
-Two levels share one declarative op table (:mod:`tensorplay.dialect.ops`, :mod:`tensorplay.dialect.shape_ops`,
-:mod:`tensorplay.dialect.kernel_ops`): ``tp`` (primitive tensor ops) and ``kernel`` (loop nests over buffers).
-The printer, parser, verifier, interpreter and :func:`docs_markdown` all read that table. This
-package imports nothing from ``tensorplay``, ``lowering`` or ``runtime``.
+Two levels, two dialect objects (:mod:`tensorplay.dialect.dialects`): ``TP`` (primitive tensor ops,
+declared in :mod:`tensorplay.dialect.ops` and :mod:`tensorplay.dialect.shape_ops`) and ``KERNEL`` (loop
+nests over buffers, :mod:`tensorplay.dialect.kernel_ops`). :data:`REGISTRY` is built from those two
+objects, and the printer, parser, verifier, interpreter and :func:`docs_markdown` all read it; passes are
+listed by name in one table (:mod:`tensorplay.dialect.passes.table`). Nothing registers itself on import.
+This package imports nothing from ``tensorplay``, ``lowering`` or ``runtime``.
 
 A tour: build a function, print it, parse it back, verify, run a pass, interpret::
 
@@ -38,21 +40,27 @@ A tour: build a function, print it, parse it back, verify, run a pass, interpret
     True
     >>> [op.name for op in m.functions[0].body.ops]
     ['tp.exp', 'tp.sum', 'tp.div', 'tp.return']
+
+Ops read through their declaration: attributes by name with declared defaults filled in, operands by
+declared name, traits::
+
+    >>> from tensorplay.dialect.opdef import PURE
+    >>> s = m.functions[0].body.ops[1]
+    >>> s.attr.axes, s.attr.keepdim, s.operand.input.owner.name, s.has(PURE)
+    ([1], True, 'tp.exp', True)
     >>> x = np.array([[0.0, 1.0, 2.0, 3.0]], np.float32)
     >>> out = run(m, [x])[0]
     >>> bool(np.allclose(out, np.exp(x) / np.exp(x).sum(1, keepdims=True)))
     True
 """
 
-from . import kernel_ops as _kernel_ops  # noqa: F401  (registers the kernel level)
-from . import ops as _ops  # noqa: F401  (registers the tp level)
+from .dialects import DIALECTS, KERNEL, REGISTRY, TP, Dialect, docs_markdown, lookup
 from .ir import Builder, Function, Module, Operation, Value, structurally_equal
-from .opdef import REGISTRY, docs_markdown
 from .parser import DialectParseError, parse, parse_function
 from .printer import print_function, print_module
 from .types import BF16, F16, F32, F64, I1, I8, I16, I32, I64, INDEX, U8, BufferType, TensorType, sym
 
-__all__ = ["Builder", "Function", "Module", "Operation", "Value", "structurally_equal", "REGISTRY",
-           "docs_markdown", "DialectParseError", "parse", "parse_function", "print_function", "print_module",
-           "BF16", "F16", "F32", "F64", "I1", "I8", "I16", "I32", "I64", "INDEX", "U8", "BufferType", "TensorType",
-           "sym"]
+__all__ = ["Builder", "Function", "Module", "Operation", "Value", "structurally_equal", "REGISTRY", "lookup",
+           "Dialect", "DIALECTS", "TP", "KERNEL", "docs_markdown", "DialectParseError", "parse", "parse_function",
+           "print_function", "print_module", "BF16", "F16", "F32", "F64", "I1", "I8", "I16", "I32", "I64", "INDEX",
+           "U8", "BufferType", "TensorType", "sym"]

@@ -30,8 +30,9 @@ import numpy as np
 import sympy
 
 from .attrs import WorkspacePlan
+from .dialects import REGISTRY
 from .ir import Block, Function, Module, Operation, Value
-from .opdef import REGISTRY
+from .opdef import TERMINATOR
 from .reference import round_bf16
 from .types import BF16, BufferType, IndexType, ScalarType, TensorType, Type, sym
 
@@ -213,8 +214,7 @@ class Interpreter:
     def run_block(self, block: Block) -> list[Any]:
         """Execute the ops of a block; returns the terminator's operand values (or [])."""
         for op in block.ops:
-            d = REGISTRY[op.name]
-            if d.has("terminator"):
+            if op.has(TERMINATOR):
                 return [self.values[v] for v in op.operands]
             results = self.run_op(op)
             for r, v in zip(op.results, results):
@@ -265,17 +265,17 @@ class Interpreter:
         plan: WorkspacePlan | None = self.function.workspace
         if plan is None or self.workspace is None:
             raise InterpretError("kernel.alloc in a function without a workspace plan")
-        off = self.eval(op.attributes["offset"])
+        off = self.eval(op.attr.offset)
         shape = [self.eval(d) for d in t.shape]
         nbytes = int(np.prod(shape)) * t.dtype.numpy.itemsize
         if off < 0 or off + nbytes > self.workspace.size:
-            raise InterpretError(f"kernel.alloc slot {op.attributes['slot']!r}: bytes [{off}, {off + nbytes}) "
+            raise InterpretError(f"kernel.alloc slot {op.attr.slot!r}: bytes [{off}, {off + nbytes}) "
                                  f"exceed the workspace of {self.workspace.size} bytes")
         return self.workspace[off:off + nbytes].view(t.dtype.numpy).reshape(shape)
 
     def loop_range(self, op: Operation) -> range:
-        a = op.attributes
-        return range(self.eval(a["lower"]), self.eval(a["upper"]), self.eval(a["step"]))
+        a = op.attr
+        return range(self.eval(a.lower), self.eval(a.upper), self.eval(a.step))
 
 
 def _num(x: Any) -> Any:
@@ -288,7 +288,7 @@ def _run_kernel(interp: Interpreter, op: Operation) -> list[Any]:
 
 
 def _run_for(interp: Interpreter, op: Operation) -> list[Any]:
-    iv = op.attributes["iv"]
+    iv = op.attr.iv
     for i in interp.loop_range(op):
         interp.symbols[iv] = i
         interp.run_block(op.body)
@@ -317,13 +317,13 @@ def literal(value: float, t: Type) -> Any:
 
 
 def _run_constant(interp: Interpreter, op: Operation) -> list[Any]:
-    return [interp.conform(op, op.result, literal(op.attributes["value"], op.result.type))]
+    return [interp.conform(op, op.result, literal(op.attr.value, op.result.type))]
 
 
 def _run_reduce(interp: Interpreter, op: Operation) -> list[Any]:
-    iv = op.attributes["iv"]
-    acc = interp.conform(op, op.result, literal(op.attributes["init"], op.result.type))
-    fn = _COMBINE[op.attributes["combine"]]
+    iv = op.attr.iv
+    acc = interp.conform(op, op.result, literal(op.attr.init, op.result.type))
+    fn = _COMBINE[op.attr.combine]
     for i in interp.loop_range(op):
         interp.symbols[iv] = i
         (v,) = interp.run_block(op.body)

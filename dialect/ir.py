@@ -10,6 +10,18 @@ Build IR with a :class:`Builder`; op result types are inferred from the op table
     >>> _ = b.ret(y)
     >>> str(y.type)
     'tensor<[s0, 4], f32>'
+
+Read an op through its declaration: attributes by name with declared defaults (``op.attr``),
+operands by declared name (``op.operand``), traits (``op.has``)::
+
+    >>> s = b.sum(y, axes=[1])
+    >>> op = s.owner
+    >>> op.attr.axes, op.attr.keepdim, op.operand.input is y, op.has("pure")
+    ([1], False, True, True)
+    >>> op.attr.axis  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    AttributeError: tp.sum declares no attribute 'axis' (declared: axes, keepdim, origin...)
 """
 
 from __future__ import annotations
@@ -21,11 +33,13 @@ import numpy as np
 import sympy
 
 from .attrs import Dense, WorkspacePlan
+from .dialects import REGISTRY, lookup
+from .opdef import COMMON_ATTRS, OpDef
 from .symbolic import INF, Facts, to_expr
 from .types import Type, type_symbols
 
-__all__ = ["Value", "Operation", "Block", "Region", "Function", "Module", "Builder", "Site",
-           "structurally_equal", "IRError"]
+__all__ = ["Value", "Operation", "OpAttributes", "OpOperands", "Block", "Region", "Function", "Module", "Builder",
+           "Site", "structurally_equal", "IRError"]
 
 
 class IRError(ValueError):
@@ -92,6 +106,26 @@ class Operation:
         """The block of the first region (ops with a region: kernel.for, kernel.reduce, ...)."""
         return self.regions[0].block
 
+    @property
+    def definition(self) -> OpDef:
+        """The op's declaration in the op table (UnknownOpError when the table has none)."""
+        return lookup(self.name)
+
+    @property
+    def attr(self) -> OpAttributes:
+        """Attributes by declared name, declared defaults filled in: ``op.attr.axis``."""
+        return OpAttributes(self)
+
+    @property
+    def operand(self) -> OpOperands:
+        """Operands by declared name: ``op.operand.input`` (a list for a variadic, None for an absent optional)."""
+        return OpOperands(self)
+
+    def has(self, trait: str) -> bool:
+        """True if the op's declaration has ``trait`` (``PURE``, ``ELEMENTWISE``, ...); False for undeclared ops."""
+        d = REGISTRY.get(self.name)
+        return d is not None and trait in d.traits
+
     def set_operand(self, i: int, v: Value) -> None:
         old = self.operands[i]
         old.uses.remove((self, i))
@@ -123,6 +157,47 @@ class Operation:
 
     def __repr__(self) -> str:
         return f"<Operation {self.name}>"
+
+
+class OpAttributes:
+    """``op.attr``: an op's attributes by declared name; an undeclared name is an AttributeError."""
+
+    __slots__ = ("_op",)
+
+    def __init__(self, op: Operation):
+        self._op = op
+
+    def __getattr__(self, name: str) -> Any:
+        op = self._op
+        d = lookup(op.name)
+        spec = d.attr_spec(name)
+        if spec is None:
+            declared = ", ".join(a.name for a in d.attrs + COMMON_ATTRS)
+            raise AttributeError(f"{op.name} declares no attribute {name!r} (declared: {declared})")
+        if name in op.attributes:
+            return op.attributes[name]
+        if spec.required:
+            raise IRError(f"{op.name}: required attribute {name!r} is missing")
+        return spec.default
+
+
+class OpOperands:
+    """``op.operand``: an op's operands by declared name; an undeclared name is an AttributeError."""
+
+    __slots__ = ("_op",)
+
+    def __init__(self, op: Operation):
+        self._op = op
+
+    def __getattr__(self, name: str) -> Any:
+        op = self._op
+        d = lookup(op.name)
+        try:
+            at = d.operand_position(name, len(op.operands))
+        except KeyError:
+            raise AttributeError(f"{op.name} declares no operand {name!r} "
+                                 f"(declared: {', '.join(d.operands) or 'none'})") from None
+        return None if at is None else op.operands[at]
 
 
 class Block:
@@ -268,7 +343,6 @@ class Builder:
 
     def create(self, name: str, operands: Sequence[Value] = (), attrs: Mapping[str, Any] | None = None,
                result_types: Sequence[Type] | None = None, regions: int = 0, loc: str | None = None) -> Any:
-        from .opdef import lookup
         d = lookup(name)
         attrs = d.complete_attrs(dict(attrs or {}))
         if result_types is None:
@@ -311,7 +385,6 @@ class _LevelShortcuts:
         self.b, self.level = b, level
 
     def __getattr__(self, name: str) -> Any:
-        from .opdef import REGISTRY
         full = f"{self.level}.{name.rstrip('_')}"
         if full not in REGISTRY:
             raise AttributeError(f"no op {full!r}")

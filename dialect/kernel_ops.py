@@ -19,21 +19,28 @@ over loop variables and the function's symbols::
 
 Scalar arithmetic (``kernel.add``, ``kernel.exp``, ...) is generated from the same tables as the tp
 elementwise ops (:data:`tensorplay.dialect.ops.UNARY_OPS`, :data:`tensorplay.dialect.ops.BINARY_OPS`).
+Weights and literals are read-only buffers (``kernel.global``); data-dependent addressing
+(``kernel.load_at``, ``kernel.store_at``, ``kernel.check_index``), ``kernel.nonzero``, ``kernel.random``
+and ``kernel.sort`` close the list.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import sympy
 
-from .attrs import BOOL, DTYPE, EXPR, EXPRS, FLOAT, STR, enum
+from .attrs import BOOL, CONST, DTYPE, EXPR, EXPRS, FLOAT, INT, INTS, STR, Dense, enum
 from .opdef import PURE, SIDE_EFFECT, TERMINATOR, A, OpError, op
 from .ops import declare_elementwise
+from .reference import draw, gemm, sort
 from .shapes import check_dtype, elem_dtype
-from .types import I1, INDEX, BufferType, IndexType, ScalarType, Type
+from .types import I1, I64, INDEX, BufferType, IndexType, ScalarType, Type
 
-__all__ = ["LOOP_ATTRS", "COMBINES"]
+__all__ = ["LOOP_ATTRS", "COMBINES", "RANDOM_DISTRIBUTIONS", "RANDOM_DTYPES", "sort_scratch_type"]
 
-declare_elementwise("kernel", "scalar")
+ELEMENTWISE_OPS = declare_elementwise("kernel", "scalar")
 
 #: Loop attributes shared by kernel.for and kernel.reduce: the loop symbol and its bounds (sympy).
 LOOP_ATTRS = [A("iv", EXPR), A("lower", EXPR, sympy.Integer(0)), A("upper", EXPR), A("step", EXPR, sympy.Integer(1))]
@@ -173,7 +180,6 @@ class Index:
         return [INDEX]
 
     def reference(ctx, args, attrs):
-        import numpy as np
         return [np.int64(ctx.eval(attrs["expr"]))]
 
 
@@ -221,7 +227,6 @@ class ScalarCast:
         return [ScalarType(attrs["dtype"])]
 
     def reference(ctx, args, attrs):
-        import numpy as np
         with np.errstate(all="ignore"):
             return [np.asarray(args[0]).astype(attrs["dtype"].numpy)[()]]
 
@@ -254,7 +259,6 @@ class Gemm:
         return []
 
     def reference(ctx, args, attrs):
-        from .reference import gemm
         m, n, k = (ctx.eval(attrs[x]) for x in ("m", "n", "k"))
         flat = [a.reshape(-1) for a in args]
         ao, bo, co = (ctx.eval(attrs[x]) for x in ("a_offset", "b_offset", "c_offset"))
@@ -273,3 +277,193 @@ class KernelReturn:
 
         kernel.return
     """
+
+
+# ============================================================================ read-only buffers
+
+
+@op("kernel.global", attrs=[A("value", CONST)], traits=[PURE])
+class Global:
+    """A read-only buffer holding a module weight (``@name``) or an inline literal (``dense<...>``).
+
+        %w = kernel.global {value = @p_fc1_weight} : buffer<[10, 784], f32>
+    """
+
+    def infer(types, attrs, facts):
+        return None  # the buffer type is written explicitly
+
+    def reference(ctx, args, attrs):
+        v = attrs["value"]
+        return [v.array.copy() if isinstance(v, Dense) else ctx.weight(v.name)]
+
+
+# ============================================================================ data-dependent positions
+# Entry ``axis`` of ``index`` is an offset added to the runtime ``position``; the access clamps into the dim.
+
+
+def _at_types(types: list, attrs: dict, name: str, first: int) -> BufferType:
+    b = types[first]
+    if not isinstance(b, BufferType):
+        raise OpError(f"{name}: buffer must be a buffer, got {b}")
+    pos = types[first + 1]
+    if not (isinstance(pos, IndexType) or (isinstance(pos, ScalarType) and pos.dtype.is_int)):
+        raise OpError(f"{name}: position must be an integer scalar or index, got {pos}")
+    if len(attrs["index"]) != b.rank:
+        raise OpError(f"{name}: index needs {b.rank} entries for {b}, got {len(attrs['index'])}")
+    if not -b.rank <= attrs["axis"] < b.rank:
+        raise OpError(f"{name}: axis {attrs['axis']} out of range for {b}")
+    return b
+
+
+def _at(ctx: Any, buf: np.ndarray, pos: Any, attrs: dict) -> tuple[int, ...]:
+    ax = attrs["axis"] % buf.ndim
+    idx = [ctx.eval(e) for e in attrs["index"]]
+    idx[ax] = min(max(idx[ax] + int(pos), 0), buf.shape[ax] - 1)
+    return tuple(idx)
+
+
+@op("kernel.load_at", operands=["buffer", "position"], attrs=[A("axis", INT), A("index", EXPRS)], traits=[PURE])
+class LoadAt:
+    """Read one element whose ``axis`` coordinate is ``index[axis] + position`` (clamped into the dim).
+
+        %1 = kernel.load_at %w, %0 {axis = 0, index = [0, i1]} : f32
+    """
+
+    def infer(types, attrs, facts):
+        return [ScalarType(_at_types(types, attrs, "kernel.load_at", 0).dtype)]
+
+    def reference(ctx, args, attrs):
+        return [args[0][_at(ctx, args[0], args[1], attrs)]]
+
+
+@op("kernel.store_at", operands=["value", "buffer", "position"], attrs=[A("axis", INT), A("index", EXPRS)],
+    traits=[SIDE_EFFECT])
+class StoreAt:
+    """Write one element whose ``axis`` coordinate is ``index[axis] + position`` (clamped into the dim).
+
+        kernel.store_at %3, %out0, %0 {axis = 0, index = [0, i1]}
+    """
+
+    def infer(types, attrs, facts):
+        b = _at_types(types, attrs, "kernel.store_at", 1)
+        if elem_dtype(types[0]) != b.dtype:
+            raise OpError(f"kernel.store_at: value type {types[0]} does not match {b}")
+        return []
+
+    def reference(ctx, args, attrs):
+        args[1][_at(ctx, args[1], args[2], attrs)] = args[0]
+        return []
+
+
+@op("kernel.check_index", operands=["position"], attrs=[A("upper", EXPR)], traits=[SIDE_EFFECT])
+class CheckIndex:
+    """Fail the program (an index error) unless ``0 <= position < upper``.
+
+        kernel.check_index %0 {upper = 50257}
+    """
+
+    def infer(types, attrs, facts):
+        t = types[0]
+        if not (isinstance(t, IndexType) or (isinstance(t, ScalarType) and t.dtype.is_int)):
+            raise OpError(f"kernel.check_index: position must be an integer scalar or index, got {t}")
+        return []
+
+    def reference(ctx, args, attrs):
+        n = ctx.eval(attrs["upper"])
+        if not 0 <= int(args[0]) < n:
+            raise IndexError(f"index {int(args[0])} is out of range for a dimension of size {n}")
+        return []
+
+
+# ============================================================================ nonzero, random, sort
+
+
+@op("kernel.nonzero", operands=["input", "indices"], attrs=[A("slot", INT), A("extents", INTS, [])],
+    traits=[SIDE_EFFECT])
+class KernelNonzero:
+    """Row-major indices of the nonzero elements of ``input`` into the first rows of ``indices`` (rows after
+    the count are zero); the count goes to counts slot ``slot``.
+
+        kernel.nonzero %x, %out0 {extents = [0, 0, 1], slot = 0}
+    """
+
+    def infer(types, attrs, facts):
+        x, out = types
+        for t, what in ((x, "input"), (out, "indices")):
+            if not isinstance(t, BufferType):
+                raise OpError(f"kernel.nonzero: {what} must be a buffer, got {t}")
+        if out.dtype != I64 or out.rank != 2 or out.shape[1] != max(x.rank, 1):
+            raise OpError(f"kernel.nonzero: indices must be an i64 buffer [rows, {max(x.rank, 1)}], got {out}")
+        if len(attrs["extents"]) % 3:
+            raise OpError(f"kernel.nonzero: extents must be (output, dim, coefficient) triples, got "
+                          f"{attrs['extents']}")
+        return []
+
+    def reference(ctx, args, attrs):
+        x, out = args
+        found = np.argwhere(x.reshape(-1) if x.ndim == 0 else x).astype(np.int64)
+        out[...] = 0
+        out[:len(found)] = found
+        return []
+
+
+RANDOM_DISTRIBUTIONS = ("uniform", "normal")
+RANDOM_DTYPES = ("f16", "bf16", "f32", "f64")
+
+
+@op("kernel.random", operands=["seed", "buffer"], attrs=[A("distribution", enum(*RANDOM_DISTRIBUTIONS))],
+    traits=[SIDE_EFFECT])
+class KernelRandom:
+    """Fill a whole float buffer with ``tp.random``'s draws for ``seed`` (an i64 scalar).
+
+        kernel.random %2, %t0 {distribution = uniform}
+    """
+
+    def infer(types, attrs, facts):
+        if elem_dtype(types[0]).name != "i64" or not isinstance(types[0], ScalarType):
+            raise OpError(f"kernel.random: seed must be an i64 scalar, got {types[0]}")
+        if not isinstance(types[1], BufferType) or types[1].dtype.name not in RANDOM_DTYPES:
+            raise OpError(f"kernel.random: buffer must be a float buffer ({', '.join(RANDOM_DTYPES)}), "
+                          f"got {types[1]}")
+        return []
+
+    def reference(ctx, args, attrs):
+        buf = args[1]
+        buf[...] = draw(int(args[0]), attrs["distribution"], buf.shape).astype(buf.dtype)
+        return []
+
+
+@op("kernel.sort", operands=["input", "values", "indices", "scratch"], attrs=[A("axis", INT),
+                                                                            A("descending", BOOL, False)],
+    traits=[SIDE_EFFECT])
+class KernelSort:
+    """Stable sort of ``input`` along ``axis`` into ``values`` and i64 ``indices`` (same shape); ``scratch``
+    holds at least 4 * dim i64 (NaN sorts as the largest value).
+
+        kernel.sort %x, %v, %i, %t0 {axis = 1, descending = true}
+    """
+
+    def infer(types, attrs, facts):
+        for t, what in zip(types, ("input", "values", "indices", "scratch")):
+            if not isinstance(t, BufferType):
+                raise OpError(f"kernel.sort: {what} must be a buffer, got {t}")
+        x, v, i, s = types
+        if not -x.rank <= attrs["axis"] < x.rank:
+            raise OpError(f"kernel.sort: axis {attrs['axis']} out of range for {x}")
+        if v.dtype != x.dtype or list(v.shape) != list(x.shape):
+            raise OpError(f"kernel.sort: values must be {x}, got {v}")
+        if i.dtype != I64 or list(i.shape) != list(x.shape) or s.dtype != I64:
+            raise OpError(f"kernel.sort: indices and scratch must be i64 buffers, got {i} and {s}")
+        return []
+
+    def reference(ctx, args, attrs):
+        x, vals, idx, _ = args
+        v, i = sort(x, attrs["axis"] % x.ndim, attrs["descending"])
+        vals[...], idx[...] = v, i
+        return []
+
+
+def sort_scratch_type(t: Any, axis: int) -> BufferType:
+    """The i64 scratch buffer a ``kernel.sort`` of a tensor of type ``t`` along ``axis`` needs (two rows of
+    indices and two of keys, each key in an i64 slot at most)."""
+    return BufferType((4 * t.shape[axis % t.rank],), I64)

@@ -1,4 +1,4 @@
-"""The machinery behind the op table: :class:`OpDef`, the ``@op`` decorator and the registry.
+"""The machinery behind the op table: :class:`OpDef` and the ``@op`` decorator.
 
 An op is declared once, as a decorated class in the spirit of MLIR ODS / xDSL ``irdl_op_definition``::
 
@@ -11,8 +11,9 @@ An op is declared once, as a decorated class in the spirit of MLIR ODS / xDSL ``
         def infer(types, attrs, facts): ...     # -> result types (sympy shapes)
         def reference(ctx, args, attrs): ...    # -> numpy results
 
-The printer, parser, verifier, interpreter, docs table (:func:`docs_markdown`) and coverage tests all
-read :data:`REGISTRY`.
+Declaring registers nothing: the dialect objects of :mod:`tensorplay.dialect.dialects` gather the
+declarations of their modules into :data:`~tensorplay.dialect.dialects.REGISTRY`, which the printer,
+parser, verifier, interpreter, docs table and coverage tests read.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from .attrs import STR, AttrError, AttrKind
 from .symbolic import Facts
 from .types import Type
 
-__all__ = ["A", "OpDef", "OpError", "op", "REGISTRY", "lookup", "register", "docs_markdown", "UnknownOpError",
-           "PURE", "COMMUTATIVE", "ELEMENTWISE", "ASSERTION", "TERMINATOR", "SIDE_EFFECT", "REQUIRED",
-           "COMMON_ATTRS"]
+__all__ = ["A", "OpDef", "OpError", "op", "UnknownOpError", "PURE", "COMMUTATIVE", "ELEMENTWISE", "ASSERTION",
+           "TERMINATOR", "SIDE_EFFECT", "REQUIRED", "COMMON_ATTRS"]
 
 PURE, COMMUTATIVE, ELEMENTWISE = "pure", "commutative", "elementwise"
 ASSERTION, TERMINATOR, SIDE_EFFECT = "assertion", "terminator", "side_effect"
@@ -98,6 +98,16 @@ class OpDef:
         hi = None if any(o.endswith("*") for o in self.operands) else len(self.operands)
         return lo, hi
 
+    def operand_position(self, name: str, count: int) -> int | slice | None:
+        """Where the operand declared as ``name`` sits among ``count`` operands: an index, a slice (a
+        variadic ``name*``) or None (an absent optional ``name?``); KeyError when none is declared so."""
+        for i, o in enumerate(self.operands):
+            if o.rstrip("?*") == name:
+                if o.endswith("*"):
+                    return slice(i, count)
+                return None if i >= count else i
+        raise KeyError(name)
+
     def attr_spec(self, name: str) -> A | None:
         for a in self.attrs + COMMON_ATTRS:
             if a.name == name:
@@ -141,27 +151,6 @@ class OpDef:
         return out
 
 
-REGISTRY: dict[str, OpDef] = {}
-
-
-def register(d: OpDef) -> OpDef:
-    if d.name in REGISTRY:
-        raise ValueError(f"op {d.name} declared twice")
-    REGISTRY[d.name] = d
-    return d
-
-
-def lookup(name: str) -> OpDef:
-    """The declaration of ``name``; an unknown name lists the closest known ops."""
-    try:
-        return REGISTRY[name]
-    except KeyError:
-        import difflib
-        near = difflib.get_close_matches(name, list(REGISTRY), n=3)
-        hint = f"; did you mean {', '.join(near)}?" if near else ""
-        raise UnknownOpError(f"unknown op {name!r}{hint}") from None
-
-
 def _no_results(types: list[Type], attrs: dict, facts: Facts) -> list[Type]:
     return []
 
@@ -175,21 +164,7 @@ def op(name: str, operands: Sequence[str] = (), attrs: Sequence[A] = (), traits:
     """
     def deco(cls: type) -> OpDef:
         ns = cls.__dict__
-        d = OpDef(name=name, operands=tuple(operands), attrs=tuple(attrs), traits=frozenset(traits),
-                  num_regions=regions, infer=ns.get("infer", _no_results), reference=ns.get("reference"),
-                  doc=cls.__doc__ or "")
-        return register(d)
+        return OpDef(name=name, operands=tuple(operands), attrs=tuple(attrs), traits=frozenset(traits),
+                     num_regions=regions, infer=ns.get("infer", _no_results), reference=ns.get("reference"),
+                     doc=cls.__doc__ or "")
     return deco
-
-
-def docs_markdown(level: str | None = None) -> str:
-    """A markdown table of the ops (optionally of one level), generated from the registry."""
-    rows = ["| op | operands | attributes | traits | summary |", "| --- | --- | --- | --- | --- |"]
-    for n in sorted(REGISTRY):
-        d = REGISTRY[n]
-        if level is not None and d.level != level:
-            continue
-        attrs = ", ".join(f"{a.name}: {a.kind.name}" + ("" if a.required else f" = {a.default}") for a in d.attrs)
-        rows.append(f"| `{n}` | {', '.join(d.operands) or '-'} | {attrs or '-'} | "
-                    f"{', '.join(sorted(d.traits)) or '-'} | {d.summary} |")
-    return "\n".join(rows) + "\n"

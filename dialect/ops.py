@@ -19,7 +19,7 @@ import sympy
 
 from . import reference as R
 from .attrs import BOOL, CONST, DTYPE, EXPR, EXPRS, FLOAT, INT, INTS, PAIRS, Dense, enum
-from .opdef import COMMUTATIVE, ELEMENTWISE, PURE, A, OpDef, OpError, op, register
+from .opdef import COMMUTATIVE, ELEMENTWISE, PURE, A, OpDef, OpError, op
 from .shapes import broadcast, check_dtype, elem_dtype, norm_axis, require_equal, same_kind, tensor
 from .symbolic import Facts
 from .types import I1, I64, INDEX, DType, IndexType, ScalarType, TensorType, Type, dtype_of_numpy
@@ -123,8 +123,9 @@ def _ew_reference(fn: Callable[..., Any]) -> Callable[..., list]:
     return reference
 
 
-def declare_elementwise(level: str, level_kind: str) -> None:
-    """Register ``<level>.<name>`` for every entry of the unary and binary tables."""
+def declare_elementwise(level: str, level_kind: str) -> tuple[OpDef, ...]:
+    """``<level>.<name>`` for every entry of the unary and binary tables."""
+    out = []
     sample = "tensor<[s0, 64], f32>" if level_kind == "tensor" else "f32"
     for table, arity in ((UNARY_OPS, 1), (BINARY_OPS, 2)):
         for short, fn, allowed, result, summary in table:
@@ -135,11 +136,12 @@ def declare_elementwise(level: str, level_kind: str) -> None:
             args = "%0" if arity == 1 else "%0, %1"
             doc = f"{summary}\n\n    %{arity} = {name} {args} : {rtype}\n"
             traits = [PURE, ELEMENTWISE] + ([COMMUTATIVE] if short in _COMMUTATIVE else [])
-            register(OpDef(name, ("x",) if arity == 1 else ("lhs", "rhs"), (), frozenset(traits), 0,
-                           elementwise_infer(name, allowed, result, level_kind), _ew_reference(fn), doc))
+            out.append(OpDef(name, ("x",) if arity == 1 else ("lhs", "rhs"), (), frozenset(traits), 0,
+                             elementwise_infer(name, allowed, result, level_kind), _ew_reference(fn), doc))
+    return tuple(out)
 
 
-declare_elementwise("tp", "tensor")
+ELEMENTWISE_OPS = declare_elementwise("tp", "tensor")
 
 # ============================================================================ where / cast
 
@@ -186,7 +188,7 @@ def _reduce_shape(t: TensorType, axes: list[int], keepdim: bool) -> list:
             if keepdim or i not in axes]
 
 
-def _declare_reduction(short: str, fn: Callable[..., Any], allowed: str, summary: str) -> None:
+def _declare_reduction(short: str, fn: Callable[..., Any], allowed: str, summary: str) -> OpDef:
     name = f"tp.{short}"
 
     def infer(types, attrs, facts):
@@ -203,17 +205,17 @@ def _declare_reduction(short: str, fn: Callable[..., Any], allowed: str, summary
         return [fn(args[0], axis=tuple(attrs["axes"]), keepdims=attrs["keepdim"])]
 
     doc = f"{summary}\n\n    %1 = {name} %0 {{axes = [1], keepdim = true}} : tensor<[s0, 1], f32>\n"
-    register(OpDef(name, ("input",), (A("axes", INTS), A("keepdim", BOOL, False)), frozenset([PURE]), 0,
-                   infer, reference, doc))
+    return OpDef(name, ("input",), (A("axes", INTS), A("keepdim", BOOL, False)), frozenset([PURE]), 0,
+                 infer, reference, doc)
 
 
-_declare_reduction("sum", np.sum, "any", "Sum over ``axes``.")
-_declare_reduction("prod", np.prod, "any", "Product over ``axes``.")
-_declare_reduction("amax", np.max, "any", "Maximum over ``axes`` (NaN propagates).")
-_declare_reduction("amin", np.min, "any", "Minimum over ``axes`` (NaN propagates).")
+REDUCTIONS = (_declare_reduction("sum", np.sum, "any", "Sum over ``axes``."),
+              _declare_reduction("prod", np.prod, "any", "Product over ``axes``."),
+              _declare_reduction("amax", np.max, "any", "Maximum over ``axes`` (NaN propagates)."),
+              _declare_reduction("amin", np.min, "any", "Minimum over ``axes`` (NaN propagates)."))
 
 
-def _declare_arg_reduction(short: str, fn: Callable[..., Any], summary: str) -> None:
+def _declare_arg_reduction(short: str, fn: Callable[..., Any], summary: str) -> OpDef:
     name = f"tp.{short}"
 
     def infer(types, attrs, facts):
@@ -225,12 +227,12 @@ def _declare_arg_reduction(short: str, fn: Callable[..., Any], summary: str) -> 
         return [fn(args[0], axis=attrs["axis"], keepdims=attrs["keepdim"]).astype(np.int64)]
 
     doc = f"{summary}\n\n    %1 = {name} %0 {{axis = 1}} : tensor<[s0], i64>\n"
-    register(OpDef(name, ("input",), (A("axis", INT), A("keepdim", BOOL, False)), frozenset([PURE]), 0,
-                   infer, reference, doc))
+    return OpDef(name, ("input",), (A("axis", INT), A("keepdim", BOOL, False)), frozenset([PURE]), 0,
+                 infer, reference, doc)
 
 
-_declare_arg_reduction("argmax", np.argmax, "Index (i64) of the first maximum along ``axis``.")
-_declare_arg_reduction("argmin", np.argmin, "Index (i64) of the first minimum along ``axis``.")
+ARG_REDUCTIONS = (_declare_arg_reduction("argmax", np.argmax, "Index (i64) of the first maximum along ``axis``."),
+                  _declare_arg_reduction("argmin", np.argmin, "Index (i64) of the first minimum along ``axis``."))
 
 # ============================================================================ constants
 
@@ -308,10 +310,8 @@ class Random:
         return [TensorType(attrs["shape"], attrs["dtype"])]
 
     def reference(ctx, args, attrs):
-        rng = np.random.default_rng(int(args[0]))
         shape = [ctx.eval(d) for d in attrs["shape"]]
-        v = rng.random(shape) if attrs["distribution"] == "uniform" else rng.standard_normal(shape)
-        return [v.astype(attrs["dtype"].numpy)]
+        return [R.draw(int(args[0]), attrs["distribution"], shape).astype(attrs["dtype"].numpy)]
 
 
 # ============================================================================ movement
@@ -631,21 +631,31 @@ class ConvTranspose:
 # ============================================================================ special
 
 
-@op("tp.nonzero", operands=["input"], attrs=[A("rows", EXPR)], traits=[PURE])
+@op("tp.nonzero", operands=["input"], attrs=[A("rows", EXPR, None), A("slot", INT, None), A("extents", INTS, None)],
+    traits=[PURE])
 class Nonzero:
     """Indices (i64, one row per nonzero element, row-major order); ``rows`` is a fresh symbol.
 
         %1 = tp.nonzero %0 {rows = u0} : tensor<[u0, 2], i64>
+
+    Padded by ``pad-unbacked``: one row per input element (zeros after the count), the count goes to
+    count slot ``slot``, ``extents`` lists the (output, dim, coefficient) triples of the results it sizes:
+
+        %1 = tp.nonzero %0 {extents = [0, 0, 1], slot = 0} : tensor<[8*s0, 2], i64>
     """
 
     def infer(types, attrs, facts):
         t = tensor(types[0], "tp.nonzero", "input")
-        if not attrs["rows"].is_Symbol:
-            raise OpError(f"tp.nonzero: rows must be a fresh symbol, got {attrs['rows']}")
+        if attrs.get("slot") is not None:
+            return [TensorType((sympy.Mul(*t.shape), t.rank), I64)]
+        if attrs.get("rows") is None or not attrs["rows"].is_Symbol:
+            raise OpError(f"tp.nonzero: rows must be a fresh symbol, got {attrs.get('rows')}")
         return [TensorType((attrs["rows"], t.rank), I64)]
 
     def reference(ctx, args, attrs):
         out = np.argwhere(args[0]).astype(np.int64)
+        if attrs.get("slot") is not None:
+            return [np.concatenate([out, np.zeros((args[0].size - len(out), out.shape[1]), np.int64)])]
         ctx.bind(attrs["rows"], out.shape[0])
         return [out]
 
@@ -700,5 +710,3 @@ class CumSum:
     def reference(ctx, args, attrs):
         return [np.cumsum(args[0], axis=attrs["axis"], dtype=args[0].dtype)]
 
-
-from . import shape_ops as _shape_ops  # noqa: E402,F401  (registers tp.dim, assertions, tp.return)

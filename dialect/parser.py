@@ -23,8 +23,9 @@ import numpy as np
 import sympy
 
 from .attrs import Dense, WeightRef, WorkspacePlan
+from .dialects import lookup
 from .ir import Block, Function, Module, Operation, Region, Value
-from .opdef import OpError, UnknownOpError, lookup
+from .opdef import OpError, UnknownOpError
 from .symbolic import FUNCTIONS
 from .types import DTYPES, INDEX, BufferType, DType, ScalarType, TensorType, Type, TypeError_, sym
 
@@ -262,8 +263,8 @@ class _FunctionParser:
         if not isinstance(v, _RawDense):
             return v
         t = types_[0] if types_ else None
-        if not isinstance(t, TensorType) or any(not d.is_Integer for d in t.shape):
-            raise _err(v.node, "dense<...> needs a static tensor result type")
+        if not isinstance(t, (TensorType, BufferType)) or any(not d.is_Integer for d in t.shape):
+            raise _err(v.node, "dense<...> needs a static tensor or buffer result type")
         try:
             arr = np.array(v.items, dtype=t.dtype.numpy)
         except (TypeError, ValueError, OverflowError) as e:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 
 from .attrs import attr_text
+from .dialects import REGISTRY
 from .ir import Block, Function, Module, Operation, Value
-from .opdef import REGISTRY
 from .symbolic import expr_str
 
 __all__ = ["print_module", "print_function", "Namer"]

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 __all__ = ["conv", "conv_transpose", "pad", "gather", "scatter_add", "sort", "topk", "erf", "round_bf16",
-           "sigmoid", "gemm"]
+           "sigmoid", "gemm", "draw"]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
@@ -168,3 +169,13 @@ def gemm(a: np.ndarray, b: np.ndarray, m: int, n: int, k: int, trans_a: bool, tr
     if residual is not None:
         c = c + residual.reshape(m, n)
     return c
+
+
+def draw(seed: int, distribution: str, shape: Any) -> np.ndarray:
+    """The float64 draws ``tp.random`` defines (the interpreter's rule).
+
+    >>> draw(3, "uniform", (2,)).tolist() == np.random.default_rng(3).random(2).tolist()
+    True
+    """
+    rng = np.random.default_rng(seed)
+    return rng.random(shape) if distribution == "uniform" else rng.standard_normal(shape)

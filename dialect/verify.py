@@ -25,8 +25,9 @@ from typing import Any
 import sympy
 
 from .attrs import Dense, WeightRef
+from .dialects import REGISTRY
 from .ir import Block, Function, Module, Operation, Value
-from .opdef import ASSERTION, REGISTRY, TERMINATOR, OpError
+from .opdef import ASSERTION, TERMINATOR, OpError
 from .printer import Namer
 from .symbolic import Facts
 from .types import BufferType, IndexType, ScalarType, TensorType, Type, type_symbols
@@ -176,9 +177,9 @@ class _FunctionVerifier:
     def message(self, op: Operation) -> None:
         allowed = _PLACEHOLDERS.get(op.name)
         if allowed is None:
-            allowed = {str(s) for s in op.attributes["condition"].free_symbols}
+            allowed = {str(s) for s in op.attr.condition.free_symbols}
         try:
-            fields = {f for _, f, _, _ in string.Formatter().parse(op.attributes["message"]) if f}
+            fields = {f for _, f, _, _ in string.Formatter().parse(op.attr.message) if f}
         except ValueError as e:
             self.error(op, f"message is not a valid template: {e}")
             return
@@ -195,7 +196,7 @@ class _FunctionVerifier:
             return
         t = types[0]
         if op.name == "tp.constant":
-            ref = op.attributes["value"]
+            ref = op.attr.value
             if isinstance(ref, WeightRef):
                 want = self.module.weights.get(ref.name) if self.module is not None else None
                 if want is None:
@@ -220,7 +221,7 @@ class _FunctionVerifier:
         if not isinstance(t, BufferType):
             self.error(op, f"result must be a buffer, got {t}")
             return
-        plan, slot, offset = self.f.workspace, op.attributes["slot"], op.attributes["offset"]
+        plan, slot, offset = self.f.workspace, op.attr.slot, op.attr.offset
         if plan is None:
             self.error(op, "function has no workspace plan")
             return

@@ -23,8 +23,9 @@ import numpy as np
 import sympy
 
 from ..attrs import Dense
+from ..dialects import REGISTRY
 from ..ir import Module, Operation, Value
-from ..opdef import PURE, REGISTRY
+from ..opdef import PURE
 from ..symbolic import evaluate
 from ..types import TensorType, sym
 from .manager import ModulePass
@@ -38,8 +39,8 @@ FOLD_LIMIT = 64
 
 def _dense(v: Value) -> np.ndarray | None:
     op = v.owner
-    if isinstance(op, Operation) and op.name == "tp.constant" and isinstance(op.attributes["value"], Dense):
-        return op.attributes["value"].array
+    if isinstance(op, Operation) and op.name == "tp.constant" and isinstance(op.attr.value, Dense):
+        return op.attr.value.array
     return None
 
 
@@ -82,8 +83,8 @@ def _noop(op: Operation, rw: Rewriter) -> bool:
 
 
 def _full_slice(op: Operation, rw: Rewriter) -> bool:
-    a, t = op.attributes, op.operands[0].type
-    if a["step"] == 1 and a["start"] == 0 and rw.facts.equal(a["stop"], t.shape[a["axis"] % t.rank]) is True:
+    a, t = op.attr, op.operands[0].type
+    if a.step == 1 and a.start == 0 and rw.facts.equal(a.stop, t.shape[a.axis % t.rank]) is True:
         rw.replace(op, [op.operands[0]])
         return True
     return False
@@ -92,20 +93,20 @@ def _full_slice(op: Operation, rw: Rewriter) -> bool:
 def _reshape_reshape(op: Operation, rw: Rewriter) -> bool:
     inner = op.operands[0].owner
     if isinstance(inner, Operation) and inner.name == "tp.reshape":
-        new = rw.before(op).reshape(inner.operands[0], shape=op.attributes["shape"], result_types=[op.result.type])
+        new = rw.before(op).reshape(inner.operands[0], shape=op.attr.shape, result_types=[op.result.type])
         rw.replace(op, [new])
         return True
     return False
 
 
 def _permute_permute(op: Operation, rw: Rewriter) -> bool:
-    perm = op.attributes["perm"]
+    perm = op.attr.perm
     if perm == list(range(len(perm))):
         rw.replace(op, [op.operands[0]])
         return True
     inner = op.operands[0].owner
     if isinstance(inner, Operation) and inner.name == "tp.permute":
-        p = inner.attributes["perm"]
+        p = inner.attr.perm
         new = rw.before(op).permute(inner.operands[0], perm=[p[q] for q in perm], result_types=[op.result.type])
         rw.replace(op, [new])
         return True
@@ -118,7 +119,7 @@ def _dim_to_symexpr(op: Operation, rw: Rewriter) -> bool:
         # header are trusted, so they are not replaced by the declared extent.
         return False
     t = op.operands[0].type
-    new = rw.before(op).symexpr(expr=t.shape[op.attributes["axis"] % len(t.shape)])
+    new = rw.before(op).symexpr(expr=t.shape[op.attr.axis % len(t.shape)])
     rw.replace(op, [new])
     return True
 
@@ -128,13 +129,13 @@ def _symexpr_chain(op: Operation, rw: Rewriter) -> bool:
     for i, v in enumerate(op.operands):
         d = v.owner
         if isinstance(d, Operation) and d.name == "tp.symexpr" and not d.operands:
-            subs[sym(f"_{i}")] = d.attributes["expr"]
+            subs[sym(f"_{i}")] = d.attr.expr
         else:
             subs[sym(f"_{i}")] = sym(f"_{len(keep)}")
             keep.append(v)
     if len(keep) == len(op.operands):
         return False
-    expr = op.attributes["expr"].xreplace(subs)
+    expr = op.attr.expr.xreplace(subs)
     new = rw.before(op).symexpr(*keep, expr=expr)
     rw.replace(op, [new])
     return True

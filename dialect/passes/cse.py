@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..ir import Block, Module, _canon_attr
-from ..opdef import PURE, REGISTRY
+from ..opdef import PURE
 from .manager import ModulePass
 
 __all__ = ["CommonSubexpressionElimination"]
@@ -32,8 +32,7 @@ def _cse_block(block: Block, seen: dict) -> bool:
     changed = False
     scope = dict(seen)
     for op in list(block.ops):
-        d = REGISTRY.get(op.name)
-        if d is not None and d.has(PURE) and not op.regions and op.name not in _MEMORY_READS:
+        if op.has(PURE) and not op.regions and op.name not in _MEMORY_READS:
             k = _key(op)
             if k in scope:
                 for old, new in zip(op.results, scope[k].results):

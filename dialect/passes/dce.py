@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import Block, Module
-from ..opdef import PURE, REGISTRY
+from ..opdef import PURE
 from .manager import ModulePass
 
 __all__ = ["DeadCodeElimination"]
@@ -23,8 +23,7 @@ def _sweep(block: Block) -> bool:
     for op in reversed(list(block.ops)):
         for r in op.regions:
             changed |= _sweep(r.block)
-        d = REGISTRY.get(op.name)
-        if d is not None and d.has(PURE) and all(not r.uses for r in op.results):
+        if op.has(PURE) and all(not r.uses for r in op.results):
             block.remove(op)
             changed = True
     return changed

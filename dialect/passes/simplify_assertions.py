@@ -29,7 +29,7 @@ def index_expr(v: Value) -> sympy.Expr | None:
         return None
     if op.name == "tp.dim":
         t = op.operands[0].type
-        return t.shape[op.attributes["axis"] % len(t.shape)]
+        return t.shape[op.attr.axis % len(t.shape)]
     if op.name in ("tp.symexpr", "kernel.index"):
         subs = {}
         for i, a in enumerate(op.operands):
@@ -37,23 +37,23 @@ def index_expr(v: Value) -> sympy.Expr | None:
             if e is None:
                 return None
             subs[sym(f"_{i}")] = e
-        return op.attributes["expr"].xreplace(subs)
+        return op.attr.expr.xreplace(subs)
     return None
 
 
 def _implied(op: Operation, facts: Facts) -> bool:
-    a = op.attributes
+    a = op.attr
     if op.name == "tp.assert_guard":
-        return facts.prove(a["condition"]) is True
+        return facts.prove(a.condition) is True
     exprs = [index_expr(v) for v in op.operands]
     if any(e is None for e in exprs):
         return False
     if op.name == "tp.assert_range":
-        return facts.prove(sympy.And(sympy.Ge(exprs[0], a["lo"]), sympy.Le(exprs[0], a["hi"]))) is True
+        return facts.prove(sympy.And(sympy.Ge(exprs[0], a.lo), sympy.Le(exprs[0], a.hi))) is True
     if op.name == "tp.assert_eq":
         return facts.equal(exprs[0], exprs[1]) is True
     if op.name == "tp.assert_relation":
-        return facts.equal(exprs[0], a["scale"] * exprs[1] + a["offset"]) is True
+        return facts.equal(exprs[0], a.scale * exprs[1] + a.offset) is True
     return False
 
 
@@ -68,22 +68,22 @@ def _merge_ranges(block: Block, facts: Facts) -> bool:
     for op in list(block.ops):
         if op.name != "tp.assert_range":
             continue
-        a = op.attributes
+        a = op.attr
         for prev in kept:
-            p = prev.attributes
+            p = prev.attr
             if _subject(prev) != _subject(op):
                 continue
-            if facts.prove(sympy.And(sympy.Ge(a["lo"], p["lo"]), sympy.Le(a["hi"], p["hi"]))) is True:
-                prev.attributes.update(lo=a["lo"], hi=a["hi"], message=a["message"])  # op is tighter
+            if facts.prove(sympy.And(sympy.Ge(a.lo, p.lo), sympy.Le(a.hi, p.hi))) is True:
+                prev.attributes.update(lo=a.lo, hi=a.hi, message=a.message)  # op is tighter
                 block.remove(op)
                 changed = True
                 break
-            if facts.prove(sympy.And(sympy.Ge(p["lo"], a["lo"]), sympy.Le(p["hi"], a["hi"]))) is True:
+            if facts.prove(sympy.And(sympy.Ge(p.lo, a.lo), sympy.Le(p.hi, a.hi))) is True:
                 block.remove(op)
                 changed = True
                 break
-            if p["message"] == a["message"]:
-                prev.attributes.update(lo=sympy.Max(p["lo"], a["lo"]), hi=sympy.Min(p["hi"], a["hi"]))
+            if p.message == a.message:
+                prev.attributes.update(lo=sympy.Max(p.lo, a.lo), hi=sympy.Min(p.hi, a.hi))
                 block.remove(op)
                 changed = True
                 break

@@ -54,7 +54,7 @@ import sympy
 
 from tensorplay.dialect.attrs import attr_text
 from tensorplay.dialect.ir import Operation, Value
-from tensorplay.dialect.opdef import ELEMENTWISE, REGISTRY
+from tensorplay.dialect.opdef import ELEMENTWISE
 from tensorplay.dialect.types import BufferType
 
 __all__ = ["KernelInfo", "KernelPlan", "kernel_info", "offset_symbol", "plan_kernel", "flat_index"]
@@ -244,7 +244,7 @@ def kernel_info(op: Operation) -> KernelInfo:
     """
     ops = list(op.walk())[1:]
     names = {o.name for o in ops}
-    compute = sum(1 for o in ops if o.name in _COMPUTE or (o.name in REGISTRY and REGISTRY[o.name].has(ELEMENTWISE)))
+    compute = sum(1 for o in ops if o.name in _COMPUTE or o.has(ELEMENTWISE))
     if "kernel.gemm" in names:
         kind = "gemm"
     elif "kernel.sort" in names:

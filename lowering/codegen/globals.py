@@ -56,7 +56,7 @@ def globals_to_args(f: Function, num_outputs: int) -> tuple[Function, list[Dense
     globals_ = [op for op in f.body.ops if op.name == "kernel.global"]
     inputs, outputs = f.args[:len(f.args) - num_outputs], f.args[len(f.args) - num_outputs:]
     taken = {a.name for a in f.args if a.name}
-    held = [op.attributes["value"] for op in globals_]
+    held = [op.attr.value for op in globals_]
     extra = [(_arg_name(v, k, taken), op.result.type) for k, (v, op) in enumerate(zip(held, globals_))]
     new = Function(f.name, [(a.name, a.type) for a in inputs] + extra + [(a.name, a.type) for a in outputs],
                    f.result_types, f.symbols, f.equalities, f.workspace)

@@ -65,10 +65,6 @@ from tensorplay.runtime.abi import Executable, Signature, TensorSpec
 from tensorplay.runtime.threadpool import CHUNK_FN, declare_parallel_for
 
 from ..dtypes import SIGNATURE_NAMES, to_storage
-from ..fusion.gather import CODEGEN as _GATHER_CODEGEN
-from ..fusion.gather import INDEX_ERROR, ErrorWord
-from ..fusion.random import CODEGEN as _RANDOM_CODEGEN
-from ..fusion.unbacked import counts_layout, emit_nonzero_call
 from ..microkernels.gemm import DEFAULT_SHAPE
 from ..microkernels.gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
 from ..microkernels.gemm_parallel import ENV_TYPE as GEMM_ENV
@@ -77,8 +73,12 @@ from ..microkernels.gemm_parallel import MAX_GEMM_THREADS, emit_split_gemm
 from ..microkernels.gemm_prepack import pack_sites, slot_symbol
 from .expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .functions import KernelPlan, offset_symbol, plan_kernel
+from .gather import CODEGEN as _GATHER_CODEGEN
+from .gather import INDEX_ERROR, ErrorWord
+from .nonzero import counts_layout, emit_nonzero_call
 from .prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
 from .profile import ProfileEmitter
+from .random import CODEGEN as _RANDOM_CODEGEN
 from .scalar import ScalarOps, storage_type
 from .sort import emit_sort_call
 
@@ -150,11 +150,11 @@ class _Codegen:
         self.par_count = 0
         for op in f.walk():
             if op.name == "kernel.gemm":
-                a = op.attributes
-                if any(s not in bound for x in ("m", "n", "k") for s in a[x].free_symbols):
+                a = op.attr
+                if any(s not in bound for x in (a.m, a.n, a.k) for s in x.free_symbols):
                     raise CodegenError("kernel.gemm: m, n and k must depend only on header symbols, got "
-                                       f"m={a['m']}, n={a['n']}, k={a['k']}")
-                mnk = (a["m"], a["n"], a["k"], MAX_GEMM_THREADS if _splittable(op) else 1)
+                                       f"m={a.m}, n={a.n}, k={a.k}")
+                mnk = (a.m, a.n, a.k, MAX_GEMM_THREADS if _splittable(op) else 1)
                 if mnk not in gemm_mnk:  # sympy.Max over many equal sizes is quadratic (an unrolled LSTM: 128)
                     gemm_mnk.add(mnk)
                     self.gemm_sizes.append(gemm_scratch_expr(*mnk))
@@ -265,9 +265,9 @@ class _Codegen:
         return None
 
     def _simple(self, sc: _Scope, op: Operation) -> None:
-        b, name, a = sc.b, op.name, op.attributes
+        b, name, a = sc.b, op.name, op.attr
         if name == "kernel.alloc":
-            off = sc.em.emit(a["offset"])
+            off = sc.em.emit(a.offset)
             sc.vals[op.result] = b.gep(sc.ws, [off], inbounds=True, source_etype=ir.IntType(8))
             return
         if name == "kernel.global":
@@ -295,7 +295,7 @@ class _Codegen:
         rt = op.results[0].type if op.results else None
         rdt = elem_dtype(rt) if rt is not None else None
         if name == "kernel.constant":
-            sc.vals[op.result] = sc.ops.const(float(a["value"]), rdt)
+            sc.vals[op.result] = sc.ops.const(float(a.value), rdt)
             return
         if name == "kernel.where":
             c, x, y = (sc.vals[v] for v in op.operands)
@@ -303,7 +303,7 @@ class _Codegen:
             return
         if name == "kernel.cast":
             src = op.operands[0]
-            sc.vals[op.result] = sc.ops.cast(sc.vals[src], elem_dtype(src.type), a["dtype"])
+            sc.vals[op.result] = sc.ops.cast(sc.vals[src], elem_dtype(src.type), a.dtype)
             return
         if not name.startswith("kernel."):
             raise CodegenError(f"cannot lower {name} in a kernel-level function")
@@ -319,7 +319,7 @@ class _Codegen:
 
     def _global(self, op: Operation) -> ir.Value:
         """An inline ``dense<...>`` literal as an internal constant; weights must be arguments."""
-        value, t = op.attributes["value"], op.result.type
+        value, t = op.attr.value, op.result.type
         if not isinstance(value, Dense):
             raise CodegenError(f"kernel.global {value}: module weights are passed as arguments; run "
                                "tensorplay.lowering.codegen.globals.globals_to_args on the function first")
@@ -413,29 +413,29 @@ class _Codegen:
     # ----------------------------------------------------------------- loops
     def _loop(self, sc: _Scope, op: Operation, lower: ir.Value, upper: ir.Value, body, acc_init=None):
         """Emit ``for iv in [lower, upper) step op.step``; ``body(sc, acc) -> next acc``; returns final acc."""
-        b, em, a = sc.b, sc.em, op.attributes
-        step = em.emit(a["step"])
+        b, em, a = sc.b, sc.em, op.attr
+        step = em.emit(a.step)
         pre = b.block
-        loop_bb = sc.fn.append_basic_block(f"{a['iv']}.loop")
-        exit_bb = sc.fn.append_basic_block(f"{a['iv']}.exit")
+        loop_bb = sc.fn.append_basic_block(f"{a.iv}.loop")
+        exit_bb = sc.fn.append_basic_block(f"{a.iv}.exit")
         b.cbranch(b.icmp_signed("<", lower, upper), loop_bb, exit_bb)
         b.position_at_end(loop_bb)
-        iv = b.phi(I64, name=str(a["iv"]))
+        iv = b.phi(I64, name=str(a.iv))
         iv.add_incoming(lower, pre)
         acc = None
         if acc_init is not None:
             acc = b.phi(acc_init.type, name="acc")
             acc.add_incoming(acc_init, pre)
         em.push()
-        outer_iv = em.symbols.get(a["iv"])
-        em.bind(a["iv"], iv, loop=True)
+        outer_iv = em.symbols.get(a.iv)
+        em.bind(a.iv, iv, loop=True)
         nxt_acc = body(sc, acc)
         em.pop()
         if outer_iv is None:
-            del em.symbols[a["iv"]]
+            del em.symbols[a.iv]
         else:
-            em.symbols[a["iv"]] = outer_iv
-        nxt = b.add(iv, step, name=f"{a['iv']}.next", flags=["nsw"])
+            em.symbols[a.iv] = outer_iv
+        nxt = b.add(iv, step, name=f"{a.iv}.next", flags=["nsw"])
         latch = b.block
         iv.add_incoming(nxt, latch)
         if acc is not None:
@@ -450,18 +450,18 @@ class _Codegen:
         return res
 
     def _for(self, sc: _Scope, op: Operation) -> None:
-        a = op.attributes
-        if a["parallel"] and not sc.in_parallel and not any(o.name == "kernel.gemm" for o in op.walk()):
+        a = op.attr
+        if a.parallel and not sc.in_parallel and not any(o.name == "kernel.gemm" for o in op.walk()):
             self._parallel_for(sc, op)
             return
-        lower, upper = sc.em.emit(a["lower"]), sc.em.emit(a["upper"])
+        lower, upper = sc.em.emit(a.lower), sc.em.emit(a.upper)
         self._loop(sc, op, lower, upper, lambda s, acc: self._block(s, op.body.ops))
 
     def _reduce(self, sc: _Scope, op: Operation) -> ir.Value:
-        a = op.attributes
+        a = op.attr
         dt = elem_dtype(op.result.type)
-        init = sc.ops.const(float(a["init"]), dt)
-        combine = a["combine"]
+        init = sc.ops.const(float(a.init), dt)
+        combine = a.combine
         if combine not in COMBINES:
             raise CodegenError(f"kernel.reduce: unknown combine {combine!r}")
 
@@ -469,7 +469,7 @@ class _Codegen:
             v = self._block(s, op.body.ops)
             return self._combine(s, combine, acc, v, dt)
 
-        return self._loop(sc, op, sc.em.emit(a["lower"]), sc.em.emit(a["upper"]), body, init)
+        return self._loop(sc, op, sc.em.emit(a.lower), sc.em.emit(a.upper), body, init)
 
     def _combine(self, sc: _Scope, combine: str, acc: ir.Value, v: ir.Value, dt: DType) -> ir.Value:
         b = sc.b
@@ -543,7 +543,7 @@ class _Codegen:
         known = set(self.plan.symbols)
         for o in ops:
             if o.name in ("kernel.for", "kernel.reduce"):
-                ext = sympy.sympify(o.attributes["upper"] - o.attributes["lower"])
+                ext = sympy.sympify(o.attr.upper - o.attr.lower)
                 if not ext.free_symbols <= known:
                     ext = sympy.Integer(1)
                 total += ext * self._work(o.body.ops)
@@ -557,8 +557,8 @@ class _Codegen:
                    env: list[ir.Value]) -> None:
         """Run ``par`` over the loop's range: on this thread when one chunk suffices, else through the
         persistent pool (``tp_parallel_for(thunk, &env, n)``, see :mod:`tensorplay.runtime.threadpool`)."""
-        b, em, a = sc.b, sc.em, op.attributes
-        lower, upper, step = em.emit(a["lower"]), em.emit(a["upper"]), em.emit(a["step"])
+        b, em, a = sc.b, sc.em, op.attr
+        lower, upper, step = em.emit(a.lower), em.emit(a.upper), em.emit(a.step)
         span = b.sub(upper, lower)
         trip = b.select(b.icmp_signed(">", span, i64(0)), b.sdiv(b.add(span, b.sub(step, i64(1))), step), i64(0))
         work = b.mul(trip, em.emit(sympy.Max(1, self._work(op.body.ops))))
@@ -590,28 +590,28 @@ class _Codegen:
 
     # ----------------------------------------------------------------- gemm
     def _gemm(self, sc: _Scope, op: Operation) -> None:
-        a, b, em = op.attributes, sc.b, sc.em
+        a, b, em = op.attr, sc.b, sc.em
         types = [v.type for v in op.operands]
         if len({t.dtype for t in types}) != 1 or types[0].dtype.name not in GEMM_DTYPES:
             raise CodegenError(f"kernel.gemm is compiled for buffers of one element type among {GEMM_DTYPES}, "
                                f"got {', '.join(map(str, types))}")
         fn = declare_gemm(self.module, GemmConfig.from_op(op))
-        m, n, k = (em.emit(a[x]) for x in ("m", "n", "k"))
+        m, n, k = (em.emit(x) for x in (a.m, a.n, a.k))
         elem = storage_type(types[0].dtype)
 
         def at(v: Value, off: Any) -> ir.Value:
             return b.gep(sc.vals[v], [em.emit(off)], inbounds=True, source_etype=elem)
 
         ops = op.operands
-        lda = m if a["trans_a"] else k
-        ldb = k if a["trans_b"] else n
+        lda = m if a.trans_a else k
+        ldb = k if a.trans_b else n
         null = ir.Constant(PTR, None)
         extra = list(ops[3:])
-        bias = at(extra.pop(0), 0) if a["bias"] else null
-        resid = at(extra.pop(0), a["c_offset"]) if a["residual"] else null
+        bias = at(extra.pop(0), 0) if a.bias else null
+        resid = at(extra.pop(0), a.c_offset) if a.residual else null
         scratch = b.gep(sc.ws, [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
-        args = [i64(1), m, n, k, at(ops[0], a["a_offset"]), lda, i64(0), at(ops[1], a["b_offset"]), ldb, i64(0),
-                at(ops[2], a["c_offset"]), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch]
+        args = [i64(1), m, n, k, at(ops[0], a.a_offset), lda, i64(0), at(ops[1], a.b_offset), ldb, i64(0),
+                at(ops[2], a.c_offset), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch]
         call = self._gemm_caller(sc, op, elem)
         if "_pack_sites" not in self.__dict__:
             self._pack_sites = pack_sites(self.f)
@@ -643,13 +643,13 @@ class _Codegen:
         was sized for it)."""
         if sc.in_parallel or not _splittable(op):
             return lambda fn, args, packed_b: sc.b.call(fn, args)
-        a = op.attributes
-        stride = sc.em.emit(_round_up(gemm_scratch_expr(a["m"], a["n"], a["k"]), _ALIGN))
+        a = op.attr
+        stride = sc.em.emit(_round_up(gemm_scratch_expr(a.m, a.n, a.k), _ALIGN))
         envs = self.__dict__.setdefault("_gemm_envs", {})  # one per function: its GEMMs run one after another
         slot = envs.get(sc.fn)
         if slot is None:
             slot = envs[sc.fn] = self._entry_alloca(sc, GEMM_ENV)
-        flags = {x: bool(a[x]) for x in ("trans_a", "trans_b", "bias", "residual")}
+        flags = {"trans_a": a.trans_a, "trans_b": a.trans_b, "bias": a.bias, "residual": a.residual}
         return lambda fn, args, packed_b: emit_split_gemm(sc.b, fn, args, num_threads=self.nthreads, stride=stride,
                                                           env_slot=slot, packed_b=packed_b, elem=elem, **flags)
 
@@ -658,7 +658,7 @@ def _splittable(op: Operation) -> bool:
     """Whether a ``kernel.gemm`` may be split over threads: float32 and not statically under two grains."""
     if op.operands[0].type.dtype.name != "f32":
         return False
-    macs = sympy.sympify(op.attributes["m"] * op.attributes["n"] * op.attributes["k"])
+    macs = sympy.sympify(op.attr.m * op.attr.n * op.attr.k)
     return not (macs.is_Integer and int(macs) < 2 * GEMM_GRAIN)
 
 

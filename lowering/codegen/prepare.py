@@ -133,20 +133,20 @@ def shape_value(op: Operation, em: ExprEmitter, values: dict[Value, ir.Value], d
     if op.name == "tp.dim":
         arg = op.operands[0]
         t = arg.type
-        axis = op.attributes["axis"] % len(t.shape)
+        axis = op.attr.axis % len(t.shape)
         if arg.is_block_arg and (arg.index, axis) in positions:
             return dims(positions[(arg.index, axis)])
         if arg.is_block_arg:
             return out_dim(arg.index, axis)
         return em.emit(t.shape[axis])
     if op.name == "tp.symexpr":
-        e = op.attributes["expr"]
+        e = op.attr.expr
         by_name = {}
         for i, v in enumerate(op.operands):  # a fresh symbol per op and operand: no stale cache hits
             by_name[f"_{i}"] = fresh = sympy.Dummy(f"op{i}", integer=True)
             em.bind(fresh, values[v])
         return em.emit(e.xreplace({x: by_name[x.name] for x in e.free_symbols if x.name in by_name}))
-    return em.emit(op.attributes["expr"])
+    return em.emit(op.attr.expr)
 
 
 def _num(e: sympy.Expr) -> str:
@@ -263,9 +263,9 @@ def _static(e: sympy.Expr) -> str | None:
 
 
 def _assertion_check(op: Operation) -> Check:
-    a, msg = op.attributes, op.attributes["message"]
+    a, msg = op.attr, op.attr.message
     if op.name == "tp.assert_range":
-        lo, hi = a["lo"], a["hi"]
+        lo, hi = a.lo, a.hi
         names, statics = ["value"], {}
         for nm, e in (("lo", lo), ("hi", hi)):
             if _static(e) is not None:
@@ -294,7 +294,7 @@ def _assertion_check(op: Operation) -> Check:
         names, statics = ["size", "root", "expected"], {}
 
         def expected(em, vals, _op=op):
-            return em.b.add(em.b.mul(em.emit(a["scale"]), vals[_op.operands[1]]), em.emit(a["offset"]))
+            return em.b.add(em.b.mul(em.emit(a.scale), vals[_op.operands[1]]), em.emit(a.offset))
 
         def fails(em, vals, _op=op):
             return em.b.icmp_signed("!=", vals[_op.operands[0]], expected(em, vals))
@@ -302,7 +302,7 @@ def _assertion_check(op: Operation) -> Check:
         def values(em, vals, _op=op):
             return [vals[_op.operands[0]], vals[_op.operands[1]], expected(em, vals)]
     else:
-        cond = a["condition"]
+        cond = a.condition
         syms = sorted(cond.free_symbols, key=str)
         names, statics = [str(s) for s in syms], {}
 

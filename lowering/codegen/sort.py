@@ -1,4 +1,4 @@
-"""Sorting at the kernel level: the ``kernel.sort`` op and its native code (a stable bottom-up merge sort).
+"""Native code of ``kernel.sort`` (declared in :mod:`tensorplay.dialect.kernel_ops`): a stable bottom-up merge sort.
 
 ``tp.sort`` lowers to one ``kernel.sort`` reading a materialised input and writing the sorted values and
 their i64 indices (``tp.topk`` becomes a sort plus a slice, see :mod:`tensorplay.lowering.tp_passes.expand`)::
@@ -21,52 +21,13 @@ from collections.abc import Callable
 import llvmlite.ir as ir
 import sympy
 
-from tensorplay.dialect.attrs import BOOL, INT
-from tensorplay.dialect.opdef import SIDE_EFFECT, A, OpError, op
-from tensorplay.dialect.types import I64, U8, BufferType, DType
+from tensorplay.dialect.types import U8, DType
 
 from .expr import I64 as LL_I64
 from .expr import PTR, ExprEmitter, i64
 from .scalar import ScalarOps, storage_type
 
-__all__ = ["scratch_type", "emit_sort_call", "row_layout"]
-
-
-@op("kernel.sort", operands=["input", "values", "indices", "scratch"], attrs=[A("axis", INT),
-                                                                            A("descending", BOOL, False)],
-    traits=[SIDE_EFFECT])
-class KernelSort:
-    """Stable sort of ``input`` along ``axis`` into ``values`` and i64 ``indices`` (same shape); ``scratch``
-    holds at least 4 * dim i64 (NaN sorts as the largest value).
-
-        kernel.sort %x, %v, %i, %t0 {axis = 1, descending = true}
-    """
-
-    def infer(types, attrs, facts):
-        for t, what in zip(types, ("input", "values", "indices", "scratch")):
-            if not isinstance(t, BufferType):
-                raise OpError(f"kernel.sort: {what} must be a buffer, got {t}")
-        x, v, i, s = types
-        if not -x.rank <= attrs["axis"] < x.rank:
-            raise OpError(f"kernel.sort: axis {attrs['axis']} out of range for {x}")
-        if v.dtype != x.dtype or list(v.shape) != list(x.shape):
-            raise OpError(f"kernel.sort: values must be {x}, got {v}")
-        if i.dtype != I64 or list(i.shape) != list(x.shape) or s.dtype != I64:
-            raise OpError(f"kernel.sort: indices and scratch must be i64 buffers, got {i} and {s}")
-        return []
-
-    def reference(ctx, args, attrs):
-        from tensorplay.dialect.reference import sort
-        x, vals, idx, _ = args
-        v, i = sort(x, attrs["axis"] % x.ndim, attrs["descending"])
-        vals[...], idx[...] = v, i
-        return []
-
-
-def scratch_type(t: BufferType | object, axis: int) -> BufferType:
-    """The i64 scratch buffer a sort of a tensor of type ``t`` along ``axis`` needs (two rows of indices and
-    two of keys, each key in an i64 slot at most)."""
-    return BufferType((4 * t.shape[axis % t.rank],), I64)
+__all__ = ["emit_sort_call", "row_layout"]
 
 
 def row_layout(shape: tuple, axis: int) -> tuple[sympy.Expr, sympy.Expr, sympy.Expr]:
@@ -83,8 +44,8 @@ def emit_sort_call(module: ir.Module, prefix: str, b: ir.IRBuilder, em: ExprEmit
                    op_: object) -> None:
     """Emit a call of the (per dtype and direction) sort routine for one ``kernel.sort`` op."""
     x, v, i, s = op_.operands
-    outer, n, inner = (em.emit(e) for e in row_layout(tuple(x.type.shape), op_.attributes["axis"]))
-    fn = _sort_function(module, prefix, x.type.dtype, op_.attributes["descending"])
+    outer, n, inner = (em.emit(e) for e in row_layout(tuple(x.type.shape), op_.attr.axis))
+    fn = _sort_function(module, prefix, x.type.dtype, op_.attr.descending)
     b.call(fn, [vals[x], vals[v], vals[i], vals[s], outer, n, inner])
 
 

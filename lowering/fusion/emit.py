@@ -46,7 +46,8 @@ SCALAR_RULES: dict[str, Callable[[NestEmitter, Operation, Index], Value]] = {}
 
 
 def _fill_elementwise() -> None:
-    from tensorplay.dialect.opdef import ELEMENTWISE, REGISTRY
+    from tensorplay.dialect.dialects import REGISTRY
+    from tensorplay.dialect.opdef import ELEMENTWISE
     ELEMENTWISE_TP.update(n for n, d in REGISTRY.items() if n.startswith("tp.") and d.has(ELEMENTWISE))
 
 

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 
 import sympy
 
+from tensorplay.dialect.dialects import REGISTRY
 from tensorplay.dialect.ir import Function, Module
-from tensorplay.dialect.opdef import ELEMENTWISE, REGISTRY
+from tensorplay.dialect.opdef import ELEMENTWISE
 from tensorplay.dialect.passes.manager import ModulePass
 
 from .lower import lower_module

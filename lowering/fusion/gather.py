@@ -27,11 +27,11 @@ so float results are deterministic and equal to numpy's ``np.add.at``).
 Out-of-range indices are errors, as in eager: where the lowering loads a position (or uses a loop-invariant
 affine one it cannot prove in range) it also emits ``kernel.check_index %pos {upper = dim}``, once, in the
 loop that computes it; affine positions varying with the loops are clamped instead. Native code
-then records the failure in a word of the workspace and ``<p>_run`` returns its code, which Python raises
-as ``IndexError("index out of range ...")`` (:data:`INDEX_ERROR`); the accesses themselves clamp into
-``[0, dim)`` so nothing is read or written out of bounds before the error is reported. The kernel-level
-interpreter raises ``IndexError``. Negative indices are wrapped by the tp conversion where eager allows
-them (``take``, ``x[idx]``).
+(:mod:`tensorplay.lowering.codegen.gather`) then records the failure in a word of the workspace and
+``<p>_run`` returns its code, which Python raises as ``IndexError("index out of range ...")``; the accesses
+themselves clamp into ``[0, dim)`` so nothing is read or written out of bounds before the error is reported.
+The kernel-level interpreter raises ``IndexError``. Negative indices are wrapped by the tp conversion where
+eager allows them (``take``, ``x[idx]``).
 """
 
 from __future__ import annotations
@@ -39,104 +39,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import llvmlite.ir as ir
 import numpy as np
 import sympy
 
-from tensorplay.dialect.attrs import EXPR, EXPRS, INT
 from tensorplay.dialect.ir import Operation, Value
-from tensorplay.dialect.opdef import PURE, SIDE_EFFECT, A, OpError, op
-from tensorplay.dialect.shapes import elem_dtype
-from tensorplay.dialect.types import BufferType, IndexType, ScalarType, TensorType
-from tensorplay.runtime.abi import Assertion
+from tensorplay.dialect.types import TensorType
 
 from .emit import SCALAR_RULES, Materialise, NestEmitter, uniform_constant
 from .index import Index, broadcast_index, permute_index, reshape_index, slice_index
 
-__all__ = ["CODEGEN", "INDEX_ERROR", "GATHERS", "ErrorWord", "gather_scalar", "emit_scatter_add",
-           "emit_load_at", "emit_store_at"]
+__all__ = ["GATHERS", "gather_scalar", "emit_scatter_add"]
 
 GATHERS = ("tp.gather", "tp.index_select")
-
-
-# ============================================================================ kernel ops
-
-
-def _at_types(types: list, attrs: dict, name: str, first: int) -> BufferType:
-    b = types[first]
-    if not isinstance(b, BufferType):
-        raise OpError(f"{name}: buffer must be a buffer, got {b}")
-    pos = types[first + 1]
-    if not (isinstance(pos, IndexType) or (isinstance(pos, ScalarType) and pos.dtype.is_int)):
-        raise OpError(f"{name}: position must be an integer scalar or index, got {pos}")
-    if len(attrs["index"]) != b.rank:
-        raise OpError(f"{name}: index needs {b.rank} entries for {b}, got {len(attrs['index'])}")
-    if not -b.rank <= attrs["axis"] < b.rank:
-        raise OpError(f"{name}: axis {attrs['axis']} out of range for {b}")
-    return b
-
-
-def _where(ctx: Any, buf: np.ndarray, pos: Any, attrs: dict) -> tuple[int, ...]:
-    ax = attrs["axis"] % buf.ndim
-    idx = [ctx.eval(e) for e in attrs["index"]]
-    idx[ax] = min(max(idx[ax] + int(pos), 0), buf.shape[ax] - 1)
-    return tuple(idx)
-
-
-@op("kernel.load_at", operands=["buffer", "position"], attrs=[A("axis", INT), A("index", EXPRS)], traits=[PURE])
-class LoadAt:
-    """Read one element whose ``axis`` coordinate is ``index[axis] + position`` (clamped into the dim).
-
-        %1 = kernel.load_at %w, %0 {axis = 0, index = [0, i1]} : f32
-    """
-
-    def infer(types, attrs, facts):
-        return [ScalarType(_at_types(types, attrs, "kernel.load_at", 0).dtype)]
-
-    def reference(ctx, args, attrs):
-        return [args[0][_where(ctx, args[0], args[1], attrs)]]
-
-
-@op("kernel.store_at", operands=["value", "buffer", "position"], attrs=[A("axis", INT), A("index", EXPRS)],
-    traits=[SIDE_EFFECT])
-class StoreAt:
-    """Write one element whose ``axis`` coordinate is ``index[axis] + position`` (clamped into the dim).
-
-        kernel.store_at %3, %out0, %0 {axis = 0, index = [0, i1]}
-    """
-
-    def infer(types, attrs, facts):
-        b = _at_types(types, attrs, "kernel.store_at", 1)
-        if elem_dtype(types[0]) != b.dtype:
-            raise OpError(f"kernel.store_at: value type {types[0]} does not match {b}")
-        return []
-
-    def reference(ctx, args, attrs):
-        args[1][_where(ctx, args[1], args[2], attrs)] = args[0]
-        return []
-
-
-@op("kernel.check_index", operands=["position"], attrs=[A("upper", EXPR)], traits=[SIDE_EFFECT])
-class CheckIndex:
-    """Fail the program (an index error) unless ``0 <= position < upper``.
-
-        kernel.check_index %0 {upper = 50257}
-    """
-
-    def infer(types, attrs, facts):
-        t = types[0]
-        if not (isinstance(t, IndexType) or (isinstance(t, ScalarType) and t.dtype.is_int)):
-            raise OpError(f"kernel.check_index: position must be an integer scalar or index, got {t}")
-        return []
-
-    def reference(ctx, args, attrs):
-        n = ctx.eval(attrs["upper"])
-        if not 0 <= int(args[0]) < n:
-            raise IndexError(f"index {int(args[0])} is out of range for a dimension of size {n}")
-        return []
-
-
-# ============================================================================ tp -> kernel
 
 
 def _affine(em: NestEmitter, v: Value, index: Index, depth: int = 0) -> sympy.Expr | None:
@@ -350,94 +264,4 @@ def emit_scatter_add(nest: Any, o: Operation, out: Value) -> None:
         em.close_loop()
 
 
-# ============================================================================ kernel -> LLVM
-
-
-def _address(sc: Any, op: Operation, buf: Value, pos: ir.Value) -> ir.Value:
-    from ..codegen.scalar import storage_type
-    t: BufferType = buf.type
-    ax = op.attributes["axis"] % t.rank
-    index = [sympy.sympify(e) for e in op.attributes["index"]]
-    strides, acc = [], sympy.Integer(1)
-    for d in reversed(t.shape):
-        strides.append(acc)
-        acc = acc * sympy.sympify(d)
-    strides.reverse()
-    b, em = sc.b, sc.em
-    i64 = ir.IntType(64)
-    p = b.add(_as_i64(b, pos), em.emit(index[ax]))
-    hi = b.sub(em.emit(t.shape[ax]), ir.Constant(i64, 1))
-    p = b.select(b.icmp_signed(">", p, hi), hi, p)
-    p = b.select(b.icmp_signed("<", p, ir.Constant(i64, 0)), ir.Constant(i64, 0), p)
-    static = sympy.expand(sum((e * s for k, (e, s) in enumerate(zip(index, strides)) if k != ax), sympy.Integer(0)))
-    flat = b.add(em.emit(static), b.mul(p, em.emit(strides[ax])))
-    return b.gep(sc.vals[buf], [flat], inbounds=True, source_etype=storage_type(t.dtype))
-
-
-#: What ``<p>_run`` returning the code of a failed ``kernel.check_index`` means (one code per program).
-INDEX_ERROR = Assertion("index", "index out of range: a gather, index_select, embedding, take or scatter got an "
-                                 "index outside the dimension it indexes")
-
-
-class ErrorWord:
-    """The workspace word where native ``kernel.check_index`` failures are recorded, and its code.
-
-    ``offset`` is None when the function has no check; else the word sits after the workspace ``size``.
-    """
-
-    __slots__ = ("offset", "code", "size")
-
-    def __init__(self, f: Any, size: sympy.Expr, code: int):
-        self.code = code
-        if any(o.name == "kernel.check_index" for o in f.walk()):
-            self.offset: sympy.Expr | None = sympy.ceiling(sympy.sympify(size) / 8) * 8
-            self.size = self.offset + 8
-        else:
-            self.offset, self.size = None, sympy.sympify(size)
-
-    def _ptr(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> ir.Value:
-        return b.gep(ws, [em.emit(self.offset)], inbounds=True, source_etype=ir.IntType(8))
-
-    def clear(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> None:
-        """In ``<p>_run``, before the body runs."""
-        if self.offset is not None:
-            b.store(ir.Constant(ir.IntType(32), 0), self._ptr(b, em, ws))
-
-    def result(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> ir.Value:
-        """In ``<p>_run``, after the body: 0, or the code of a failed check."""
-        if self.offset is None:
-            return ir.Constant(ir.IntType(32), 0)
-        return b.load(self._ptr(b, em, ws), typ=ir.IntType(32))
-
-    def emit_check(self, sc: Any, op: Operation) -> None:
-        """Codegen of ``kernel.check_index``: an atomic store of the code when the position is out of range."""
-        b = sc.b
-        pos = _as_i64(b, sc.vals[op.operands[0]])
-        bad = b.icmp_unsigned(">=", pos, sc.em.emit(op.attributes["upper"]))  # negative: huge unsigned
-        offset = sc.em.emit(self.offset)  # outside the branch: the emitter caches what it emits
-        with b.if_then(bad, likely=False):
-            word = b.gep(sc.ws, [offset], inbounds=True, source_etype=ir.IntType(8))
-            b.atomic_rmw("xchg", word, ir.Constant(ir.IntType(32), self.code), "monotonic")  # threads may race
-
-
-def _as_i64(b: ir.IRBuilder, v: ir.Value) -> ir.Value:
-    i64 = ir.IntType(64)
-    if v.type == i64:
-        return v
-    return b.sext(v, i64) if v.type.width < 64 else b.trunc(v, i64)
-
-
-def emit_load_at(sc: Any, op: Operation) -> None:
-    """Codegen of ``kernel.load_at`` (``sc`` is codegen_llvm's scope: builder, emitter, scalar ops, values)."""
-    buf, pos = op.operands
-    sc.vals[op.result] = sc.ops.load(_address(sc, op, buf, sc.vals[pos]), buf.type.dtype)
-
-
-def emit_store_at(sc: Any, op: Operation) -> None:
-    """Codegen of ``kernel.store_at``."""
-    val, buf, pos = op.operands
-    sc.ops.store(sc.vals[val], _address(sc, op, buf, sc.vals[pos]), buf.type.dtype)
-
-
-CODEGEN = {"kernel.load_at": emit_load_at, "kernel.store_at": emit_store_at}
 SCALAR_RULES[GATHERS[0]] = SCALAR_RULES[GATHERS[1]] = gather_scalar

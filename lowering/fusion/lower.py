@@ -41,14 +41,13 @@ from dataclasses import dataclass
 
 import sympy
 
-import tensorplay.dialect.kernel_ops_extra  # noqa: F401  (registers kernel.global)
 from tensorplay.dialect.attrs import WeightRef
+from tensorplay.dialect.dialects import REGISTRY as _OPS
 from tensorplay.dialect.ir import Builder, Function, Module, Operation, Value
+from tensorplay.dialect.kernel_ops import sort_scratch_type
 from tensorplay.dialect.opdef import ASSERTION
-from tensorplay.dialect.opdef import REGISTRY as _OPS
 from tensorplay.dialect.types import BufferType, TensorType
 
-from ..codegen.sort import scratch_type
 from ..errors import FusionError as LoweringError  # the function cannot be lowered (bad arguments ...)
 from ..tp_passes.expand import EXPANDED, expand_function
 from .contract import (
@@ -355,7 +354,7 @@ class _Lowering:
         if x is None:
             raise Materialise(op.operands[0], "sort input needs a buffer")
         outs = [out_of.get(r) or self.alloc(r.type) for r in op.results]
-        scratch = self.alloc(scratch_type(x.type, op.attributes["axis"]))
+        scratch = self.alloc(sort_scratch_type(x.type, op.attributes["axis"]))
         attrs = {"axis": op.attributes["axis"], "descending": op.attributes["descending"]}
         self.nest("sort").create(0, "kernel.sort", [x, *outs, scratch], attrs, [])
         self.buf.update(zip(op.results, outs))

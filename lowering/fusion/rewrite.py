@@ -47,8 +47,8 @@ from collections.abc import Iterator
 
 import sympy
 
+from tensorplay.dialect.dialects import lookup
 from tensorplay.dialect.ir import Block, Function, Operation, Region, Value
-from tensorplay.dialect.opdef import lookup
 from tensorplay.dialect.types import F32, F64, I1, BufferType, ScalarType, sym
 
 __all__ = ["stash_reduced_values", "reciprocal_divisions", "split_div_mod_loops", "rewrite_kernels"]

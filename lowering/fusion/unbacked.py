@@ -26,58 +26,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import llvmlite.ir as ir
 import sympy
 
-from tensorplay.dialect.attrs import INT, INTS
 from tensorplay.dialect.ir import Function, Operation, Value
-from tensorplay.dialect.opdef import ELEMENTWISE, SIDE_EFFECT, A, OpError, op
-from tensorplay.dialect.opdef import REGISTRY as _OPS
-from tensorplay.dialect.types import I64, BufferType, DType
-
-from ..codegen.expr import I64 as LL_I64
-from ..codegen.expr import PTR, ExprEmitter, i64
-from ..codegen.scalar import ScalarOps, storage_type
+from tensorplay.dialect.opdef import ELEMENTWISE
 
 __all__ = ["UnbackedExtentError", "pad_unbacked", "unbacked_bounds", "check_unbacked_uses", "substitute_unbacked",
-           "output_extents", "emit_nonzero_call", "counts_layout"]
+           "output_extents"]
 
 
 class UnbackedExtentError(ValueError):
     """A value sized by tensor data (tp.nonzero's row count) is used in a way the lowering cannot pad."""
 
 
-@op("kernel.nonzero", operands=["input", "indices"], attrs=[A("slot", INT), A("extents", INTS, [])],
-    traits=[SIDE_EFFECT])
-class KernelNonzero:
-    """Row-major indices of the nonzero elements of ``input`` into the first rows of ``indices`` (rows after
-    the count are zero); the count goes to counts slot ``slot``.
-
-        kernel.nonzero %x, %out0 {extents = [0, 0, 1], slot = 0}
-    """
-
-    def infer(types, attrs, facts):
-        x, out = types
-        for t, what in ((x, "input"), (out, "indices")):
-            if not isinstance(t, BufferType):
-                raise OpError(f"kernel.nonzero: {what} must be a buffer, got {t}")
-        if out.dtype != I64 or out.rank != 2 or out.shape[1] != max(x.rank, 1):
-            raise OpError(f"kernel.nonzero: indices must be an i64 buffer [rows, {max(x.rank, 1)}], got {out}")
-        if len(attrs["extents"]) % 3:
-            raise OpError(f"kernel.nonzero: extents must be (output, dim, coefficient) triples, got "
-                          f"{attrs['extents']}")
-        return []
-
-    def reference(ctx, args, attrs):
-        import numpy as np
-        x, out = args
-        found = np.argwhere(x.reshape(-1) if x.ndim == 0 else x).astype(np.int64)
-        out[...] = 0
-        out[:len(found)] = found
-        return []
-
-
-# ---------------------------------------------------------------------------------- tp-level analysis
 def unbacked_bounds(f: Function) -> dict[sympy.Symbol, sympy.Expr]:
     """``{u: U}``: each tp.nonzero row-count symbol and its upper bound (the input's element count)."""
     out = {}
@@ -104,7 +65,7 @@ def check_unbacked_uses(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) 
     us = set(bounds)
     for o in f.body.ops:
         sized = [v for v in o.operands if _has(v.type, us)]
-        if not sized or o.name in _FREE or _OPS[o.name].has(ELEMENTWISE):
+        if not sized or o.name in _FREE or o.has(ELEMENTWISE):
             continue
         why = _why_not(o, sized[0], us)
         if why:
@@ -192,85 +153,3 @@ def pad_unbacked(f: Function) -> tuple[Function, dict[sympy.Symbol, list[int]], 
     check_unbacked_uses(f, bounds)
     extents = output_extents(f, bounds)
     return substitute_unbacked(f, bounds), extents, {u: k for k, u in enumerate(bounds)}
-
-
-# ---------------------------------------------------------------------------------- native code
-def counts_layout(f: Function, workspace_size: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr, dict]:
-    """(byte offset of the counts, new workspace size, signature meta) for the kernel.nonzero ops of ``f``;
-    the counts (one i64 per slot) are the last bytes of the workspace."""
-    ops = [o for o in f.walk() if o.name == "kernel.nonzero"]
-    if not ops:
-        return workspace_size, workspace_size, {}
-    n = max(o.attributes["slot"] for o in ops) + 1
-    offset = sympy.ceiling(sympy.sympify(workspace_size) / 8) * 8
-    extents = []
-    for o in ops:
-        e = o.attributes["extents"]
-        extents += [[e[i], e[i + 1], o.attributes["slot"], e[i + 2]] for i in range(0, len(e), 3)]
-    return offset, offset + 8 * n, {"counts": n, "extents": extents}
-
-
-def emit_nonzero_call(module: ir.Module, prefix: str, b: ir.IRBuilder, em: ExprEmitter, vals: dict, op_: Operation,
-                      counts: ir.Value) -> None:
-    """Call the nonzero routine of the input's dtype and rank; ``counts`` points at the i64 count slots."""
-    x, out = op_.operands
-    dims = [em.emit(d) for d in x.type.shape] or [i64(1)]
-    fn = _nonzero_function(module, prefix, x.type.dtype, len(dims))
-    slot = b.gep(counts, [i64(op_.attributes["slot"])], inbounds=True, source_etype=LL_I64)
-    b.call(fn, [vals[x], vals[out], slot, em.emit(out.type.shape[0]), *dims])
-
-
-def _nonzero_function(module: ir.Module, prefix: str, dt: DType, rank: int) -> ir.Function:
-    name = f"{prefix}.nonzero.{dt.name}.r{rank}"
-    got = module.globals.get(name)
-    if got is not None:
-        return got
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, PTR, PTR] + [LL_I64] * (1 + rank)), name)
-    fn.linkage = "internal"
-    fn.attributes.add("nounwind")
-    x, out, count, rows, *dims = fn.args
-    for a, nm in zip(fn.args, ["x", "out", "count", "rows"] + [f"d{j}" for j in range(rank)]):
-        a.name = nm
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    ops = ScalarOps(b)
-    ety = storage_type(dt)
-    k_slot = b.alloca(LL_I64)
-    b.store(i64(0), k_slot)
-    total = dims[0]
-    for d in dims[1:]:
-        total = b.mul(total, d)
-
-    def counted(end: ir.Value, body, tag: str, start: ir.Value | None = None) -> None:
-        pre = b.block
-        head, work, done = (fn.append_basic_block(f"{tag}.{s}") for s in ("head", "body", "done"))
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(LL_I64)
-        i.add_incoming(start if start is not None else i64(0), pre)
-        b.cbranch(b.icmp_signed("<", i, end), work, done)
-        b.position_at_end(work)
-        body(i)
-        i.add_incoming(b.add(i, i64(1)), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-
-    def element(f: ir.Value) -> None:
-        v = ops.load(b.gep(x, [f], inbounds=True, source_etype=ety), dt)
-        nz = b.fcmp_unordered("!=", v, ir.Constant(v.type, 0.0)) if dt.is_float \
-            else b.icmp_unsigned("!=", v, ir.Constant(v.type, 0))
-        with b.if_then(nz):
-            k = b.load(k_slot)
-            rem = f
-            for j in reversed(range(rank)):
-                b.store(b.srem(rem, dims[j]), b.gep(out, [b.add(b.mul(k, i64(rank)), i64(j))], inbounds=True,
-                                                  source_etype=LL_I64))
-                rem = b.sdiv(rem, dims[j])
-            b.store(b.add(k, i64(1)), k_slot)
-
-    counted(total, element, "scan")
-    k = b.load(k_slot)
-    b.store(k, count)
-    counted(b.mul(rows, i64(rank)), lambda t: b.store(i64(0), b.gep(out, [t], inbounds=True, source_etype=LL_I64)),
-            "pad", start=b.mul(k, i64(rank)))
-    b.ret_void()
-    return fn

@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 import sympy
 
+from tensorplay.dialect.dialects import REGISTRY
 from tensorplay.dialect.ir import Block, Builder, Function, Module, Operation, Value
-from tensorplay.dialect.opdef import PURE, REGISTRY, TERMINATOR
+from tensorplay.dialect.opdef import PURE, TERMINATOR
 from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.types import TensorType
 

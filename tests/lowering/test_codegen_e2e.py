@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers the fuse / plan-memory passes and kernel.global)
 from tensorplay.dialect import parse
 from tensorplay.dialect.interpret import run
 from tensorplay.dialect.passes import PassManager

@@ -209,7 +209,6 @@ def test_weights_must_be_arguments():
   kernel.return
 }
 """
-    import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers kernel.global)
     from tensorplay.lowering.codegen.expr import CodegenError
     with pytest.raises(CodegenError, match="globals_to_args"):
         emit_llvm(parse(text), num_outputs=1)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import tensorplay.lowering.fusion.fuse  # noqa: F401  (registers fuse, plan-memory, kernel.global)
 from tensorplay.dialect import parse
 from tensorplay.dialect.interpret import run
 from tensorplay.dialect.ir import Module

@@ -1,0 +1,83 @@
+"""Native code of ``kernel.random``: a call back into Python, which draws exactly as the interpreter does.
+
+``kernel.random %seed, %buf {distribution = uniform}`` becomes
+``call @tp_random_<distribution>_<dtype>(ptr, count, seed)``; the host fillers below define those symbols
+for the JIT (through :func:`tensorplay.runtime.jit.register_resolver`) and write numpy's
+``default_rng(seed)`` draws (:func:`tensorplay.dialect.reference.draw`) into the buffer, so native results
+equal the interpreter's bitwise. The call happens on the thread that runs the program, outside parallel
+loops (it takes the GIL). Limits: an ahead-of-time artifact of a program with random ops needs this
+process's callback (its shared library does not define the ``tp_random_*`` symbols); a negative seed
+(numpy refuses it; the interpreter raises ValueError) fills the buffer with NaN. What produces the op:
+:mod:`tensorplay.lowering.fusion.random`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import llvmlite.ir as ir
+import numpy as np
+import sympy
+
+from tensorplay.dialect.ir import Operation
+from tensorplay.dialect.kernel_ops import RANDOM_DISTRIBUTIONS, RANDOM_DTYPES
+from tensorplay.dialect.reference import draw, round_bf16
+from tensorplay.dialect.types import BufferType
+from tensorplay.runtime.jit import register_resolver
+
+__all__ = ["CODEGEN", "RANDOM_PREFIX", "emit_random_call"]
+
+RANDOM_PREFIX = "tp_random_"
+
+
+def emit_random_call(sc: Any, o: Operation) -> None:
+    """Codegen of ``kernel.random``: ``call @tp_random_<distribution>_<dtype>(ptr, count, seed)``."""
+    seed, buf = o.operands
+    t: BufferType = buf.type
+    name = f"{RANDOM_PREFIX}{o.attr.distribution}_{t.dtype.name}"
+    i64 = ir.IntType(64)
+    module = sc.b.module
+    fn = module.globals.get(name) or ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType(), i64, i64]),
+                                                 name)
+    count = sc.em.emit(sympy.Mul(*t.shape) if t.shape else sympy.Integer(1))
+    sc.b.call(fn, [sc.vals[buf], count, sc.vals[seed]])
+
+
+_FILL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+_STORAGE = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32, "f64": np.float64}
+
+
+def _filler(distribution: str, dtype: str) -> Any:
+    storage = np.dtype(_STORAGE[dtype])
+
+    def fill(ptr: int, count: int, seed: int) -> None:
+        if count <= 0:
+            return
+        out = np.frombuffer((ctypes.c_char * (count * storage.itemsize)).from_address(ptr), storage)
+        try:
+            values = draw(seed, distribution, count)
+        except ValueError:  # a negative seed
+            values = np.full(count, np.nan)
+        if dtype == "bf16":
+            out[:] = (round_bf16(values.astype(np.float32)).view(np.uint32) >> 16).astype(np.uint16)
+        else:
+            out[:] = values.astype(storage)
+
+    return _FILL(fill)
+
+
+class _Callbacks:
+    """The ``tp_random_*`` host functions, as a :class:`tensorplay.runtime.jit.SymbolSource` (kept alive here)."""
+
+    def __init__(self) -> None:
+        self.funcs = {f"{RANDOM_PREFIX}{d}_{t}": _filler(d, t) for d in RANDOM_DISTRIBUTIONS for t in RANDOM_DTYPES}
+
+    def address(self, symbol: str) -> int:
+        return ctypes.cast(self.funcs[symbol], ctypes.c_void_p).value or 0
+
+
+_CALLBACKS = _Callbacks()
+register_resolver(RANDOM_PREFIX, lambda symbol: _CALLBACKS if symbol in _CALLBACKS.funcs else None)
+
+CODEGEN = {"kernel.random": emit_random_call}
