@@ -259,7 +259,7 @@ def load_objects(objects: list[bytes], artifact: NativeArtifact) -> Any:
     return load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=kernels)
 
 
-#: Symbols resolved by a Python host at load time (tensorplay.lowering.fusion.random's draws): no bundle can provide
+#: Symbols resolved by a Python host at load time (tensorplay.lowering.codegen.random's draws): no bundle can provide
 # them.
 _HOST_CALLBACK_PREFIXES = ("tp_random_",)
 

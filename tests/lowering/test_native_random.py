@@ -1,6 +1,6 @@
-"""Native tp.random (tensorplay.lowering.fusion.random): the draws are numpy's ``default_rng(seed)`` stream, made on the
-host when the program runs, so native results equal the interpreter's bitwise; checked against numpy
-formulas, the tp interpreter, dropout statistics and tensorplay's generator."""
+"""Native tp.random (tensorplay.lowering.codegen.random): the draws are numpy's ``default_rng(seed)`` stream,
+made on the host when the program runs, so native results equal the interpreter's bitwise; checked against
+numpy formulas, the tp interpreter, dropout statistics and tensorplay's generator."""
 
 from __future__ import annotations
 
