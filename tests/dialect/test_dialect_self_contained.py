@@ -189,3 +189,22 @@ def test_typed_accessors_read_the_declaration():
         _ = gemm.attr.axis
     with pytest.raises(AttributeError, match="kernel.gemm declares no operand 'bias'"):
         _ = gemm.operand.bias
+
+
+def test_declaring_an_op_registers_nothing():
+    from tensorplay.dialect.dialects import Dialect
+    from tensorplay.dialect.opdef import op
+
+    @op("kernel.probe", operands=["x"])
+    class Probe:
+        """A probe.
+
+            kernel.probe %0
+        """
+
+    assert "kernel.probe" not in REGISTRY and Probe.name == "kernel.probe"
+    module = type(sys)("probe_ops")
+    module.Probe, module.Again = Probe, op("kernel.probe")(type("Again", (), {}))
+    with pytest.raises(ValueError, match="op kernel.probe declared twice"):
+        Dialect.collect("kernel", module)
+    assert list(Dialect.collect("kernel", type(sys)("empty")).ops) == []
