@@ -1,9 +1,11 @@
 """Standalone artifacts from compiled programs: the archive record and the C library bundle.
 
-:func:`artifact_of` turns a :class:`tensorplay.lowering.pipeline.CompiledProgram` into a storable
+:func:`artifact_of` turns a :class:`tensorplay.lowering.pipeline.FreshProgram` into a storable
 ``tensorplay.runtime.artifact.NativeArtifact`` whose signature meta says how every argument is bound (user
-inputs, program weights by placeholder name, inline literals with their bytes, and the output
-structure). :func:`build_library` writes ``lib<name>.so``, ``<name>.h`` and ``<name>.tpw`` (the
+inputs, program weights by placeholder name, inline literals with their bytes, GEMM pack sites and the
+output structure); :func:`archive_entry` adds the GEMM kernels' object code. The ``decode_*`` functions
+read that record back (:mod:`tensorplay.lowering.loaded` runs archived code with them).
+:func:`build_library` writes ``lib<name>.so``, ``<name>.h`` and ``<name>.tpw`` (the
 weights file) plus ``<name>.tpa`` (the artifact, loadable from Python with
 :class:`tensorplay.runtime.standalone.StandaloneModel`).
 
@@ -19,26 +21,38 @@ from __future__ import annotations
 import base64
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["BINDING_KEY", "artifact_of", "build_library", "decode_binding", "held_weights"]
+from tensorplay.dialect.attrs import WeightRef
+from tensorplay.runtime.abi import Signature
+from tensorplay.runtime.artifact import NativeArtifact
+from tensorplay.runtime.standalone import write_bundle
+
+from .from_graph.binding import ArgSource, Binding, Result, Write
+from .microkernels.gemm_library import configs_of_object, gemm_objects
+from .microkernels.gemm_prepack import PackSite
+from .native_program import storage_of
+from .pipeline import FreshProgram
+
+if TYPE_CHECKING:
+    from tensorplay.export.exported_program import ExportedProgram
+
+__all__ = ["BINDING_KEY", "archive_entry", "artifact_of", "build_library", "decode_binding", "decode_held",
+           "decode_pack_sites", "held_weights", "stored_weights"]
 
 BINDING_KEY = "tensorplay_binding"
 _META_KEY = BINDING_KEY
 
 
-def artifact_of(compiled: Any) -> tuple[Any, str]:
-    """``(NativeArtifact, kernel dialect text)`` for a ``CompiledProgram`` built on this host.
+def artifact_of(compiled: FreshProgram) -> tuple[NativeArtifact, str]:
+    """``(NativeArtifact, kernel dialect text)`` for a program compiled on this host.
 
     The artifact's signature meta records what each non-user argument is bound to (a program
     weight by placeholder name, or an inline literal with its bytes), so a loader can run it
     with nothing but the program's state.
     """
-    from tensorplay.runtime.abi import Signature
-    from tensorplay.runtime.artifact import NativeArtifact
-
     exe = compiled.executable
     sig = exe.signature
     n_user = len(compiled.binding.arguments)
@@ -62,9 +76,21 @@ def artifact_of(compiled: Any) -> tuple[Any, str]:
     return artifact, compiled.ir("kernel")
 
 
-def _encode_outputs(spec: Any) -> Any:
-    from .from_graph.binding import Result
+def archive_entry(compiled: FreshProgram) -> tuple[NativeArtifact, str, list[bytes]]:
+    """``(artifact, kernel dialect text, GEMM kernel objects)``: everything a loader needs to run the
+    program without compiling (what an archive stores per target).
 
+    >>> import tensorplay as tp
+    >>> from tensorplay.export import export
+    >>> artifact, dialect, kernels = archive_entry(tp.compile(export(tp.nn.Linear(3, 2), tp.ones(4, 3))))
+    >>> artifact.signature.inputs[0].name, "kernel." in dialect, len(kernels)
+    ('input', True, 1)
+    """
+    artifact, dialect = artifact_of(compiled)
+    return artifact, dialect, gemm_objects(configs_of_object(artifact.object))
+
+
+def _encode_outputs(spec: Any) -> Any:
     if isinstance(spec, Result):
         return {"result": spec.index, "number": spec.number}
     if isinstance(spec, list | tuple):
@@ -77,8 +103,6 @@ def _encode_outputs(spec: Any) -> Any:
 
 
 def _decode_outputs(d: Any) -> Any:
-    from .from_graph.binding import Result
-
     if not isinstance(d, dict) or len(d) not in (1, 2):
         raise ValueError(f"native artifact: malformed output structure record {str(d)[:60]!r}")
     if "result" in d:
@@ -95,7 +119,7 @@ def _decode_outputs(d: Any) -> Any:
     raise ValueError(f"native artifact: malformed output structure record {str(d)[:60]!r}")
 
 
-def _encode_binding(binding: Any) -> dict[str, Any] | None:
+def _encode_binding(binding: Binding) -> dict[str, Any] | None:
     """The binding as JSON (argument sources and output structure), or None when it holds state or
     values JSON cannot keep (the loader then derives it from the program again)."""
     if binding.state or binding.fixed:
@@ -112,11 +136,9 @@ def _encode_binding(binding: Any) -> dict[str, Any] | None:
     return {"arguments": args, "outputs": outputs, "symbols": dict(binding.symbols), "writes": writes}
 
 
-def decode_binding(d: Any) -> Any:
+def decode_binding(d: Any) -> Binding:
     """The :class:`tensorplay.lowering.from_graph.binding.Binding` stored by :func:`artifact_of`; ValueError if
     malformed."""
-    from .from_graph.binding import ArgSource, Binding, Write
-
     try:
         args = [ArgSource(str(kind), str(name), tuple(key)) for kind, name, key in d["arguments"]]
         writes = [Write(int(result), str(name), tuple(key), int(count))
@@ -126,12 +148,9 @@ def decode_binding(d: Any) -> Any:
         raise ValueError(f"native artifact: malformed binding record: {exc}") from None
 
 
-def decode_pack_sites(record: Any) -> list[Any]:
-    """The :class:`tensorplay.lowering.microkernels.gemm_prepack.PackSite` list an archive stored (``[]`` when none);
-    ValueError
-    if malformed."""
-    from .microkernels.gemm_prepack import PackSite
-
+def decode_pack_sites(record: Any) -> list[PackSite]:
+    """The :class:`tensorplay.lowering.microkernels.gemm_prepack.PackSite` list a binding record holds
+    (``[]`` when none); ValueError if malformed."""
     try:
         sites = [PackSite(int(i), int(arg), int(k), int(n), bool(t))
                  for i, arg, k, n, t in record.get("pack_sites", [])]
@@ -142,7 +161,54 @@ def decode_pack_sites(record: Any) -> list[Any]:
     return sites
 
 
-def held_weights(compiled: Any, program: Any = None) -> dict[str, np.ndarray]:
+def _decode_literal(d: Any) -> np.ndarray:
+    try:
+        dtype = np.dtype(d["dtype"])
+        shape = tuple(int(s) for s in d["shape"])
+        raw = base64.b64decode(d["data"], validate=True)
+        return np.frombuffer(raw, dtype).reshape(shape).copy()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"native artifact: malformed literal argument record: {exc}") from None
+
+
+def decode_held(signature: Signature) -> tuple[int, list[WeightRef | None], list[np.ndarray | None]]:
+    """``(number of user inputs, held, literals)`` from an artifact's signature: argument
+    ``n_user + i`` is program weight ``held[i]`` or literal ``literals[i]`` (the other one is None).
+    Code without a binding record takes every argument from its caller; ValueError if malformed."""
+    meta = signature.meta.get(_META_KEY)
+    n_args = len(signature.inputs)
+    if meta is None:
+        return n_args, [], []
+    if not isinstance(meta, dict) or not isinstance(meta.get("user_inputs"), int) or not isinstance(
+            meta.get("held"), list) or meta["user_inputs"] + len(meta["held"]) != n_args:
+        raise ValueError(f"native artifact: binding record does not match its {n_args} arguments")
+    held: list[WeightRef | None] = []
+    literals: list[np.ndarray | None] = []
+    for h in meta["held"]:
+        if isinstance(h, dict) and isinstance(h.get("weight"), str):
+            held.append(WeightRef(h["weight"]))
+            literals.append(None)
+        elif isinstance(h, dict) and "literal" in h:
+            held.append(None)
+            literals.append(_decode_literal(h["literal"]))
+        else:
+            raise ValueError(f"native artifact: unknown argument record {h!r}")
+    return meta["user_inputs"], held, literals
+
+
+def stored_weights(signature: Signature, program: ExportedProgram) -> dict[str, np.ndarray] | None:
+    """Values of every non-user argument of stored code by signature name, from ``program``'s current
+    state and the stored literals; None when the code has no binding record."""
+    if _META_KEY not in signature.meta:
+        return None
+    n_user, held, literals = decode_held(signature)
+    target = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs if spec.target}
+    values = {**program.state_dict, **program.constants}
+    return {spec.name: literal if literal is not None else storage_of(values[target[ref.name]])
+            for spec, ref, literal in zip(signature.inputs[n_user:], held, literals, strict=True)}
+
+
+def held_weights(compiled: FreshProgram, program: ExportedProgram | None = None) -> dict[str, np.ndarray]:
     """Values of every non-user argument by signature name: program weights (current values when
     ``program`` is given, else those seen at compile time) and inline literals."""
     sig = compiled.executable.signature
@@ -161,15 +227,10 @@ def held_weights(compiled: Any, program: Any = None) -> dict[str, np.ndarray]:
     return out
 
 
-def build_library(compiled: Any, out_dir: str | os.PathLike[str], name: str, *, program: Any = None,
-                  link: bool = True) -> dict[str, Path]:
+def build_library(compiled: FreshProgram, out_dir: str | os.PathLike[str], name: str, *,
+                  program: ExportedProgram | None = None, link: bool = True) -> dict[str, Path]:
     """Write the standalone bundle of ``compiled`` into ``out_dir``; returns its paths by kind
     (``"library"``, ``"header"``, ``"weights"``, ``"artifact"``). ``link=False`` skips the C compiler
     (only header, weights and artifact). Without a C compiler, RuntimeError says what to install."""
-    from tensorplay.runtime.standalone import write_bundle
-
-    from .microkernels.gemm_library import configs_of_object, gemm_objects
-
-    artifact, _ = artifact_of(compiled)
-    kernels = gemm_objects(configs_of_object(artifact.object))
+    artifact, _, kernels = archive_entry(compiled)
     return write_bundle(artifact, held_weights(compiled, program), out_dir, name, objects=kernels, link=link)

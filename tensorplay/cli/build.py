@@ -16,9 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def execute(args: argparse.Namespace) -> None:
     import tensorplay as tp
     from tensorplay.export.native_archive import bundle_parts
-    from tensorplay.lowering.aot import build_library
-    from tensorplay.runtime.aot import find_c_compiler
-    from tensorplay.runtime.standalone import write_bundle
+    from tensorplay.lowering.api import build_library, find_c_compiler, write_bundle
 
     find_c_compiler()  # fail first, with what to install, before any work
     contents = load_archive(args.file)

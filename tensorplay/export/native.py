@@ -1,7 +1,8 @@
-"""Running exported programs as native code: the bridge from ``ExportedProgram`` to ``lowering``.
+"""Running exported programs as native code: the bridge from ``ExportedProgram`` to the compiler.
 
+The compiler is reached through its one entry, :mod:`tensorplay.lowering.api`, imported on first use.
 Calling a program (or ``ExportedProgram.call_exported(p)``) compiles it on first use with
-:func:`tensorplay.lowering.pipeline.compile_program` and then runs the native function; the compiled code is
+:func:`tensorplay.lowering.api.compile_program` and then runs the native function; the compiled code is
 cached on the program (and on disk by the runtime). In-place updates of inputs (a user tensor, a
 tensor inside an input container, a buffer or parameter) come back as extra results and are written
 into the live tensors, exactly as the interpreted graph's in-place ops would (views see them,
@@ -21,7 +22,7 @@ instead).
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +31,12 @@ from .._tensor import Tensor
 from .dynamic_shapes import ConstraintsExceededError
 from .functionalize import Field, writes_inputs
 from .graph_signature import OutputKind
+
+if TYPE_CHECKING:
+    from tensorplay.dialect import Module
+    from tensorplay.lowering.api import CompiledProgram
+
+    from .exported_program import ExportedProgram
 
 __all__ = ["compile", "lower", "NativeRunner", "UnsupportedProgramWarning", "native_runner"]
 
@@ -41,39 +48,27 @@ class UnsupportedProgramWarning(UserWarning):
     """A program runs on the graph interpreter because some ops have no native lowering yet."""
 
 
-def _lowering_errors() -> tuple[type[Exception], ...]:
-    from tensorplay.lowering.codegen.llvm import CodegenError
-    from tensorplay.lowering.from_graph.convert import LoweringError as ToTpError
-    from tensorplay.lowering.fusion.lower import LoweringError as KernelError
-    return (ToTpError, KernelError, CodegenError)
-
-
 class NativeRunner:
     """A compiled program bound to the ``ExportedProgram`` it came from: ``runner(program, flat_args)``
     runs it on the program's placeholder values (state first, as ``ExportedProgram`` binds them).
 
     Everything that depends only on the program is worked out here, once: which value feeds which native
-    argument (:meth:`tensorplay.lowering.pipeline.CompiledProgram.caller`), the dtype of each result and where each
+    argument (:meth:`tensorplay.lowering.api.CompiledProgram.caller`), the dtype of each result and where each
     mutated buffer or input goes.
     """
 
-    def __init__(self, program: Any, compiled: Any):
-        from tensorplay.lowering.from_graph.binding import Result
+    def __init__(self, program: ExportedProgram, compiled: CompiledProgram):
+        from tensorplay.lowering.api import Result
 
         self.compiled = compiled
         self.placeholders = [n.name for n in program.graph.placeholders]
         self.dtypes = [_dtype.from_name(s.dtype) for s in compiled.signature.outputs]
-        caller = getattr(compiled, "caller", None)
-        if caller is not None:
-            self._run = caller(self.placeholders)
-        else:  # code loaded from an archive: the general route
-            names = self.placeholders
-            self._run = lambda values: compiled.run(dict(zip(names, values, strict=True)))
+        self._run = compiled.caller(self.placeholders)
         binding = compiled.binding
         position = {name: i for i, name in enumerate(self.placeholders)}
-        writes = getattr(binding, "writes", None) or []
+        writes = binding.writes
         #: (result, placeholder index, key path (item key or attribute name, is attribute), in-place op count)
-        self.writes = [(w.result, position[w.name], tuple((getattr(k, "name", k), isinstance(k, Field))
+        self.writes = [(w.result, position[w.name], tuple((k.name, True) if isinstance(k, Field) else (k, False)
                                                             for k in w.key), w.count) for w in writes]
         # code whose binding does not say where input updates go (an archive's) leaves them to the interpreter
         self.interpret = not writes and writes_inputs(program)
@@ -84,7 +79,7 @@ class NativeRunner:
         self._single = self.dtypes[0] if len(self.dtypes) == 1 and self._unflatten is tuple and not (
             self.writes or self.interpret) else None
 
-    def __call__(self, program: Any, flat_args: list) -> Any:
+    def __call__(self, program: ExportedProgram, flat_args: list) -> Any:
         if self._single is not None:  # one result and no input updates: the common case
             return (_new_tensor(self._run(flat_args)[0], self._single),)
         if self.writes or self.interpret:
@@ -92,7 +87,7 @@ class NativeRunner:
         arrays = self._run(flat_args)
         return self._unflatten([_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)])
 
-    def _call_updating(self, program: Any, flat_args: list) -> Any:
+    def _call_updating(self, program: ExportedProgram, flat_args: list) -> Any:
         """A program that updates some of its inputs: run it, then write each new value into the live
         tensor (its views see it, its ``_version`` moves on as eager's in-place ops move it); outputs
         that are an updated input are that input itself, as in eager. An updated input sharing memory
@@ -125,11 +120,13 @@ def _aliased(targets: list, positions: list[int], values: list) -> bool:
     return False
 
 
-def compile(program: Any, *, strict: bool = True, **options: Any) -> Any:  # noqa: A001 - torch's name
+def compile(program: ExportedProgram, *, strict: bool = True,  # noqa: A001 - torch's name
+            **options: Any) -> CompiledProgram | None:
     """Compile ``program`` to native code now and use it for every later call; returns the
-    ``CompiledProgram`` (inspect it with ``.ir("tp" | "kernel" | "llvm" | "asm")`` and ``.stats``).
+    :class:`tensorplay.lowering.api.CompiledProgram` (inspect it with ``.ir("tp" | "kernel" | "llvm" | "asm")``
+    and ``.stats``).
 
-    ``options`` are :class:`tensorplay.lowering.pipeline.CompileOptions` fields (``num_threads``, ``cache``,
+    ``options`` are :class:`tensorplay.lowering.api.CompileOptions` fields (``num_threads``, ``cache``,
     ``prefer_vector_width``, ``dump_ir``). With ``strict=False`` an unsupported program falls back to
     the interpreter with a warning and ``None`` is returned.
     """
@@ -137,7 +134,7 @@ def compile(program: Any, *, strict: bool = True, **options: Any) -> Any:  # noq
     return None if runner is None else runner.compiled
 
 
-def lower(program: Any) -> Any:
+def lower(program: ExportedProgram) -> Module:
     """The program as a ``tp`` dialect module (after its default decompositions); ``str()`` prints it.
 
     >>> import tensorplay as tp
@@ -148,11 +145,11 @@ def lower(program: Any) -> Any:
       tp.return %0
     }
     """
-    from tensorplay.lowering.from_graph.program import program_to_tp
-    return program_to_tp(program)[0]
+    from tensorplay.lowering.api import lower_to_tp
+    return lower_to_tp(program)
 
 
-def native_runner(program: Any) -> NativeRunner | None:
+def native_runner(program: ExportedProgram) -> NativeRunner | None:
     """The program's cached runner (compiled on first use), or None when it runs interpreted."""
     cached = program.__dict__.get("_native")
     code = program.graph_module.code
@@ -161,16 +158,16 @@ def native_runner(program: Any) -> NativeRunner | None:
     return _build(program, strict=False, options={})
 
 
-def _build(program: Any, *, strict: bool, options: dict) -> NativeRunner | None:
-    from tensorplay.lowering.pipeline import CompileOptions, compile_program
+def _build(program: ExportedProgram, *, strict: bool, options: dict) -> NativeRunner | None:
+    from tensorplay.lowering import api
 
     code = program.graph_module.code
     reason = _unsupported_signature(program)
     if reason is None:
         try:
-            compiled = compile_program(program, CompileOptions.from_env(**options),
-                                       shape_error=ConstraintsExceededError)
-        except _lowering_errors() as exc:
+            compiled = api.compile_program(program, api.CompileOptions.from_env(**options),
+                                           shape_error=ConstraintsExceededError)
+        except api.LoweringError as exc:
             reason = str(exc)
     if reason is not None:
         if strict:
@@ -184,7 +181,7 @@ def _build(program: Any, *, strict: bool, options: dict) -> NativeRunner | None:
     return runner
 
 
-def _unsupported_signature(program: Any) -> str | None:
+def _unsupported_signature(program: ExportedProgram) -> str | None:
     kinds = {spec.kind for spec in program.graph_signature.output_specs}
     if kinds & {OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT}:
         return "joint forward-backward programs are not compiled yet"

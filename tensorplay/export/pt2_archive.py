@@ -48,7 +48,8 @@ from .. import _dtype
 from .._tensor import Tensor
 
 __all__ = [
-    "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "NativeCode", "PT2ArchiveContents", "PT2ArchiveReader", "PT2ArchiveWriter",
+    "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "NativeCode", "NativeRecompileWarning", "PT2ArchiveContents",
+    "PT2ArchiveReader", "PT2ArchiveWriter",
     "WeightType", "bundle_payloads", "check_entry_name", "check_tensor_entry", "decode_tensor", "encode_tensor",
     "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "unbundle_payloads",
     "weight_type_of",
@@ -520,15 +521,17 @@ def is_pt2_package(f: Any) -> bool:
 
 @dataclass
 class NativeCode:
-    """Native code found in an archive for one target: the artifact and the dialect text it came from.
+    """Native code found in an archive for one target: the artifact (a ``NativeArtifact``), the dialect text
+    it came from and the object code of the GEMM kernels it calls (None in older archives).
 
     Loading an archive never maps this code. :meth:`load` does, and it refuses code built for
-    another CPU (``tensorplay.runtime.artifact.IncompatibleArtifact``), so a caller recompiles from
+    another CPU (``tensorplay.lowering.api.IncompatibleArtifact``), so a caller recompiles from
     ``dialect`` instead. Mapped code runs with full rights: only load archives you trust.
     """
 
     artifact: Any
     dialect: str | None = None
+    kernels: list[bytes] | None = None
 
     @property
     def incompatibility(self) -> str | None:
@@ -536,9 +539,12 @@ class NativeCode:
         return self.artifact.incompatibility()
 
     def load(self, **options: Any) -> Any:
-        """The ``tensorplay.runtime.abi.Executable`` over the stored object code (``options`` go to
-        ``artifact.load``)."""
+        """An executable over the stored object code (``options`` go to ``artifact.load``)."""
         return self.artifact.load(**options)
+
+
+class NativeRecompileWarning(RuntimeWarning):
+    """Stored native code did not suit this CPU, so it was compiled again from its dialect text."""
 
 
 @dataclass

@@ -403,7 +403,7 @@ def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
     """Write programs, native code and extra files into one archive at ``f``; returns ``f`` (rewound).
 
     ``exported_programs`` is one program (named ``"model"``) or a dict name -> program.
-    ``tp_files`` maps a model name to compiled native code: a ``tensorplay.runtime.artifact.NativeArtifact``,
+    ``tp_files`` maps a model name to compiled native code: a ``NativeArtifact`` (``tensorplay.lowering.api``),
     an ``(artifact, dialect_text)`` pair, or a list of them (one per target). Each is stored under
     ``data/native/<name>/<triple>/`` as ``artifact.bin``, ``manifest.json`` (triple, CPU name,
     feature string, llvmlite version) and ``program.tp`` (the dialect text it was built from).
@@ -478,7 +478,7 @@ def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
     if not isinstance(tp_files, dict):
         raise TypeError(f"tp_files must be a dict model name -> NativeArtifact (or a list of them), got "
                         f"{type(tp_files).__name__}")
-    from tensorplay.runtime.artifact import NativeArtifact
+    from tensorplay.lowering.api import NativeArtifact
 
     out = {}
     for name, items in tp_files.items():
@@ -610,7 +610,7 @@ def _load_model(reader: PT2ArchiveReader, model: str, expected_opset: dict[str, 
 
 
 def _load_native(reader: PT2ArchiveReader, model: str, triple: str) -> Any:
-    from tensorplay.runtime.artifact import NativeArtifact
+    from tensorplay.lowering.api import NativeArtifact
 
     from .pt2_archive import NativeCode
 
@@ -629,11 +629,11 @@ def _load_native(reader: PT2ArchiveReader, model: str, triple: str) -> Any:
     if manifest["triple"] != triple or any(getattr(artifact, k) != manifest[k] for k in keys):
         raise ValueError(f"{base}: the manifest and the artifact disagree on the target they were built for")
     dialect = reader.read_string(f"{base}program.tp") if f"{base}program.tp" in reader.names() else None
-    code = NativeCode(artifact, dialect)
+    kernels = None
     if f"{base}kernels.tpo" in reader.names():
         from .native_archive import kernels_from_bytes
-        code.kernels = kernels_from_bytes(reader.read_bytes(f"{base}kernels.tpo"), f"{base}kernels.tpo")
-    return code
+        kernels = kernels_from_bytes(reader.read_bytes(f"{base}kernels.tpo"), f"{base}kernels.tpo")
+    return NativeCode(artifact, dialect, kernels)
 
 
 def _payload_getter(reader: PT2ArchiveReader, prefix: str, entries: list, from_disk: bool) -> Any:
