@@ -21,6 +21,8 @@ from . import (  # noqa: F401
     nn_resample,
     reductions,
     reorder,
+    segments,
+    windows,
 )
 from ._binding import bind_tensor_methods
 from ._registry import REGISTRY, Op, lookup, methods, register, register_inplace

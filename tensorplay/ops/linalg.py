@@ -609,3 +609,77 @@ def _place_on_labels(g, unique: tuple, labels: tuple, x, sizes: dict):
             g = tp.mul(g, tp.reshape(tp.eye(n, dtype=g.dtype), mask_shape))
     broadcast = tuple(i for i, lb in enumerate(labels) if is_one(x.shape[i]) and not is_one(sizes[lb]))
     return tp.sum(g, broadcast, True) if broadcast else g
+
+
+# --- cdist ---------------------------------------------------------------------------------------------
+
+def _cdist_meta(x1, x2, p=2.0, compute_mode=None):
+    _check_tensors("cdist", x1=x1, x2=x2)
+    if x1.ndim < 2 or x2.ndim < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1.ndim}D, X2 got: {x2.ndim}D")
+    if not x1.dtype.is_floating_point or not x2.dtype.is_floating_point:
+        raise RuntimeError(f"cdist only supports floating-point dtypes, X1 got: {x1.dtype.name}")
+    dt = _same_dtype("cdist", x1, x2)
+    if not sym_eq(x1.shape[-1], x2.shape[-1]):
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
+    if not isinstance(p, int | float) or p < 0:
+        raise RuntimeError(f"cdist only supports non-negative p values, got {p!r}")
+    batch = broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    return TensorMeta((*batch, x1.shape[-2], x2.shape[-2]), dt)
+
+
+def _cdist(x1, x2, p=2.0, compute_mode=None):
+    diff = np.abs(x1[..., :, None, :].astype(np.float64) - x2[..., None, :, :])
+    if p == 0:
+        out = (diff != 0).sum(-1)
+    elif np.isinf(p):
+        out = diff.max(-1, initial=0.0)
+    else:
+        out = (diff ** p).sum(-1) ** (1.0 / p)
+    return out.astype(x1.dtype)
+
+
+cdist = register("cdist", _cdist, _cdist_meta,
+                 doc="The ``p``-norm distance between each row of ``x1`` ``(*, P, M)`` and each row of ``x2`` "
+                     "``(*, R, M)``: ``(*, P, R)`` (batch dims broadcast; ``p`` may be 0 or inf).\n\n"
+                     ">>> tensorplay.cdist(tensorplay.tensor([[0.0, 0.0]]), tensorplay.tensor([[3.0, 4.0]]))"
+                     ".tolist()\n[[5.0]]")
+
+
+@cdist.def_decomposition
+def _cdist_decomposition(x1, x2, p=2.0, compute_mode=None):
+    diff = tp.abs(x1.unsqueeze(-2) - x2.unsqueeze(-3))  # (*, P, R, M)
+    if p == 0:
+        return tp.sum(diff != 0, -1).to(diff.dtype)
+    if p == float("inf"):
+        return tp.amax(diff, -1)
+    if p == 1:
+        return tp.sum(diff, -1)
+    if p == 2:
+        return tp.sqrt(tp.sum(diff * diff, -1))
+    return tp.pow(tp.sum(tp.pow(diff, p), -1), 1.0 / p)
+
+
+@cdist.def_backward
+def _cdist_backward(ctx, grad):
+    """PyTorch's gradient: a zero distance passes no gradient (the norm's subgradient at 0)."""
+    x1, x2 = ctx.args[0], ctx.args[1]
+    p = ctx.args[2] if len(ctx.args) > 2 else ctx.kwargs.get("p", 2.0)
+    dist = ctx.outputs[0].unsqueeze(-1)
+    diff = x1.unsqueeze(-2) - x2.unsqueeze(-3)
+    g = grad.unsqueeze(-1)
+    if p == 0:
+        pair = tp.zeros_like(diff)
+    elif p == 1:
+        pair = g * tp.sign(diff)
+    elif p == float("inf"):
+        hit = (tp.abs(diff) == dist).to(diff.dtype)
+        pair = g * tp.sign(diff) * hit / tp.clamp_min(tp.sum(hit, -1, keepdim=True), 1.0)
+    else:
+        ratio = tp.where(dist == 0, 0.0, tp.abs(diff) / tp.where(dist == 0, 1.0, dist))
+        pair = g * tp.sign(diff) * tp.pow(ratio, p - 1)
+    g1 = tp.sum(pair, -2)
+    g2 = -tp.sum(pair, -3)
+    from ..autograd.functional_helpers import sum_to_shape
+    return (sum_to_shape(g1, x1.shape) if x1.requires_grad else None,
+            sum_to_shape(g2, x2.shape) if x2.requires_grad else None) + (None,) * (len(ctx.args) - 2)

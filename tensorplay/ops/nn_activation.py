@@ -14,9 +14,9 @@ import math
 import numpy as np
 
 from .. import _dtype
-from ._nn_util import require_float, torch_type_name, tp
+from ._nn_util import backward_from_decomposition, floordiv, require_float, torch_type_name, tp
 from ._registry import Op, register, register_inplace
-from ._shapes import TensorMeta, normalize_dim
+from ._shapes import TensorMeta, normalize_dim, sym_eq
 
 __all__ = ["ACTIVATIONS", "SELU_ALPHA", "SELU_SCALE"]
 
@@ -367,3 +367,87 @@ def _log_softmax_backward(ctx, grad):
     dim = ctx.args[1] if len(ctx.args) > 1 else ctx.kwargs["dim"]
     g = grad - t.exp(y) * t.sum(grad, dim, keepdim=True)
     return (_grad_to_input_dtype(g, ctx.args[0]),) + (None,) * (len(ctx.args) - 1)
+
+
+# --- prelu / glu ----------------------------------------------------------------------------------------
+
+def _prelu_weight_shape(input_ndim: int, weight_numel) -> tuple:
+    """How ``weight`` broadcasts against the input: along dim 1 (the channels) when it has several entries."""
+    if input_ndim >= 2 and not (isinstance(weight_numel, int) and weight_numel == 1):
+        return (1, -1) + (1,) * (input_ndim - 2)
+    return (1,) * input_ndim if input_ndim else ()
+
+
+def _prelu_meta(input, weight):
+    require_float("prelu", input)
+    if not isinstance(weight, TensorMeta) or weight.ndim > 1:
+        raise RuntimeError(f"prelu(): weight must be a 0-d or 1-d tensor, got "
+                           f"{list(weight.shape) if isinstance(weight, TensorMeta) else type(weight).__name__}")
+    if weight.dtype is not input.dtype:
+        raise RuntimeError(f"prelu(): expected weight dtype {input.dtype.name}, got {weight.dtype.name}")
+    n = weight.numel()
+    channels = input.shape[1] if input.ndim >= 2 else 1
+    if not (isinstance(n, int) and n == 1):
+        if not sym_eq(n, channels):
+            raise RuntimeError(f"Mismatch of parameter numbers and input channel size. Found parameter numbers = "
+                               f"{n} and channel size = {channels}.")
+    return TensorMeta(input.shape, input.dtype)
+
+
+def _prelu_impl(input, weight):
+    w = weight.reshape(_prelu_weight_shape(input.ndim, weight.size))
+    return np.where(input > 0, input, w * input).astype(input.dtype, copy=False)
+
+
+prelu = register("prelu", _prelu_impl, _prelu_meta,
+                 doc="``input`` where positive, else ``weight * input``; ``weight`` has one entry, or one per "
+                     "channel (dim 1).\n\n>>> tensorplay.prelu(tensorplay.tensor([-2.0, 3.0]), "
+                     "tensorplay.tensor([0.25])).tolist()\n[-0.5, 3.0]")
+
+
+@prelu.def_decomposition
+def _prelu_decomposition(input, weight):
+    n = 1
+    for d in weight.shape:
+        n = n * d
+    w = weight.reshape(_prelu_weight_shape(input.ndim, n))
+    return tp().where(input > 0, input, w * input)
+
+
+def _glu_half(meta_shape, dim):
+    d = normalize_dim(dim, len(meta_shape))
+    size = meta_shape[d]
+    half = floordiv(size, 2)
+    if not sym_eq(half * 2, size):
+        raise RuntimeError(f"Halving dimension must be even, but dimension {d} is size {size}")
+    return d, half
+
+
+def _glu_meta(input, dim=-1):
+    require_float("glu", input)
+    if input.ndim == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    d, half = _glu_half(input.shape, dim)
+    return TensorMeta(input.shape[:d] + (half,) + input.shape[d + 1:], input.dtype)
+
+
+def _glu_impl(input, dim=-1):
+    a, b = np.split(input, 2, axis=normalize_dim(dim, input.ndim))
+    return (a * _np_sigmoid(b)).astype(input.dtype, copy=False)
+
+
+glu = register("glu", _glu_impl, _glu_meta,
+               doc="Gated linear unit: ``a * sigmoid(b)`` with ``a, b`` the two halves of ``input`` along ``dim``."
+                   "\n\n>>> tensorplay.glu(tensorplay.tensor([1.0, 0.0])).tolist()\n[0.5]")
+
+
+@glu.def_decomposition
+def _glu_decomposition(input, dim=-1):
+    t = tp()
+    d = normalize_dim(dim, input.ndim)
+    half = input.shape[d] // 2
+    return t.narrow(input, d, 0, half) * t.sigmoid(t.narrow(input, d, half, half))
+
+
+prelu.def_backward(backward_from_decomposition(prelu))
+glu.def_backward(backward_from_decomposition(glu))

@@ -1,4 +1,5 @@
-"""Convolution primitives: ``conv`` and ``conv_transpose`` over 1 or 2 spatial dims.
+"""Convolution primitives: ``conv`` and ``conv_transpose`` over 1 or 2 spatial dims, and ``conv3d``, which
+decomposes into 2-d convolutions.
 
 The spatial rank comes from the weight (``weight.ndim - 2``); inputs may be batched
 ``(N, C, *spatial)`` or unbatched ``(C, *spatial)``. ``conv`` runs as im2col (a strided window
@@ -14,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ._nn_util import floordiv, is_int, ntuple, require_float, tp, window_out_size
+from ._nn_util import backward_from_decomposition, floordiv, is_int, ntuple, require_float, tp, window_out_size
 from ._registry import register
 from ._shapes import TensorMeta, holds, sym_eq
 
-__all__ = ["conv", "conv_transpose", "conv_padding"]
+__all__ = ["conv", "conv3d", "conv_transpose", "conv_padding"]
 
 
 def _static(v) -> bool:
@@ -48,13 +49,14 @@ def conv_padding(padding, kernel: tuple, dilation: tuple, stride: tuple, fn: str
     return tuple((p, p) for p in pads)
 
 
-def _conv_args(fn, input, weight, stride, padding, dilation, groups):
+def _conv_args(fn, input, weight, stride, padding, dilation, groups, ranks=(1, 2)):
     if not isinstance(input, TensorMeta) or not isinstance(weight, TensorMeta):
         raise TypeError(f"{fn}(): expected input and weight to be Tensors")
     nd = weight.ndim - 2
-    if nd not in (1, 2):
-        raise RuntimeError(f"{fn}(): expected a weight of 3 (conv1d) or 4 (conv2d) dimensions, got weight of "
-                           f"size {list(weight.shape)}")
+    if nd not in ranks:
+        expected = " or ".join(f"{r + 2} (conv{r}d)" for r in ranks)
+        raise RuntimeError(f"{fn}(): expected a weight of {expected} dimensions, got weight of size "
+                           f"{list(weight.shape)}")
     if input.ndim not in (nd + 1, nd + 2):
         raise RuntimeError(f"Expected {nd + 1}D (unbatched) or {nd + 2}D (batched) input to conv{nd}d, but got "
                            f"input of size: {list(input.shape)}")
@@ -84,9 +86,8 @@ def _check_bias(fn, bias, channels, dtype):
         raise RuntimeError(f"{fn}(): expected bias dtype {dtype.name}, got {bias.dtype.name}")
 
 
-def _conv_meta(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    fn = "conv"
-    nd, stride, padding, dilation = _conv_args(fn, input, weight, stride, padding, dilation, groups)
+def _conv_meta(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, fn="conv", ranks=(1, 2)):
+    nd, stride, padding, dilation = _conv_args(fn, input, weight, stride, padding, dilation, groups, ranks)
     kernel = weight.shape[2:]
     pads = conv_padding(padding, kernel, dilation, stride, fn)
     batched = input.ndim == nd + 2
@@ -156,6 +157,51 @@ conv = register("conv", _conv_impl, _conv_meta, primitive=True,
                     "``'same'`` or ``'valid'``), ``dilation`` and ``groups``; ``bias`` optional.\n\n"
                     ">>> tensorplay.conv(tensorplay.ones(1, 2, 4, 4), tensorplay.ones(3, 2, 3, 3)).shape\n"
                     "tensorplay.Size([1, 3, 2, 2])")
+
+
+# --- conv3d: 2-d convolutions over the depth taps ------------------------------------------------------
+
+def _conv3d_meta(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    return _conv_meta(input, weight, bias, stride, padding, dilation, groups, fn="conv3d", ranks=(3,))
+
+
+conv3d = register(
+    "conv3d", _conv_impl, _conv3d_meta,
+    doc="3-d convolution of ``(N, C, D, H, W)`` (or unbatched) input with ``stride``, ``padding`` (ints, ``'same'``"
+        " or ``'valid'``), ``dilation`` and ``groups``; decomposes into one 2-d convolution per depth tap.\n\n"
+        ">>> tensorplay.conv3d(tensorplay.ones(1, 2, 4, 4, 4), tensorplay.ones(3, 2, 3, 3, 3)).shape\n"
+        "tensorplay.Size([1, 3, 2, 2, 2])")
+
+
+@conv3d.def_decomposition
+def _conv3d_decomposition(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """Pad explicitly, then for each depth tap ``k`` fold the output depth into the batch and run the 2-d
+    convolution with the weight's slice ``[:, :, k]``; the taps' results add up."""
+    t = tp()
+    stride = ntuple(stride, 3, "stride", "conv3d")
+    dilation = ntuple(dilation, 3, "dilation", "conv3d")
+    pads = conv_padding(padding, tuple(weight.shape[2:]), dilation, stride, "conv3d")
+    x = input if input.ndim == 5 else input.unsqueeze(0)
+    widths = [w for pair in reversed(pads) for w in pair]
+    if any(not (is_int(w) and w == 0) for w in widths):
+        x = t.pad(x, widths)
+    n, c, depth, h, w = x.shape
+    taps = weight.shape[2]
+    out_depth = (depth - dilation[0] * (taps - 1) - 1) // stride[0] + 1
+    total = None
+    for k in range(taps):
+        start = k * dilation[0]
+        planes = t.narrow(x[:, :, start::stride[0]], 2, 0, out_depth)  # (N, C, out_depth, H, W)
+        planes = planes.permute(0, 2, 1, 3, 4).reshape(n * out_depth, c, h, w)
+        y = t.conv(planes, weight[:, :, k], None, stride[1:], 0, dilation[1:], groups)
+        total = y if total is None else total + y
+    out = total.reshape(n, out_depth, weight.shape[0], total.shape[2], total.shape[3]).permute(0, 2, 1, 3, 4)
+    if bias is not None:
+        out = out + bias.reshape(1, -1, 1, 1, 1)
+    return out if input.ndim == 5 else out.squeeze(0)
+
+
+conv3d.def_backward(backward_from_decomposition(conv3d))
 
 
 # --- transposed convolution ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Normalisation and friends: layer_norm, group_norm, rms_norm, batch_norm (running statistics
+"""Normalisation and friends: layer_norm, group_norm, instance_norm, rms_norm, batch_norm (running statistics
 updated in place), native_dropout, embedding, one_hot, normalize, cosine_similarity,
 pairwise_distance. Composites with a numpy impl, a decomposition and a backward formula each.
 
@@ -16,8 +16,8 @@ from ._nn_util import backward_from_decomposition, is_int, require_float, tp
 from ._registry import register
 from ._shapes import TensorMeta, broadcast_shapes, holds, normalize_dim, numel, sym_eq, unknown_extent
 
-__all__ = ["layer_norm", "group_norm", "rms_norm", "batch_norm", "native_dropout", "embedding", "one_hot",
-           "normalize", "cosine_similarity", "pairwise_distance"]
+__all__ = ["layer_norm", "group_norm", "instance_norm", "rms_norm", "batch_norm", "native_dropout", "embedding",
+           "one_hot", "normalize", "cosine_similarity", "pairwise_distance"]
 
 
 def _wide(x):
@@ -222,6 +222,57 @@ def _group_norm_decomposition(input, num_groups, weight=None, bias=None, eps=1e-
 
 
 group_norm.def_backward(backward_from_decomposition(group_norm))
+
+
+# --- instance_norm ------------------------------------------------------------------------------------
+
+def _instance_norm_meta(input, weight=None, bias=None, eps=1e-5):
+    require_float("instance_norm", input)
+    if input.ndim < 3:
+        raise ValueError(f"instance_norm(): expected 3D or higher input (N, C, *), got input of size "
+                         f"{list(input.shape)}")
+    c = input.shape[1]
+    _affine_check("instance_norm", "weight", weight, (c,), input.dtype)
+    _affine_check("instance_norm", "bias", bias, (c,), input.dtype)
+    return TensorMeta(input.shape, input.dtype)
+
+
+def _instance_norm_impl(input, weight=None, bias=None, eps=1e-5):
+    n, c = input.shape[:2]
+    x = _wide(input).reshape(n, c, -1)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    out = ((x - mean) / np.sqrt(var + eps)).reshape(input.shape)
+    if weight is not None:
+        out = out * weight.reshape(_channel_shape(input.ndim))
+    if bias is not None:
+        out = out + bias.reshape(_channel_shape(input.ndim))
+    return out.astype(input.dtype)
+
+
+instance_norm = register(
+    "instance_norm", _instance_norm_impl, _instance_norm_meta,
+    doc="Normalise each channel of each sample of ``(N, C, *)`` over its spatial positions (the batch's own "
+        "statistics), then apply per-channel ``weight`` and ``bias``; ``nn.functional.instance_norm`` adds the "
+        "running statistics.\n\n>>> tensorplay.instance_norm(tensorplay.ones(2, 3, 4)).shape\n"
+        "tensorplay.Size([2, 3, 4])")
+
+
+@instance_norm.def_decomposition
+def _instance_norm_decomposition(input, weight=None, bias=None, eps=1e-5):
+    t = tp()
+    x = input.reshape(input.shape[0], input.shape[1], -1)
+    mean = t.mean(x, -1, keepdim=True)
+    centered = x - mean
+    out = (centered * t.rsqrt(t.mean(centered * centered, -1, keepdim=True) + eps)).reshape(input.shape)
+    if weight is not None:
+        out = out * weight.reshape(_channel_shape(input.ndim))
+    if bias is not None:
+        out = out + bias.reshape(_channel_shape(input.ndim))
+    return out
+
+
+instance_norm.def_backward(backward_from_decomposition(instance_norm))
 
 
 # --- batch_norm ---------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Resampling and patch extraction: ``interpolate`` (nearest, linear, bilinear), ``im2col`` (the op
+"""Resampling and patch extraction: ``interpolate`` (nearest, linear, bilinear, bicubic), ``im2col`` (the op
 behind ``nn.functional.unfold``) and ``col2im`` (``nn.functional.fold``).
 
 ``interpolate`` computes source coordinates exactly as PyTorch does (a given ``scale_factor`` sets
@@ -24,7 +24,9 @@ from ._shapes import TensorMeta, holds, sym_eq
 
 __all__ = ["interpolate", "im2col", "col2im"]
 
-_MODES = {"nearest": (1, 2), "linear": (1,), "bilinear": (2,)}
+_MODES = {"nearest": (1, 2), "linear": (1,), "bilinear": (2,), "bicubic": (2,)}
+#: the cubic convolution kernel's parameter (PyTorch's and OpenCV's choice)
+_CUBIC_A = -0.75
 
 
 def _interp_args(input: TensorMeta, size, scale_factor, mode, align_corners):
@@ -90,6 +92,37 @@ def _linear_weights(length: int, out: int, scale, align_corners: bool, dtype):
     return i0, i1, lam
 
 
+def _source_coordinates(length, out: int, scale, align_corners: bool, dtype):
+    """Where each output position samples the input along one axis (unclamped, as cubic needs)."""
+    if align_corners:
+        s = dtype.type((length - 1) / (out - 1)) if out > 1 else dtype.type(0)
+        return np.arange(out, dtype=dtype) * s
+    s = dtype.type(1.0 / scale) if scale is not None else dtype.type(length / out)
+    return (np.arange(out, dtype=dtype) + dtype.type(0.5)) * s - dtype.type(0.5)
+
+
+def _cubic_weights(t):
+    """The four cubic-convolution weights of the taps at ``floor - 1 .. floor + 2`` for fractions ``t``."""
+    a = _CUBIC_A
+
+    def near(x):  # |x| <= 1
+        return ((a + 2) * x - (a + 3)) * x * x + 1
+
+    def far(x):  # 1 < |x| < 2
+        return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return far(t + 1), near(t), near(1 - t), far(2 - t)
+
+
+def _cubic_taps(length: int, out: int, scale, align_corners: bool, dtype):
+    """(indices, weights) of the four taps per output position, indices clamped to the input."""
+    src = _source_coordinates(length, out, scale, align_corners, dtype)
+    base = np.floor(src)
+    t = (src - base).astype(dtype)
+    base = base.astype(np.int64)
+    indices = [np.clip(base + k, 0, length - 1) for k in (-1, 0, 1, 2)]
+    return indices, [w.astype(dtype) for w in _cubic_weights(t)]
+
+
 def _interpolate_impl(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
     meta = TensorMeta(input.shape, _dtype.float32)
     nd, sizes, scales = _interp_args(meta, size, scale_factor, mode, align_corners)
@@ -100,6 +133,10 @@ def _interpolate_impl(input, size=None, scale_factor=None, mode="nearest", align
         dim = 2 + axis
         if mode == "nearest":
             out = np.take(out, _nearest_index(length, o, scale), axis=dim)
+        elif mode == "bicubic":
+            indices, weights = _cubic_taps(length, o, scale, bool(align_corners), np.dtype(input.dtype))
+            shape = (-1,) + (1,) * (input.ndim - 1 - dim)
+            out = sum(np.take(out, i, axis=dim) * w.reshape(shape) for i, w in zip(indices, weights, strict=True))
         else:
             i0, i1, lam = _linear_weights(length, o, scale, bool(align_corners), np.dtype(input.dtype))
             shape = (-1,) + (1,) * (input.ndim - 1 - dim)
@@ -111,7 +148,7 @@ def _interpolate_impl(input, size=None, scale_factor=None, mode="nearest", align
 interpolate = register(
     "interpolate", _interpolate_impl, _interpolate_meta,
     doc="Resize the spatial dims of ``(N, C, L)`` / ``(N, C, H, W)`` to ``size`` or by ``scale_factor`` with "
-        "``mode`` 'nearest', 'linear' (3D) or 'bilinear' (4D); ``align_corners`` as in PyTorch.\n\n"
+        "``mode`` 'nearest', 'linear' (3D), 'bilinear' or 'bicubic' (4D); ``align_corners`` as in PyTorch.\n\n"
         ">>> tensorplay.interpolate(tensorplay.ones(1, 2, 3, 3), size=(6, 5), mode='bilinear').shape\n"
         "tensorplay.Size([1, 2, 6, 5])")
 
@@ -135,6 +172,9 @@ def _interpolate_decomposition(input, size=None, scale_factor=None, mode="neares
             out = t.index_select(out, dim, index)
             continue
         dt = input.dtype
+        if mode == "bicubic":
+            out = _bicubic_axis(out, dim, length, o, scale, bool(align_corners), dt)
+            continue
         positions = t.arange(o, dtype=dt)
         if align_corners:
             src = positions * ((length - 1) / (o - 1) if o > 1 else 0.0)
@@ -146,6 +186,27 @@ def _interpolate_decomposition(input, size=None, scale_factor=None, mode="neares
         lam = t.clamp(src - i0.to(dt), 0.0, 1.0).reshape((-1,) + (1,) * (input.ndim - 1 - dim))
         out = t.index_select(out, dim, i0) * (1 - lam) + t.index_select(out, dim, i1) * lam
     return out
+
+
+def _bicubic_axis(x, dim: int, length, out, scale, align_corners: bool, dt):
+    """Cubic resampling of ``x`` along ``dim`` with registry ops (the decomposition of one bicubic axis)."""
+    t = tp()
+    positions = t.arange(out, dtype=dt)
+    if align_corners:
+        src = positions * ((length - 1) / (out - 1) if out > 1 else 0.0)
+    else:
+        s = 1.0 / scale if scale is not None else length / out
+        src = (positions + 0.5) * s - 0.5
+    base = t.floor(src)
+    frac = src - base
+    base = base.to(_dtype.int64)
+    shape = (-1,) + (1,) * (x.ndim - 1 - dim)
+    total = None
+    for k, w in zip((-1, 0, 1, 2), _cubic_weights(frac), strict=True):
+        index = t.clamp(base + k, 0, length - 1)
+        term = t.index_select(x, dim, index) * w.reshape(shape)
+        total = term if total is None else total + term
+    return total
 
 
 interpolate.def_backward(backward_from_decomposition(interpolate))
