@@ -68,7 +68,7 @@ def _use_threads(num_threads: int | None) -> None:
         return
     if type(num_threads) is not int or num_threads < 1:
         raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
-    from .runtime.abi import NUM_THREADS_ENV
+    from .lowering.api import NUM_THREADS_ENV
 
     os.environ[NUM_THREADS_ENV] = str(num_threads)
 
