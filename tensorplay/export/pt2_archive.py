@@ -159,7 +159,7 @@ def encode_tensor(t: Tensor) -> tuple[dict[str, Any], bytes]:
     """
     if not isinstance(t, Tensor):
         raise TypeError(f"expected a Tensor payload, got {type(t).__name__}")
-    arr = np.ascontiguousarray(t._data)
+    arr = np.ascontiguousarray(t._data).reshape(t._data.shape)  # ascontiguousarray makes a 0-d array 1-d
     data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
     shape = [int(d) for d in arr.shape]
     strides, step = [], 1

@@ -18,6 +18,7 @@ tensor payloads in three groups (weights, constants, sample inputs). See
 from __future__ import annotations
 
 import json
+import operator
 import os
 import re
 from collections.abc import Callable
@@ -278,6 +279,36 @@ def _restore_placeholder_examples(program: Any) -> None:
         value = state.get(spec.target) if spec.target is not None else program.example_inputs.get(node.name)
         if value is not None and "example_value" not in node.meta:
             node.meta["example_value"] = value
+    for node in program.graph.nodes:  # tensors read out of container inputs (decompositions trace with them)
+        base = node.args[0] if node.op == "call_function" and node.target in (operator.getitem, getattr) else None
+        if base is None or "example_value" in node.meta or base.meta.get("val") is not None:
+            continue
+        container = base.meta.get("example_value")
+        key = node.args[1]
+        if isinstance(container, dict | list | tuple) and node.target is operator.getitem:
+            node.meta["example_value"] = container[key]
+        elif container is not None and node.target is getattr and isinstance(key, str):
+            node.meta["example_value"] = getattr(container, key)
+    _restore_computed_examples(program)
+
+
+def _restore_computed_examples(program: Any) -> None:
+    """Computed tensors get stand-in example values (ones of their shape at the capture's example sizes):
+    a decomposition traced after loading needs an example for each input, as after export."""
+    import numpy as np
+
+    from ..ops import TensorMeta
+
+    env = program.graph_module.meta.get("shape_env")
+    hints = env.hints() if env is not None else {}
+    for node in program.graph.nodes:
+        val = node.meta.get("val")
+        if "example_value" in node.meta or not isinstance(val, TensorMeta):
+            continue
+        shape = [sympy.sympify(d).subs(hints) for d in val.shape]
+        if all(d.is_Integer for d in shape):
+            node.meta["example_value"] = Tensor._from_storage(np.ones([int(d) for d in shape], val.dtype.storage),
+                                                              val.dtype)
 
 
 def _decode_signature(doc: dict, decode: Callable[[Any], Any]) -> Any:

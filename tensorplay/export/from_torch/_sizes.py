@@ -129,11 +129,18 @@ def _storage_root(node: Any) -> tuple[Any, bool]:
     return node, through_view
 
 
+def write_input(target: Proxy, value: Any) -> Proxy:
+    """``target[...] = value``: the in-place write the exporter records as a mutation of an input (its
+    functional form, ``assign``, is a primitive, so the program compiles before and after ``save``)."""
+    target[...] = value
+    return target
+
+
 def inplace(functional: Callable, name: str) -> Callable:
     """The in-place form of an ATen op: computed by ``functional``, then written back.
 
-    Into a program input (state or user tensor) the write stays an in-place write (``copy_``), which
-    the exporter records as a mutation; an intermediate tensor just takes the new value. A write into
+    Into a program input (state or user tensor) the write stays an in-place write (:func:`write_input`),
+    which the exporter records as a mutation; an intermediate tensor just takes the new value. A write into
     a view of a tensor that is read again is refused (only a functionalized program can express it).
     """
     def convert(importer: Any, self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -149,7 +156,7 @@ def inplace(functional: Callable, name: str) -> Callable:
             proxy = importer.env[root]
             if not isinstance(proxy, Proxy):
                 raise UnsupportedTorchOpError(f"{name} writes into an input that is not a tensor")
-            return proxy.copy_(value)
+            return write_input(proxy, value)
         alias = target
         while alias is not root:  # every name of the storage now reads the new value
             importer.env[alias] = value

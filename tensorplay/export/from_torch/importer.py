@@ -37,6 +37,7 @@ from ..dynamic_shapes import Dim
 from ..exporter import ExportTracer, _Declarations, _finish, _input_dims
 from ..settle import encode, render
 from . import UnsupportedTorchOpError, require_torch
+from ._sizes import write_input
 
 __all__ = ["import_program", "op_key", "source_line"]
 
@@ -445,7 +446,7 @@ class _Importer:
                 name = spec.target if kind == "USER_INPUT_MUTATION" else state[spec.target]
                 target = self.env[placeholders[name]]
                 if got is not target:
-                    target.copy_(got)
+                    write_input(target, got)
             elif kind == "USER_OUTPUT":
                 user.append(got)
             else:
