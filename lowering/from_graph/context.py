@@ -16,7 +16,7 @@ from __future__ import annotations
 import operator
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sympy
@@ -28,10 +28,15 @@ from tensorplay.dialect.types import DType
 from ..dtypes import DIALECT_DTYPES, SIGNATURE_NAMES
 from ..errors import ConversionError, UnsupportedOp
 
+if TYPE_CHECKING:
+    from tensorplay._dtype import dtype as TensorplayDType
+    from tensorplay.graph import Node
+    from tensorplay.ops import Op
+
 __all__ = ["Cx", "SymVal", "ConversionError", "rule", "RULES", "UnsupportedOp", "to_dialect_dtype"]
 
 
-def to_dialect_dtype(dt: Any) -> DType:
+def to_dialect_dtype(dt: TensorplayDType) -> DType:
     """The dialect element type of a tensorplay dtype, e.g. ``to_dialect_dtype(tp.float32) is F32``."""
     try:
         return DIALECT_DTYPES[dt.name]
@@ -90,8 +95,8 @@ class Cx:
     def __init__(self, b: Builder, rename: Callable[[Any], sympy.Expr]):
         self.b = b
         self.rename = rename
-        self.node: Any = None
-        self.op: Any = None
+        self.node: Node | None = None
+        self.op: Op | None = None
         self.out: Any = None  # the node's meta: TensorType or list of TensorType (dialect symbols)
         self.bound: set[str] = set()  # data-dependent symbols an op (tp.nonzero) binds
         self.fresh: Callable[[], sympy.Symbol] | None = None
@@ -253,7 +258,7 @@ class Cx:
         return F32 if dtype in (F16, BF16) else dtype
 
 
-def _tp_dtype(d: DType) -> Any:
+def _tp_dtype(d: DType) -> TensorplayDType:
     from tensorplay import _dtype
     return _dtype.from_name(SIGNATURE_NAMES[d])
 

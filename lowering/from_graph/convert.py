@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import sympy
@@ -48,6 +48,10 @@ from .binding import ArgSource, Binding, Field, Result, as_array, rebuild
 from .context import RULES, SYM_OPS, Cx, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
 from .symbols import floor_form, refine_range, used_symbols
 
+if TYPE_CHECKING:
+    from tensorplay.graph import GraphModule, Node
+    from tensorplay.ops import Op, TensorMeta
+
 __all__ = ["graph_to_tp", "Binding", "ArgSource", "ConversionError", "LoweringError", "supported_ops", "refine_range"]
 
 #: Inline ``get_attr`` constants up to this many elements as ``dense<...>``; larger ones are weights.
@@ -60,7 +64,7 @@ def _copy_into(cx: Cx, input: Value, src: Any, non_blocking: bool = False) -> Va
     return cx.cast(cx.expand(src, input.type.shape), input.type.dtype)
 
 
-def _draws_random(node: Any) -> bool:
+def _draws_random(node: Node) -> bool:
     """Whether a node draws random numbers (rand, randn, dropout in training with 0 < p < 1)."""
     import inspect
 
@@ -88,7 +92,7 @@ def supported_ops() -> list[str]:
     return sorted(RULES)
 
 
-def _fetch(gm: Any, target: str) -> Any:
+def _fetch(gm: GraphModule, target: str) -> Any:
     v = gm
     for atom in target.split("."):
         v = getattr(v, atom)
@@ -101,7 +105,7 @@ def _weight_name(name: str) -> str:
 
 
 class _Converter:
-    def __init__(self, gm: Any, name: str, weights: Mapping[str, Any] | None, state_as: str):
+    def __init__(self, gm: GraphModule, name: str, weights: Mapping[str, Any] | None, state_as: str):
         if state_as not in ("arguments", "constants"):
             raise ValueError(f"state_as must be 'arguments' or 'constants', got {state_as!r}")
         self.gm, self.graph = gm, gm.graph
@@ -110,12 +114,12 @@ class _Converter:
         self.env = gm.meta.get("shape_env") if hasattr(gm, "meta") else None
         self.symmap: dict[sympy.Symbol, sympy.Expr] = {}
         self.names: dict[str, str] = {}
-        self.values: dict[Any, Any] = {}
+        self.values: dict[Node, Any] = {}
         self.unsupported: list[tuple[str, str, str]] = []
         self.module_weights: dict[str, TensorType] = {}
         self.binding = Binding([], None, {})
         self.bound_unknowns: set[str] = set()
-        self.aliases: dict[Any, Any] = {}  # in-place node -> the node it mutated
+        self.aliases: dict[Node, Node] = {}  # in-place node -> the node it mutated
         self.weight_sources: dict[str, str] = {}  # module weight name -> the graph name it holds
         self.retired: set[str] = set()  # symbol names replaced by the dialect's own expressions
 
@@ -163,9 +167,9 @@ class _Converter:
         return d
 
     @staticmethod
-    def checks_first(nodes: list[Any]) -> list[Any]:
+    def checks_first(nodes: list[Node]) -> list[Node]:
         """Nodes in order, size assertions on inputs first: a wrong input never reaches a computation."""
-        def on_inputs(n: Any) -> bool:
+        def on_inputs(n: Node) -> bool:
             return all(m.op == "placeholder" for m in n.all_input_nodes)
         first = [n for n in nodes if n.op == "call_function" and getattr(n.target, "__module__", "") == _ASSERTIONS
                  and on_inputs(n)]
@@ -180,10 +184,10 @@ class _Converter:
         self.f.declare(d, 0, INF)
         return d
 
-    def ttype(self, meta: Any) -> TensorType:
+    def ttype(self, meta: TensorMeta) -> TensorType:
         return TensorType([self.rename(d) for d in meta.shape], to_dialect_dtype(meta.dtype))
 
-    def out_meta(self, node: Any) -> Any:
+    def out_meta(self, node: Node) -> TensorType | list[TensorType | None] | None:
         val = node.meta.get("val")
         if val is None:
             return None
@@ -224,7 +228,7 @@ class _Converter:
         self.binding.symbols = dict(self.names)
         return Module([f], self.module_weights), self.binding
 
-    def signature(self, nodes: list[Any]) -> Function:
+    def signature(self, nodes: list[Node]) -> Function:
         """The function's arguments: graph inputs, then (``state_as="arguments"``) used module state."""
         args: list[tuple[str, TensorType]] = []
         sources: list[ArgSource] = []
@@ -247,7 +251,7 @@ class _Converter:
                 self.values[key] = f.args[v.index]
         return f
 
-    def node(self, node: Any, results: list[Value]) -> None:
+    def node(self, node: Node, results: list[Value]) -> None:
         """Convert one node; an op the dialect cannot express is recorded (and its users skipped)."""
         self.cx.b.loc = short_loc(node.meta.get("stack_trace"))
         self.cx.node, self.cx.op, self.cx.out = node, None, None
@@ -271,10 +275,10 @@ class _Converter:
             self.values[node] = _Poison(node.name)
 
     # ------------------------------------------------------------------ inputs and state
-    def is_state(self, node: Any) -> bool:
+    def is_state(self, node: Node) -> bool:
         return not node.target.startswith("_tensor_constant")
 
-    def placeholder(self, node: Any, args: list, sources: list) -> None:
+    def placeholder(self, node: Node, args: list, sources: list) -> None:
         name = node.target
         val = node.meta.get("val")
         if name in self.weights and self.state_as == "constants":
@@ -302,7 +306,7 @@ class _Converter:
         self.values[node] = value
         self.binding.fixed[name] = value
 
-    def container_input(self, node: Any, name: str, path: tuple, args: list, sources: list) -> _Container:
+    def container_input(self, node: Node, name: str, path: tuple, args: list, sources: list) -> _Container:
         """Arguments for the tensors read from container input ``node`` (getitem, or getattr of a dataclass
         field, nested): one per tensor read, its ``ArgSource.key`` the path of reads."""
         items = {}
@@ -330,7 +334,7 @@ class _Converter:
         self.weight_sources[name] = source
         return name
 
-    def get_attr(self, node: Any) -> Any:
+    def get_attr(self, node: Node) -> Any:
         value = as_array(_fetch(self.gm, node.target))
         t = self.ttype(node.meta["val"])
         if self.is_state(node) or value.size > INLINE_LIMIT:
@@ -371,7 +375,7 @@ class _Converter:
         return [g for g in found if not (sympy.sympify(g.fact).free_symbols & unknown)]
 
     # ------------------------------------------------------------------ ops
-    def op_name(self, node: Any) -> str:
+    def op_name(self, node: Node) -> str:
         from tensorplay.graph.proxy import TENSOR_OPERATORS
         from tensorplay.ops import methods
         from tensorplay.ops._registry import Op
@@ -403,7 +407,7 @@ class _Converter:
             return slice(self.arg(v.start), self.arg(v.stop), self.arg(v.step))
         return v
 
-    def call(self, node: Any) -> Any:
+    def call(self, node: Node) -> Any:
         from tensorplay.ops._registry import Op
         t = node.target
         args = self.arg(node.args)
@@ -434,14 +438,14 @@ class _Converter:
         out = rule(self.cx, *args, **kwargs)
         return self.conform(node, out)
 
-    def inplace_base(self, node: Any, name: str) -> str | None:
+    def inplace_base(self, node: Node, name: str) -> str | None:
         """The functional op behind an in-place one (``add_`` -> ``add``, ``setitem`` -> ``assign``)."""
         if name == "setitem":
             return "assign"
         op = REGISTRY.get(name)
         return op.inplace_of.name if op is not None and op.inplace_of is not None else None
 
-    def inplace(self, node: Any, base: str, args: tuple, kwargs: dict) -> Any:
+    def inplace(self, node: Node, base: str, args: tuple, kwargs: dict) -> Any:
         """``t.op_(...)``: compute ``op(t, ...)`` and let every later use of ``t`` see the result.
 
         Only for targets that nothing else aliases: a computed, non-view tensor none of whose users is a
@@ -484,10 +488,10 @@ class _Converter:
         info = self.env.symbols.get(s) if self.env is not None else None
         return (info is not None and info.kind == "unknown") or str(s).startswith("u")
 
-    def write_is_returned(self, node: Any) -> bool:
+    def write_is_returned(self, node: Node) -> bool:
         """Whether the last in-place write into ``node``'s target input is a graph output (so the new
         value leaves the program and the caller stores it: a recorded buffer/parameter mutation)."""
-        def base(n: Any) -> Any:
+        def base(n: Node) -> Node:
             while getattr(n, "op", None) in ("call_function", "call_method") and n.args \
                     and self.inplace_base(n, self.op_name(n)) is not None:
                 n = n.args[0]
@@ -503,7 +507,7 @@ class _Converter:
         flat = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
         return last is not None and any(o is last for o in flat)
 
-    def why_unsupported(self, name: str, op: Any) -> str:
+    def why_unsupported(self, name: str, op: Op | None) -> str:
         op = op or REGISTRY.get(name)
         if name == "item":
             return "item() turns tensor data into a size; tp has no op reading a tensor element as an index"
@@ -518,7 +522,7 @@ class _Converter:
             return "not a primitive: run tensorplay.graph.decompose.decompose(gm) first"
         return "no tp lowering for this primitive yet"
 
-    def conform(self, node: Any, out: Any) -> Any:
+    def conform(self, node: Node, out: Any) -> Any:
         meta = self.cx.out
         if isinstance(out, Value) and isinstance(meta, TensorType):
             return self.check(node, out, meta)
@@ -527,7 +531,7 @@ class _Converter:
                              for o, m in zip(out, meta))
         return out
 
-    def check(self, node: Any, v: Value, want: TensorType) -> Value:
+    def check(self, node: Node, v: Value, want: TensorType) -> Value:
         got = v.type
         if got.rank != want.rank:
             raise UnsupportedOp(f"internal: lowered rank {got} differs from the graph's {want}")
@@ -554,7 +558,7 @@ class _Converter:
         return v
 
     # ------------------------------------------------------------------ sizes, containers, outputs
-    def getitem_special(self, node: Any, args: tuple) -> Any:
+    def getitem_special(self, node: Node, args: tuple) -> Any:
         base, key = args
         if isinstance(base, _Shape):
             d = self.rename(node.meta["val"])
@@ -566,7 +570,7 @@ class _Converter:
             return getattr(base.example, key) if node.target is getattr else base.example[key]
         return base[key]
 
-    def sym_arith(self, node: Any, fn: Any, args: tuple) -> Any:
+    def sym_arith(self, node: Node, fn: Any, args: tuple) -> Any:
         exprs, operands = [], []
         for a in args:
             if isinstance(a, SymVal):
@@ -581,7 +585,7 @@ class _Converter:
         local = local.xreplace({s: sym(s.name) for s in local.free_symbols})
         return SymVal(expr, self.cx.emit("tp.symexpr", *operands, expr=local))
 
-    def assertion(self, node: Any, fn: Any, args: tuple, kwargs: dict) -> Any:
+    def assertion(self, node: Node, fn: Any, args: tuple, kwargs: dict) -> Any:
         from . import assertions as to_tp_assert
         return to_tp_assert.lower_assertion(self.cx, fn, args, kwargs, self.rename)
 
@@ -630,7 +634,7 @@ class _Shape:
         self.tensor = tensor
 
 
-def _container_reads(node: Any) -> bool:
+def _container_reads(node: Node) -> bool:
     """Whether ``node`` (an input container) is read by ``getitem`` / ``getattr`` nodes."""
     return any(u.op == "call_function" and u.target in (operator.getitem, getattr) for u in node.users)
 
@@ -653,7 +657,7 @@ class _PoisonUse(Exception):
     pass
 
 
-def graph_to_tp(gm: Any, *, name: str = "main", weights: Mapping[str, Any] | None = None,
+def graph_to_tp(gm: GraphModule, *, name: str = "main", weights: Mapping[str, Any] | None = None,
                 state_as: str = "arguments") -> tuple[Module, Binding]:
     """Convert a traced (and decomposed) ``GraphModule`` into a ``tp`` module and its :class:`Binding`.
 
