@@ -3,16 +3,24 @@
 :func:`compile_ir` parses, optimizes (new pass manager, vectorization on) and turns a
 module into a relocatable ``pic`` object, going through the on-disk
 :mod:`tensorplay.runtime.cache`; :func:`load_object` maps such an object into memory without
-compiling anything. Both return a :class:`Library`, which owns the MCJIT engine that
-holds the code: the code stays mapped exactly as long as the Library (or a function
-obtained from it) is referenced.
+compiling anything, with LLVM's JITLink (one ORC ``LLJIT`` per object). Both return a
+:class:`Library`, which owns the mapped code: it stays mapped exactly as long as the Library
+(or a function obtained from it) is referenced.
+
+JITLink maps all sections of an object in one contiguous block and reaches other code through
+its own GOT and stubs, so the 32-bit PC-relative references between an object's code, constants
+and GOT are always in range. MCJIT (RuntimeDyld), used before, mapped code, read-only data and
+the GOT as separate ``mmap`` blocks wherever the address space had room: in a long process
+(the test suite: torch, thread stacks, malloc arenas) they could land more than 2 GiB apart, and
+LLVM's assertion ``isInt<32>(RealOffset)`` in ``resolveX86_64Relocation`` aborted the process in
+``finalize_object``.
 
 Symbols the code does not define resolve, in this order, against the libraries passed as
 ``link=`` (another :class:`Library`, or anything with an ``address(symbol)`` method), against a
 resolver registered for the symbol's prefix (:func:`register_resolver`, e.g. the shared GEMM
 kernels of :mod:`tensorplay.lowering.microkernels.gemm_library`; ``tp_parallel_`` symbols resolve to the worker pool of
 :mod:`tensorplay.runtime.threadpool`), and against the running process (``memset``, ``expf``,
-or :func:`llvmlite.binding.add_symbol`). Links are per engine (no process-wide symbol is
+or :func:`llvmlite.binding.add_symbol`). Links are per library (no process-wide symbol is
 added) and the new Library keeps every library it links against alive. A symbol that resolves
 nowhere (a compiler-rt libcall such as ``__truncdfhf2``, a typo in a declaration) raises
 :class:`CompileError` naming it before the code is mapped, instead of crashing at the call.
@@ -32,7 +40,7 @@ Example::
 from __future__ import annotations
 
 import ctypes
-import re
+import os
 import struct
 import threading
 import time
@@ -48,7 +56,6 @@ from .target import (
     feature_string,
     host_cpu,
     host_target_machine,
-    new_target_machine,
     optimize,
 )
 
@@ -103,18 +110,17 @@ class Library:
     to use it outside this process).
     """
 
-    __slots__ = ("name", "object", "features", "links", "_engine", "_addresses", "_lock", "_ir", "_ir_factory",
+    __slots__ = ("name", "object", "features", "links", "_tracker", "_addresses", "_ir", "_ir_factory",
                  "_asm", "_target", "__weakref__")
 
-    def __init__(self, engine: llvm.ExecutionEngine, obj: bytes, name: str,
+    def __init__(self, tracker: llvm.ResourceTracker, addresses: dict[str, int], obj: bytes, name: str,
                  ir_factory: Callable[[], str] | None) -> None:
         self.name = name
         self.object = obj
         self.features = ""
         self.links: tuple[SymbolSource, ...] = ()
-        self._engine = engine
-        self._addresses: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._tracker = tracker  # the code is unmapped when the tracker is collected
+        self._addresses = addresses
         self._ir: str | None = None
         self._ir_factory = ir_factory
         self._asm: str | None = None
@@ -127,13 +133,7 @@ class Library:
         """The address of ``symbol``; KeyError names it when the code does not define it."""
         addr = self._addresses.get(symbol)
         if addr is None:
-            with self._lock:
-                addr = self._engine.get_function_address(symbol)
-                if not addr:
-                    addr = self._engine.get_global_value_address(symbol)
-            if not addr:
-                raise KeyError(f"symbol {symbol!r} is not defined in library {self.name!r}")
-            self._addresses[symbol] = addr
+            raise KeyError(f"symbol {symbol!r} is not defined in library {self.name!r}")
         return addr
 
     def function(self, symbol: str, restype: Any, *argtypes: Any) -> Any:
@@ -169,19 +169,13 @@ class Library:
 # Undefined in every pic object that uses the GOT; the JIT's linker supplies it itself.
 _LINKER_SYMBOLS = frozenset({"_GLOBAL_OFFSET_TABLE_"})
 _SHT_SYMTAB, _SHN_UNDEF = 2, 0
+_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE = 1, 2, 10
+_STT_SECTION, _STT_FILE = 3, 4
 
 
-def undefined_symbols(obj: bytes) -> list[str]:
-    """Names an ELF relocatable object references without defining them.
-
-    Weak references are included: MCJIT cannot leave one unresolved (doing so also leaves the
-    object's other external calls unpatched), so they must resolve like any other.
-
-    >>> obj, _ = compile_object("declare double @exp(double)  define double @f(double %x) {"
-    ...                         " %y = call double @exp(double %x)  ret double %y }", cache=False)
-    >>> undefined_symbols(obj)
-    ['exp']
-    """
+def _symbol_table(obj: bytes) -> tuple[set[str], set[str]]:
+    """``(undefined, defined)`` symbol names of an ELF relocatable object; ``defined`` holds the
+    global and weak symbols other code can look up. ValueError for a malformed object."""
     try:
         if obj[:4] != b"\x7fELF" or obj[4] not in (1, 2) or obj[5] not in (1, 2):
             raise ValueError("no ELF header")
@@ -189,38 +183,60 @@ def undefined_symbols(obj: bytes) -> list[str]:
         shoff, shentsize, shnum = (struct.unpack_from(end + "Q10xHH", obj, 0x28) if wide
                                    else struct.unpack_from(end + "I10xHH", obj, 0x20))
         sh_fmt = end + ("IIQQQQIIQQ" if wide else "IIIIIIIIII")
+        sym_fmt = end + ("IBxH" if wide else "I8xBxH")  # st_name, st_info, st_shndx
         sections = [struct.unpack_from(sh_fmt, obj, shoff + i * shentsize) for i in range(shnum)]
-        names: set[str] = set()
+        undefined: set[str] = set()
+        defined: set[str] = set()
         for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
             if sh_type != _SHT_SYMTAB or not entsize:
                 continue
             str_off = sections[link][4]
             for pos in range(offset + entsize, offset + size, entsize):  # entry 0 is the null symbol
-                if wide:
-                    st_name, st_shndx = struct.unpack_from(end + "I2xH", obj, pos)
+                st_name, st_info, st_shndx = struct.unpack_from(sym_fmt, obj, pos)
+                if st_name == 0:
+                    continue
+                if st_shndx == _SHN_UNDEF:
+                    names = undefined
+                elif st_info >> 4 in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE) and st_info & 0xF not in (
+                        _STT_SECTION, _STT_FILE):
+                    names = defined
                 else:
-                    st_name, st_shndx = struct.unpack_from(end + "I10xH", obj, pos)
-                if st_shndx != _SHN_UNDEF or st_name == 0:
                     continue
                 stop = obj.index(b"\0", str_off + st_name)
                 names.add(obj[str_off + st_name:stop].decode("utf-8", "replace"))
     except (struct.error, IndexError, ValueError, OverflowError) as exc:
         raise ValueError(f"malformed ELF object ({len(obj)} bytes): cannot read its symbol table ({exc})") from None
-    return sorted(names - _LINKER_SYMBOLS)
+    return undefined - _LINKER_SYMBOLS, defined
 
 
-def _check_resolvable(obj: bytes, name: str, skip: Iterable[str] = ()) -> None:
-    """Raise CompileError unless every undefined symbol of ``obj`` not in ``skip`` resolves in this process.
+def undefined_symbols(obj: bytes) -> list[str]:
+    """Names an ELF relocatable object references without defining them.
 
-    Call it after an MCJIT engine exists: creating one makes the process's own symbols
-    visible to :func:`llvmlite.binding.address_of_symbol`, which is how MCJIT resolves them.
+    Weak references are included: they must resolve like any other (left unresolved, a call
+    through one would jump to address 0).
+
+    >>> obj, _ = compile_object("declare double @exp(double)  define double @f(double %x) {"
+    ...                         " %y = call double @exp(double %x)  ret double %y }", cache=False)
+    >>> undefined_symbols(obj)
+    ['exp']
     """
-    linked = set(skip)
-    missing = [s for s in undefined_symbols(obj) if s not in linked and not llvm.address_of_symbol(s)]
-    if missing:
-        raise CompileError(f"library {name!r} references symbol(s) the JIT cannot resolve: {', '.join(missing)} "
-                           "(define them in the IR, pass the library defining them as link=, link them into "
-                           "the process, or register them with llvmlite.binding.add_symbol)")
+    return sorted(_symbol_table(obj)[0])
+
+
+_process_symbols_loaded = False
+
+
+def _process_address(symbol: str) -> int | None:
+    """The address of ``symbol`` in the running process (its global symbols or
+    :func:`llvmlite.binding.add_symbol`), or None."""
+    global _process_symbols_loaded
+    if not _process_symbols_loaded:
+        # dlopen(NULL) for llvm::sys::DynamicLibrary, which address_of_symbol searches (MCJIT did this itself).
+        with llvm.ffi.OutputString() as err:
+            if llvm.ffi.lib.LLVMPY_LoadLibraryPermanently(None, err):
+                raise RuntimeError(f"cannot open the running process's symbols: {err}")
+        _process_symbols_loaded = True
+    return llvm.address_of_symbol(symbol) or None
 
 
 class SymbolSource(Protocol):
@@ -233,7 +249,6 @@ class SymbolSource(Protocol):
 
 _RESOLVERS: dict[str, Callable[[str], SymbolSource | None]] = {}
 _RESOLVERS_LOCK = threading.Lock()
-_PLAIN_NAME = re.compile(r"[A-Za-z_.$][A-Za-z0-9_.$]*\Z")
 
 
 def register_resolver(prefix: str, resolve: Callable[[str], SymbolSource | None] | None) -> None:
@@ -263,15 +278,16 @@ def _lookup(source: SymbolSource, symbol: str) -> int | None:
         return None
 
 
-def _link_plan(obj: bytes, name: str,
+def _link_plan(undefined: Iterable[str], name: str,
                link: tuple[SymbolSource, ...]) -> tuple[dict[str, int], tuple[SymbolSource, ...]]:
-    """``({symbol: address}, libraries used)`` for the undefined symbols of ``obj`` that ``link`` or a
-    registered resolver defines; the others are left to the process."""
+    """``({symbol: address}, libraries used)`` for every symbol of ``undefined``: from ``link``, a registered
+    resolver, or else the process; CompileError names the symbols that resolve nowhere."""
     with _RESOLVERS_LOCK:
         resolvers = sorted(_RESOLVERS.items(), key=lambda kv: -len(kv[0]))
     mapping: dict[str, int] = {}
     used: list[SymbolSource] = []
-    for symbol in undefined_symbols(obj):
+    missing: list[str] = []
+    for symbol in sorted(undefined):
         source, addr = None, None
         for candidate in link:
             addr = _lookup(candidate, symbol)
@@ -291,20 +307,15 @@ def _link_plan(obj: bytes, name: str,
             mapping[symbol] = addr
             if not any(source is u for u in used):
                 used.append(source)
-    return mapping, tuple(used)
-
-
-def _declarations(symbols: Iterable[str]) -> str:
-    """A module declaring each symbol (as a function: a global mapping only looks at the name)."""
-    lines = []
-    for symbol in symbols:
-        if _PLAIN_NAME.match(symbol):
-            ref = symbol
+        elif (addr := _process_address(symbol)) is not None:
+            mapping[symbol] = addr
         else:
-            ref = '"' + "".join(c if " " <= c <= "~" and c not in '"\\' else f"\\{ord(c):02X}"
-                                for c in symbol) + '"'
-        lines.append(f"declare void @{ref}()")
-    return "\n".join(lines)
+            missing.append(symbol)
+    if missing:
+        raise CompileError(f"library {name!r} references symbol(s) the JIT cannot resolve: {', '.join(missing)} "
+                           "(define them in the IR, pass the library defining them as link=, link them into "
+                           "the process, or register them with llvmlite.binding.add_symbol)")
+    return mapping, tuple(used)
 
 
 def _as_sources(link: Iterable[SymbolSource]) -> tuple[SymbolSource, ...]:
@@ -338,22 +349,23 @@ def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
         raise ValueError(f"load_object expects an ELF object file, got bytes starting with {obj[:8]!r}")
     sources = _as_sources(link)
     ensure_initialized()
-    mapping, used = _link_plan(obj, name, sources)
-    # MCJIT takes ownership of its target machine, so each engine gets its own. Linked symbols are
-    # global mappings of this engine (MCJIT looks those up before the process's symbols).
-    decls = llvm.parse_assembly(_declarations(mapping))
-    engine = llvm.create_mcjit_compiler(decls, new_target_machine(jit=True))
+    undefined, defined = _symbol_table(obj)
+    mapping, used = _link_plan(undefined, name, sources)
+    # JITLink, not MCJIT: see the module docstring. Every undefined symbol is imported at the address
+    # resolved above; looking up the defined ones links the object (one LLJIT per object, so disposing
+    # the Library's tracker frees everything).
+    builder = llvm.JITLibraryBuilder().add_object_img(obj)
     for symbol, addr in mapping.items():
-        engine.add_global_mapping(decls.get_function(symbol), addr)
-    _check_resolvable(obj, name, skip=mapping)
+        builder.import_symbol(symbol, addr)
+    for symbol in sorted(defined):
+        builder.export_symbol(symbol)
     try:
-        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-        engine.finalize_object()
+        tracker = builder.link(llvm.create_lljit_compiler(use_jit_link=True), name or "module")
     except RuntimeError as exc:
         raise ValueError(f"cannot load object code for library {name!r}: {exc}") from exc
     _STATS._add(loads=1)
     factory = (lambda: ir) if ir is not None else None
-    lib = Library(engine, obj, name, factory)
+    lib = Library(tracker, {symbol: tracker[symbol] for symbol in defined}, obj, name, factory)
     lib.features = feature_string() if features is None else features
     lib.links = used
     return lib
@@ -435,6 +447,36 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
         lib._ir_factory = lambda: _optimized_ir(text, name, opt, prefer_vector_width)
     lib._target = (opt, prefer_vector_width)
     return lib
+
+
+def _reset_locks_in_child() -> None:
+    global _RESOLVERS_LOCK
+    _RESOLVERS_LOCK = threading.Lock()
+    _STATS._lock = threading.Lock()
+
+
+def _hold_llvm_across_fork() -> None:
+    """Take llvmlite's global LLVM lock around ``fork()`` and reset this module's locks in the child.
+
+    A child forked while another thread was inside an LLVM call inherited that lock held by a thread it
+    does not have, and its first LLVM call (any compile or load) hung forever. Holding the lock across
+    the fork means no thread is inside LLVM when the process is copied. Locks of this module a thread
+    held at the fork are replaced in the child.
+    """
+    lock = llvm.ffi.lib._lock  # llvmlite's _LLVMLock (an RLock plus callbacks), taken by every LLVM call
+
+    def release() -> None:
+        lock.__exit__(None, None, None)
+
+    def release_in_child() -> None:
+        release()
+        _reset_locks_in_child()
+
+    os.register_at_fork(before=lock.__enter__, after_in_parent=release, after_in_child=release_in_child)
+
+
+if hasattr(os, "register_at_fork"):
+    _hold_llvm_across_fork()
 
 
 def _thread_pool(symbol: str) -> SymbolSource:

@@ -47,6 +47,7 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 
 import llvmlite.ir as ir
@@ -352,6 +353,16 @@ def emit_pool_ir(triple: str | None = None) -> str:
 
 _LOCK = threading.Lock()
 _LIBRARY: list[Library] = []  # at most one: workers run its code for the life of the process
+
+
+def _new_lock_in_child() -> None:
+    """A forked child gets a fresh lock: one held by another thread of the parent would never be released."""
+    global _LOCK
+    _LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 
 def pool_object(*, cache: bool = True) -> bytes:
