@@ -48,7 +48,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import llvmlite.ir as ir
@@ -58,7 +58,8 @@ import sympy
 from tensorplay.dialect.attrs import Dense
 from tensorplay.dialect.ir import Function, Module, Operation, Value
 from tensorplay.dialect.kernel_ops import COMBINES
-from tensorplay.dialect.ops import UNARY_OPS
+from tensorplay.dialect.opdef import ASSERTION, TERMINATOR
+from tensorplay.dialect.ops import BINARY_OPS, UNARY_OPS
 from tensorplay.dialect.shapes import elem_dtype
 from tensorplay.dialect.types import BufferType, DType
 from tensorplay.runtime.abi import Executable, Signature, TensorSpec
@@ -76,7 +77,7 @@ from .functions import KernelPlan, offset_symbol, plan_kernel
 from .gather import CODEGEN as _GATHER_CODEGEN
 from .gather import INDEX_ERROR, ErrorWord
 from .nonzero import counts_layout, emit_nonzero_call
-from .prepare import ASSERTION_OPS, SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
+from .prepare import SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
 from .profile import ProfileEmitter
 from .random import CODEGEN as _RANDOM_CODEGEN
 from .scalar import ScalarOps, storage_type
@@ -237,87 +238,69 @@ class _Codegen:
 
     # ----------------------------------------------------------------- ops
     def _block(self, sc: _Scope, ops: Sequence[Operation]) -> ir.Value | None:
-        """Emit ops in order; returns the value of a ``kernel.yield``."""
+        """Emit ops in order (each by its entry of :data:`_EMIT`); returns the value of a ``kernel.yield``."""
         for op in ops:
-            name = op.name
-            if name == "kernel.yield":
-                return sc.vals[op.operands[0]]
-            if name in ("kernel.return", "tp.return") or name in ASSERTION_OPS:
+            if op.name == "kernel.yield":
+                return sc.vals[op.operand.value]
+            if op.has(TERMINATOR) or op.has(ASSERTION):  # the function's end; assertions run in <prefix>_prepare
                 continue
-            if name == "kernel.kernel":
-                if self.in_kernel:
-                    self._block(sc, op.body.ops)
-                else:
-                    self._kernel_call(sc, op)
-            elif name == "kernel.for":
-                self._for(sc, op)
-            elif name == "kernel.reduce":
-                sc.vals[op.result] = self._reduce(sc, op)
-            elif name == "kernel.gemm":
-                self._gemm(sc, op)
-            elif name == "kernel.sort":
-                emit_sort_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op)
-            elif name == "kernel.nonzero":
-                counts = sc.b.gep(sc.ws, [sc.em.emit(self.counts_offset)], inbounds=True, source_etype=ir.IntType(8))
-                emit_nonzero_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op, counts)
-            else:
-                self._simple(sc, op)
+            emit = _EMIT.get(op.name)
+            if emit is None:
+                raise CodegenError(f"cannot lower {op.name} in a kernel-level function")
+            emit(self, sc, op)
         return None
 
-    def _simple(self, sc: _Scope, op: Operation) -> None:
-        b, name, a = sc.b, op.name, op.attr
-        if name == "kernel.alloc":
-            off = sc.em.emit(a.offset)
-            sc.vals[op.result] = b.gep(sc.ws, [off], inbounds=True, source_etype=ir.IntType(8))
-            return
-        if name == "kernel.global":
-            sc.vals[op.result] = self._global(op)
-            return
-        if name in SHAPE_VALUE_OPS:
-            sc.vals[op.result] = shape_value(op, sc.em, sc.vals, self._dim_of_input(sc), self.plan.positions,
-                                             lambda i, j: sc.em.emit(self.out_shapes[i - self.nin][j]))
-            return
-        if name == "kernel.check_index":
-            self.index_error.emit_check(sc, op)
-            return
-        rule = _GATHER_CODEGEN.get(name) or _RANDOM_CODEGEN.get(name)  # kernel.load_at/store_at/random
-        if rule is not None:
-            rule(sc, op)
-            return
-        if name == "kernel.load":
-            buf = op.operands[0]
-            sc.vals[op.result] = sc.ops.load(self._access(sc, op, buf), buf.type.dtype)
-            return
-        if name == "kernel.store":
-            val, buf = op.operands
-            sc.ops.store(sc.vals[val], self._access(sc, op, buf), buf.type.dtype)
-            return
-        rt = op.results[0].type if op.results else None
-        rdt = elem_dtype(rt) if rt is not None else None
-        if name == "kernel.constant":
-            sc.vals[op.result] = sc.ops.const(float(a.value), rdt)
-            return
-        if name == "kernel.where":
-            c, x, y = (sc.vals[v] for v in op.operands)
-            sc.vals[op.result] = b.select(c, x, y)
-            return
-        if name == "kernel.cast":
-            src = op.operands[0]
-            sc.vals[op.result] = sc.ops.cast(sc.vals[src], elem_dtype(src.type), a.dtype)
-            return
-        if not name.startswith("kernel."):
-            raise CodegenError(f"cannot lower {name} in a kernel-level function")
-        short = name[len("kernel."):]
-        args = [sc.vals[v] for v in op.operands]
-        dt: DType = elem_dtype(op.operands[0].type) if op.operands else rdt
-        if short in _UNARY and len(args) == 1:
-            sc.vals[op.result] = sc.ops.unary(short, args[0], dt)
-        elif len(args) == 2:
-            sc.vals[op.result] = sc.ops.binary(short, args[0], args[1], dt)
+    def _kernel(self, sc: _Scope, op: Operation) -> None:
+        if self.in_kernel:
+            self._block(sc, op.body.ops)
         else:
-            raise CodegenError(f"cannot lower {name} with {len(args)} operands")
+            self._kernel_call(sc, op)
 
-    def _global(self, op: Operation) -> ir.Value:
+    def _nonzero(self, sc: _Scope, op: Operation) -> None:
+        counts = sc.b.gep(sc.ws, [sc.em.emit(self.counts_offset)], inbounds=True, source_etype=ir.IntType(8))
+        emit_nonzero_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op, counts)
+
+    def _sort(self, sc: _Scope, op: Operation) -> None:
+        emit_sort_call(self.module, self.prefix, sc.b, sc.em, sc.vals, op)
+
+    def _alloc(self, sc: _Scope, op: Operation) -> None:
+        sc.vals[op.result] = sc.b.gep(sc.ws, [sc.em.emit(op.attr.offset)], inbounds=True, source_etype=ir.IntType(8))
+
+    def _shape_value(self, sc: _Scope, op: Operation) -> None:
+        sc.vals[op.result] = shape_value(op, sc.em, sc.vals, self._dim_of_input(sc), self.plan.positions,
+                                         lambda i, j: sc.em.emit(self.out_shapes[i - self.nin][j]))
+
+    def _check_index(self, sc: _Scope, op: Operation) -> None:
+        self.index_error.emit_check(sc, op)
+
+    def _load(self, sc: _Scope, op: Operation) -> None:
+        buf = op.operand.buffer
+        sc.vals[op.result] = sc.ops.load(self._access(sc, op, buf), buf.type.dtype)
+
+    def _store(self, sc: _Scope, op: Operation) -> None:
+        buf = op.operand.buffer
+        sc.ops.store(sc.vals[op.operand.value], self._access(sc, op, buf), buf.type.dtype)
+
+    def _constant(self, sc: _Scope, op: Operation) -> None:
+        sc.vals[op.result] = sc.ops.const(float(op.attr.value), elem_dtype(op.result.type))
+
+    def _where(self, sc: _Scope, op: Operation) -> None:
+        c, x, y = (sc.vals[v] for v in op.operands)
+        sc.vals[op.result] = sc.b.select(c, x, y)
+
+    def _cast(self, sc: _Scope, op: Operation) -> None:
+        src = op.operand.x
+        sc.vals[op.result] = sc.ops.cast(sc.vals[src], elem_dtype(src.type), op.attr.dtype)
+
+    def _unary(self, sc: _Scope, op: Operation) -> None:
+        (x,) = op.operands
+        sc.vals[op.result] = sc.ops.unary(op.name[len("kernel."):], sc.vals[x], elem_dtype(x.type))
+
+    def _binary(self, sc: _Scope, op: Operation) -> None:
+        x, y = op.operands
+        sc.vals[op.result] = sc.ops.binary(op.name[len("kernel."):], sc.vals[x], sc.vals[y], elem_dtype(x.type))
+
+    def _global(self, sc: _Scope, op: Operation) -> None:
         """An inline ``dense<...>`` literal as an internal constant; weights must be arguments."""
         value, t = op.attr.value, op.result.type
         if not isinstance(value, Dense):
@@ -334,7 +317,7 @@ class _Codegen:
             init = ir.Constant(aty, [ir.Constant(ety, float(v)) for v in arr.tolist()])
         g = ir.GlobalVariable(self.module, aty, f"{self.prefix}.const{len(self.module.globals)}")
         g.linkage, g.global_constant, g.initializer, g.align = "internal", True, init, 64
-        return g
+        sc.vals[op.result] = g
 
     def _dim_of_input(self, sc: _Scope):
         """In the body, input dims are their (already checked) shape expressions."""
@@ -457,7 +440,7 @@ class _Codegen:
         lower, upper = sc.em.emit(a.lower), sc.em.emit(a.upper)
         self._loop(sc, op, lower, upper, lambda s, acc: self._block(s, op.body.ops))
 
-    def _reduce(self, sc: _Scope, op: Operation) -> ir.Value:
+    def _reduce(self, sc: _Scope, op: Operation) -> None:
         a = op.attr
         dt = elem_dtype(op.result.type)
         init = sc.ops.const(float(a.init), dt)
@@ -469,7 +452,7 @@ class _Codegen:
             v = self._block(s, op.body.ops)
             return self._combine(s, combine, acc, v, dt)
 
-        return self._loop(sc, op, sc.em.emit(a.lower), sc.em.emit(a.upper), body, init)
+        sc.vals[op.result] = self._loop(sc, op, sc.em.emit(a.lower), sc.em.emit(a.upper), body, init)
 
     def _combine(self, sc: _Scope, combine: str, acc: ir.Value, v: ir.Value, dt: DType) -> ir.Value:
         b = sc.b
@@ -654,6 +637,27 @@ class _Codegen:
                                                           env_slot=slot, packed_b=packed_b, elem=elem, **flags)
 
 
+def _rule(emit: Callable[[Any, Operation], None]) -> Callable[[_Codegen, _Scope, Operation], None]:
+    """An emitter of another codegen module, ``emit(scope, op)``, as an entry of :data:`_EMIT`."""
+    return lambda self, sc, op: emit(sc, op)
+
+
+#: How each kernel-level op is emitted: the scalar arithmetic ops of the dialect's elementwise tables
+#: (:data:`tensorplay.dialect.ops.UNARY_OPS`, :data:`~tensorplay.dialect.ops.BINARY_OPS`) through
+#: :class:`tensorplay.lowering.codegen.scalar.ScalarOps`, the others by their own method.
+_EMIT: dict[str, Callable[[_Codegen, _Scope, Operation], None]] = {
+    **{f"kernel.{name}": _Codegen._unary for name in _UNARY},
+    **{f"kernel.{name}": _Codegen._binary for name, *_ in BINARY_OPS},
+    **dict.fromkeys(SHAPE_VALUE_OPS, _Codegen._shape_value),
+    **{name: _rule(emit) for name, emit in {**_GATHER_CODEGEN, **_RANDOM_CODEGEN}.items()},
+    "kernel.kernel": _Codegen._kernel, "kernel.for": _Codegen._for, "kernel.reduce": _Codegen._reduce,
+    "kernel.gemm": _Codegen._gemm, "kernel.sort": _Codegen._sort, "kernel.nonzero": _Codegen._nonzero,
+    "kernel.alloc": _Codegen._alloc, "kernel.global": _Codegen._global, "kernel.check_index": _Codegen._check_index,
+    "kernel.load": _Codegen._load, "kernel.store": _Codegen._store, "kernel.constant": _Codegen._constant,
+    "kernel.where": _Codegen._where, "kernel.cast": _Codegen._cast,
+}
+
+
 def _splittable(op: Operation) -> bool:
     """Whether a ``kernel.gemm`` may be split over threads: float32 and not statically under two grains."""
     if op.operands[0].type.dtype.name != "f32":
@@ -693,12 +697,10 @@ def _default_outputs(f: Function) -> int:
     """Trailing buffer arguments written by kernel.store / kernel.gemm are the outputs."""
     written: set[int] = set()
     for op in f.walk():
-        target = op.operands[1] if op.name == "kernel.store" else op.operands[2] if op.name == "kernel.gemm" else None
-        if target is None:
-            continue
-        root = target
-        if root.is_block_arg and root.owner is f.body:
-            written.add(root.index)
+        if op.name in ("kernel.store", "kernel.gemm"):
+            target = op.operand.buffer if op.name == "kernel.store" else op.operand.c
+            if target.is_block_arg and target.owner is f.body:
+                written.add(target.index)
     n = 0
     for i in range(len(f.args) - 1, -1, -1):
         if i not in written:
