@@ -31,7 +31,8 @@ __all__ = [
     "one_hot", "normalize", "cosine_similarity", "pairwise_distance", "interpolate", "upsample",
     "upsample_nearest", "upsample_bilinear", "scaled_dot_product_attention", "unfold", "fold", "pad", "linear",
     "bilinear", "mse_loss", "l1_loss", "smooth_l1_loss", "cross_entropy", "nll_loss", "binary_cross_entropy",
-    "binary_cross_entropy_with_logits", "kl_div",
+    "binary_cross_entropy_with_logits", "kl_div", "conv3d", "instance_norm", "prelu", "glu", "pixel_shuffle",
+    "pixel_unshuffle", "embedding_bag",
 ]
 
 
@@ -112,6 +113,24 @@ def _conv_transpose(nd: int):
 
 conv1d, conv2d = _conv(1), _conv(2)
 conv_transpose1d, conv_transpose2d = _conv_transpose(1), _conv_transpose(2)
+
+
+def conv3d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """3-d convolution over ``(N, C, D, H, W)`` (or unbatched) input; ``padding`` may be an int, a tuple,
+    ``'same'`` or ``'valid'``.
+
+    >>> conv3d(tensorplay.ones(1, 2, 4, 4, 4), tensorplay.ones(3, 2, 3, 3, 3)).shape
+    tensorplay.Size([1, 3, 2, 2, 2])
+    """
+    _require_tensor("conv3d", "input", input)
+    _require_tensor("conv3d", "weight", weight)
+    if weight.ndim != 5:
+        raise RuntimeError(f"conv3d(): expected weight to be 5-dimensional (out_channels, in_channels / groups, kD, "
+                           f"kH, kW), but got weight of size {list(weight.shape)}")
+    if not isinstance(padding, str):
+        padding = _tuple(padding, 3, "padding", "conv3d")
+    return _op("conv3d")(input, weight, bias, _tuple(stride, 3, "stride", "conv3d"), padding,
+                         _tuple(dilation, 3, "dilation", "conv3d"), groups)
 
 
 # --- pooling ------------------------------------------------------------------------------------------
@@ -392,6 +411,32 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     return _op("batch_norm")(input, running_mean, running_var, weight, bias, training, momentum, eps)
 
 
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5):
+    """Normalise each channel of each sample of ``(N, C, *)`` over its spatial positions; with
+    ``use_input_stats=False`` the running statistics are used instead, and with ``use_input_stats`` they
+    are updated in place (the mean over the batch of each instance's mean and unbiased variance).
+
+    >>> [round(v, 4) for v in instance_norm(tensorplay.tensor([[[1.0, 3.0]]]))[0, 0].tolist()]
+    [-1.0, 1.0]
+    """
+    _require_tensor("instance_norm", "input", input)
+    if not use_input_stats:
+        if running_mean is None or running_var is None:
+            raise ValueError("Expected running_mean and running_var to be defined when use_input_stats is false")
+        return _op("batch_norm")(input, running_mean, running_var, weight, bias, False, momentum, eps)
+    out = _op("instance_norm")(input, weight, bias, eps)
+    if running_mean is not None or running_var is not None:
+        with tp.no_grad():
+            x = input.detach().reshape(input.shape[0], input.shape[1], -1)
+            if running_mean is not None:
+                running_mean.mul_(1 - momentum).add_(x.mean(-1).mean(0).to(running_mean.dtype) * momentum)
+            if running_var is not None:
+                var = x.var(-1, correction=1) if x.shape[-1] > 1 else x.var(-1, correction=0)
+                running_var.mul_(1 - momentum).add_(var.mean(0).to(running_var.dtype) * momentum)
+    return out
+
+
 def dropout(input, p: float = 0.5, training: bool = True, inplace: bool = False, *, generator=None):
     """Zero elements with probability ``p`` in training, scaling the rest by ``1 / (1 - p)``.
 
@@ -420,6 +465,26 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type: float =
             raise AssertionError(f"Padding_idx must be within num_embeddings: got {padding_idx} for {n} embeddings")
         padding_idx = padding_idx % n
     return _op("embedding")(input, weight, padding_idx)
+
+
+def embedding_bag(input, weight, offsets=None, max_norm=None, norm_type: float = 2, scale_grad_by_freq: bool = False,
+                  mode: str = "mean", sparse: bool = False, per_sample_weights=None, include_last_offset: bool = False,
+                  padding_idx=None):
+    """Sums, means or maxima of bags of embeddings: the rows of a 2-d ``input``, or the runs of a 1-d ``input``
+    starting at ``offsets``.
+
+    >>> embedding_bag(tensorplay.tensor([[0, 1]]), tensorplay.eye(2), mode="sum").tolist()
+    [[1.0, 1.0]]
+    """
+    if max_norm is not None or scale_grad_by_freq or sparse:
+        raise ValueError("embedding_bag(): max_norm, scale_grad_by_freq and sparse are not supported by tensorplay "
+                         f"(got max_norm={max_norm}, scale_grad_by_freq={scale_grad_by_freq}, sparse={sparse})")
+    if padding_idx is not None:
+        n = weight.shape[0]
+        if not -n <= padding_idx < n:
+            raise AssertionError(f"padding_idx must be within the number of embeddings, got {padding_idx} for {n}")
+        padding_idx = padding_idx % n
+    return _op("embedding_bag")(input, weight, offsets, mode, per_sample_weights, include_last_offset, padding_idx)
 
 
 def one_hot(tensor, num_classes: int = -1):
@@ -463,7 +528,7 @@ def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool =
 
 def interpolate(input, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,
                 recompute_scale_factor=None, antialias: bool = False):
-    """Resize with 'nearest', 'linear' (3D) or 'bilinear' (4D) to ``size`` or by ``scale_factor``.
+    """Resize with 'nearest', 'linear' (3D), 'bilinear' or 'bicubic' (4D) to ``size`` or by ``scale_factor``.
 
     >>> interpolate(tensorplay.ones(1, 1, 2, 2), scale_factor=2, mode="bilinear").shape
     tensorplay.Size([1, 1, 4, 4])
@@ -685,3 +750,43 @@ def kl_div(input, target, size_average=None, reduce=None, reduction: str = "mean
     0.0
     """
     return _op("kl_div")(input, target, _reduction(size_average, reduce, reduction), log_target)
+
+
+def prelu(input, weight):
+    """``input`` where positive, else ``weight * input`` (one weight, or one per channel).
+
+    >>> prelu(tensorplay.tensor([-1.0, 2.0]), tensorplay.tensor([0.25])).tolist()
+    [-0.25, 2.0]
+    """
+    _require_tensor("prelu", "input", input)
+    return _op("prelu")(input, weight)
+
+
+def glu(input, dim: int = -1):
+    """Gated linear unit: the first half of ``input`` along ``dim`` times the sigmoid of the second.
+
+    >>> glu(tensorplay.tensor([2.0, 0.0])).tolist()
+    [1.0]
+    """
+    _require_tensor("glu", "input", input)
+    return _op("glu")(input, dim)
+
+
+def pixel_shuffle(input, upscale_factor: int):
+    """``(*, C*r*r, H, W)`` to ``(*, C, H*r, W*r)``.
+
+    >>> pixel_shuffle(tensorplay.ones(1, 4, 2, 2), 2).shape
+    tensorplay.Size([1, 1, 4, 4])
+    """
+    _require_tensor("pixel_shuffle", "input", input)
+    return _op("pixel_shuffle")(input, upscale_factor)
+
+
+def pixel_unshuffle(input, downscale_factor: int):
+    """``(*, C, H*r, W*r)`` to ``(*, C*r*r, H, W)``.
+
+    >>> pixel_unshuffle(tensorplay.ones(1, 1, 4, 4), 2).shape
+    tensorplay.Size([1, 4, 2, 2])
+    """
+    _require_tensor("pixel_unshuffle", "input", input)
+    return _op("pixel_unshuffle")(input, downscale_factor)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from .activation import (
                          ELU,
                          GELU,
+                         GLU,
                          SELU,
                          Hardsigmoid,
                          Hardswish,
@@ -11,6 +12,7 @@ from .activation import (
                          LeakyReLU,
                          LogSoftmax,
                          Mish,
+                         PReLU,
                          ReLU,
                          ReLU6,
                          Sigmoid,
@@ -21,12 +23,22 @@ from .activation import (
 )
 from .attention import MultiheadAttention
 from .container import ModuleDict, ModuleList, ParameterDict, ParameterList, Sequential
-from .conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from .linear import Bilinear, Flatten, Identity, Linear, Unflatten
 from .loss import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, L1Loss, MSELoss, NLLLoss, SmoothL1Loss
-from .misc import Dropout, Embedding, Upsample
+from .misc import Dropout, Embedding, EmbeddingBag, PixelShuffle, PixelUnshuffle, Upsample
 from .module import Module, RemovableHandle
-from .normalization import BatchNorm1d, BatchNorm2d, GroupNorm, LayerNorm, RMSNorm
+from .normalization import (
+                         BatchNorm1d,
+                         BatchNorm2d,
+                         BatchNorm3d,
+                         GroupNorm,
+                         InstanceNorm1d,
+                         InstanceNorm2d,
+                         InstanceNorm3d,
+                         LayerNorm,
+                         RMSNorm,
+)
 from .pooling import (
                          AdaptiveAvgPool1d,
                          AdaptiveAvgPool2d,
@@ -56,5 +68,6 @@ __all__ = [
     "LogSoftmax", "MSELoss", "L1Loss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCELoss",
     "BCEWithLogitsLoss", "KLDivLoss", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
     "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
-    "TransformerDecoder", "Transformer",
+    "TransformerDecoder", "Transformer", "Conv3d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
+    "InstanceNorm3d", "PixelShuffle", "PixelUnshuffle", "PReLU", "GLU", "EmbeddingBag",
 ]

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from ..._tensor import Tensor
 from .. import functional as F
+from .. import init as nn_init
+from ..parameter import Parameter
+from .linear import _empty
 from .module import Module
 
 __all__ = ["ReLU", "ReLU6", "LeakyReLU", "ELU", "SELU", "GELU", "SiLU", "Mish", "Sigmoid", "Tanh", "Hardtanh",
-           "Hardsigmoid", "Hardswish", "Softplus", "Softmax", "LogSoftmax"]
+           "Hardsigmoid", "Hardswish", "Softplus", "Softmax", "LogSoftmax", "PReLU", "GLU"]
 
 
 class _Inplace(Module):
@@ -189,3 +192,38 @@ class LogSoftmax(Softmax):
 
     def forward(self, input: Tensor) -> Tensor:
         return F.log_softmax(input, self.dim)
+
+
+class PReLU(Module):
+    """``x`` where positive, else ``a * x`` with a learned ``a``: one shared, or one per channel
+    (``num_parameters``), initialised to ``init``."""
+
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, device=None, dtype=None):
+        super().__init__()
+        self.num_parameters = num_parameters
+        self.init = init
+        self.weight = Parameter(_empty(num_parameters, dtype=dtype))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn_init.constant_(self.weight, self.init)
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.prelu(input, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"num_parameters={self.num_parameters}"
+
+
+class GLU(Module):
+    """Gated linear unit over ``dim``: ``a * sigmoid(b)`` of the two halves."""
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.glu(input, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"

@@ -21,7 +21,7 @@ from .. import init
 from .linear import _weight_and_bias
 from .module import Module
 
-__all__ = ["Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d"]
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"]
 
 
 def _tuple(value, n: int, name: str, owner: str) -> tuple:
@@ -153,6 +153,13 @@ class Conv2d(_Conv):
 
     _dims = 2
     _function = "conv2d"
+
+
+class Conv3d(_Conv):
+    """3-D convolution over ``(N, C, D, H, W)`` (or unbatched ``(C, D, H, W)``) input."""
+
+    _dims = 3
+    _function = "conv3d"
 
 
 class _ConvTransposeNd(_ConvNd):

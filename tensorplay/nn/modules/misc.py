@@ -1,4 +1,4 @@
-"""``Embedding``, ``Dropout`` and ``Upsample``.
+"""``Embedding``, ``EmbeddingBag``, ``Dropout``, ``Upsample``, ``PixelShuffle`` and ``PixelUnshuffle``.
 
 >>> import tensorplay as tp
 >>> emb = tp.nn.Embedding(10, 3, padding_idx=0)
@@ -17,7 +17,7 @@ from ..parameter import Parameter
 from .linear import _empty
 from .module import Module
 
-__all__ = ["Embedding", "Dropout", "Upsample"]
+__all__ = ["Embedding", "EmbeddingBag", "Dropout", "Upsample", "PixelShuffle", "PixelUnshuffle"]
 
 
 class Embedding(Module):
@@ -116,3 +116,83 @@ class Upsample(Module):
     def extra_repr(self) -> str:
         info = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
         return info + f", mode={self.mode!r}"
+
+
+class EmbeddingBag(Module):
+    """Sums, means or maxima (``mode``) of bags of embeddings, without materialising the per-index rows in the
+    caller: bags are the rows of a 2-d input, or the runs of a 1-d input starting at ``offsets``."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, max_norm: float | None = None,
+                 norm_type: float = 2.0, scale_grad_by_freq: bool = False, mode: str = "mean", sparse: bool = False,
+                 _weight: Tensor | None = None, include_last_offset: bool = False, padding_idx: int | None = None,
+                 device=None, dtype=None):
+        super().__init__()
+        if mode not in ("sum", "mean", "max"):
+            raise ValueError(f"EmbeddingBag: mode has to be one of sum, mean or max, got {mode!r}")
+        self.num_embeddings = num_embeddings
+        self.embedding_dim = embedding_dim
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError(f"EmbeddingBag: padding_idx must be within num_embeddings={num_embeddings}, "
+                                     f"got {padding_idx}")
+            padding_idx %= num_embeddings
+        self.padding_idx = padding_idx
+        self.max_norm = max_norm
+        self.norm_type = norm_type
+        self.scale_grad_by_freq = scale_grad_by_freq
+        self.mode = mode
+        self.sparse = sparse
+        self.include_last_offset = include_last_offset
+        if _weight is None:
+            self.weight = Parameter(_empty(num_embeddings, embedding_dim, dtype=dtype))
+            self.reset_parameters()
+        else:
+            if tuple(_weight.shape) != (num_embeddings, embedding_dim):
+                raise ValueError(f"EmbeddingBag: shape of weight {list(_weight.shape)} does not match "
+                                 f"num_embeddings={num_embeddings} and embedding_dim={embedding_dim}")
+            self.weight = Parameter(_weight)
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            with no_grad():
+                self.weight._data[self.padding_idx] = 0
+                self.weight._version += 1
+
+    def forward(self, input: Tensor, offsets: Tensor | None = None, per_sample_weights: Tensor | None = None):
+        return F.embedding_bag(input, self.weight, offsets, self.max_norm, self.norm_type, self.scale_grad_by_freq,
+                               self.mode, self.sparse, per_sample_weights, self.include_last_offset, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        s = f"{self.num_embeddings}, {self.embedding_dim}, mode={self.mode!r}"
+        if self.padding_idx is not None:
+            s += f", padding_idx={self.padding_idx}"
+        return s
+
+
+class PixelShuffle(Module):
+    """``(*, C*r*r, H, W)`` to ``(*, C, H*r, W*r)`` with ``r = upscale_factor``."""
+
+    def __init__(self, upscale_factor: int):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.pixel_shuffle(input, self.upscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"upscale_factor={self.upscale_factor}"
+
+
+class PixelUnshuffle(Module):
+    """``(*, C, H*r, W*r)`` to ``(*, C*r*r, H, W)`` with ``r = downscale_factor``."""
+
+    def __init__(self, downscale_factor: int):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, input: Tensor) -> Tensor:
+        return F.pixel_unshuffle(input, self.downscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"downscale_factor={self.downscale_factor}"

@@ -1,4 +1,4 @@
-"""Normalisation layers: ``BatchNorm1d/2d``, ``LayerNorm``, ``GroupNorm``, ``RMSNorm``.
+"""Normalisation layers: ``BatchNorm1d/2d/3d``, ``InstanceNorm1d/2d/3d``, ``LayerNorm``, ``GroupNorm``, ``RMSNorm``.
 
 >>> import tensorplay as tp
 >>> bn = tp.nn.BatchNorm2d(3)
@@ -21,7 +21,8 @@ from ..parameter import Parameter
 from .linear import _empty
 from .module import Module
 
-__all__ = ["BatchNorm1d", "BatchNorm2d", "LayerNorm", "GroupNorm", "RMSNorm"]
+__all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+           "LayerNorm", "GroupNorm", "RMSNorm"]
 
 
 def _scalar_long(value: int) -> Tensor:
@@ -135,6 +136,87 @@ class BatchNorm2d(_BatchNorm):
     """Batch normalisation over ``(N, C, H, W)`` input."""
 
     _ranks = (4,)
+
+
+class BatchNorm3d(_BatchNorm):
+    """Batch normalisation over ``(N, C, D, H, W)`` input."""
+
+    _ranks = (5,)
+
+
+class _InstanceNorm(Module):
+    """Per-sample, per-channel normalisation over the spatial dims; no affine parameters and no running
+    statistics by default (PyTorch's defaults)."""
+
+    _spatial = 1
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
+                 track_running_stats: bool = False, device=None, dtype=None, bias: bool = True):
+        super().__init__()
+        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features <= 0:
+            raise ValueError(f"{type(self).__name__}: num_features must be a positive int, got {num_features!r}")
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.affine = affine
+        self.track_running_stats = track_running_stats
+        _register_affine(self, affine, (num_features,), dtype, bias)
+        if track_running_stats:
+            self.register_buffer("running_mean", _empty(num_features, dtype=dtype))
+            self.register_buffer("running_var", _empty(num_features, dtype=dtype))
+            self.register_buffer("num_batches_tracked", _scalar_long(0))
+        else:
+            self.register_buffer("running_mean", None)
+            self.register_buffer("running_var", None)
+            self.register_buffer("num_batches_tracked", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.track_running_stats:
+            init.zeros_(self.running_mean)
+            init.ones_(self.running_var)
+            init.zeros_(self.num_batches_tracked)
+        _reset_affine(self, self.affine)
+
+    def forward(self, input: Tensor) -> Tensor:
+        owner = type(self).__name__
+        if not is_tensor_like(input):
+            raise TypeError(f"{owner}: expected a Tensor input, got {not_a_tensor(input)}")
+        n = self._spatial
+        if input.dim() not in (n + 1, n + 2):
+            raise ValueError(f"{owner}: expected {n + 1}D (unbatched) or {n + 2}D (batched) input (got "
+                             f"{input.dim()}D input)")
+        batched = input.dim() == n + 2
+        x = input if batched else input.unsqueeze(0)
+        if self.affine and x.shape[1] != self.num_features:
+            raise ValueError(f"{owner}: expected input's size at dim={1 if batched else 0} to match num_features "
+                             f"({self.num_features}), but got: {x.shape[1]}.")
+        use_input_stats = self.training or not self.track_running_stats
+        out = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_input_stats,
+                              self.momentum, self.eps)
+        return out if batched else out.squeeze(0)
+
+    def extra_repr(self) -> str:
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.bias is not None}, track_running_stats={self.track_running_stats}")
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance normalisation over ``(N, C, L)`` (or unbatched ``(C, L)``) input."""
+
+    _spatial = 1
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance normalisation over ``(N, C, H, W)`` (or unbatched ``(C, H, W)``) input."""
+
+    _spatial = 2
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance normalisation over ``(N, C, D, H, W)`` (or unbatched) input."""
+
+    _spatial = 3
 
 
 def _shape(normalized_shape) -> tuple:

@@ -59,6 +59,22 @@ CASES = [
     ("Softplus", (2.0, 5.0), {}, [(3, 4)], "float", 1),
     ("Softmax", (), {"dim": 1}, [(3, 4)], "float", 1),
     ("LogSoftmax", (), {"dim": -1}, [(3, 4)], "float", 1),
+    ("Conv3d", (2, 3, (2, 3, 2)), {"stride": (1, 2, 1), "padding": 1}, [(2, 2, 4, 5, 4)], "float", 10),
+    ("Conv3d", (4, 2, 2), {"groups": 2, "bias": False, "padding": "same"}, [(4, 3, 4, 3)], "float", 10),
+    ("BatchNorm3d", (3,), {}, [(2, 3, 2, 3, 2)], "float", 10),
+    ("InstanceNorm1d", (3,), {}, [(2, 3, 6)], "float", 10),
+    ("InstanceNorm1d", (3,), {"affine": True, "track_running_stats": True}, [(3, 5)], "float", 10),
+    ("InstanceNorm2d", (4,), {"affine": True}, [(2, 4, 3, 5)], "float", 10),
+    ("InstanceNorm2d", (2,), {"track_running_stats": True, "momentum": 0.3}, [(3, 2, 4, 4)], "float", 10),
+    ("PixelShuffle", (2,), {}, [(2, 8, 3, 3)], "float", 1),
+    ("PixelUnshuffle", (2,), {}, [(2, 2, 4, 6)], "float", 1),
+    ("PReLU", (), {}, [(3, 4)], "float", 1),
+    ("PReLU", (3,), {"init": 0.1}, [(2, 3, 5)], "float", 1),
+    ("GLU", (), {}, [(3, 4)], "float", 1),
+    ("GLU", (1,), {}, [(2, 6, 3)], "float", 1),
+    ("EmbeddingBag", (10, 4), {"mode": "sum"}, [(3, 5)], "index10", 1),
+    ("EmbeddingBag", (10, 4), {"mode": "max", "padding_idx": 2}, [(3, 5)], "index10", 1),
+    ("EmbeddingBag", (10, 4), {}, [(3, 5)], "index10", 1),
 ]
 
 
