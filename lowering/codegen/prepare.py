@@ -25,14 +25,14 @@ import llvmlite.ir as ir
 import sympy
 
 from tensorplay.dialect.ir import Function, Operation, Value
+from tensorplay.dialect.opdef import ASSERTION
 from tensorplay.dialect.types import BufferType
 from tensorplay.runtime.abi import MAX_ERR_VALUES, Assertion
 
 from .expr import I32, I64, CodegenError, ExprEmitter, i64
 
-__all__ = ["ASSERTION_OPS", "Bind", "Check", "ShapePlan", "plan_shapes", "positional_template", "arg_name"]
+__all__ = ["Bind", "Check", "ShapePlan", "plan_shapes", "positional_template", "arg_name"]
 
-ASSERTION_OPS = ("tp.assert_range", "tp.assert_eq", "tp.assert_relation", "tp.assert_guard")
 SHAPE_VALUE_OPS = ("tp.dim", "tp.symexpr", "kernel.index")
 
 
@@ -249,12 +249,12 @@ def _plan_body(f: Function, plan: ShapePlan, ops: Sequence[Operation]) -> None:
             _plan_body(f, plan, op.body.ops)
         elif op.name in SHAPE_VALUE_OPS:
             plan.shape_ops.append(op)
-        elif op.name in ASSERTION_OPS:
+        elif op.has(ASSERTION):
             plan.checks.append(_assertion_check(op))
     for op in ops:
         if op.name in ("kernel.for", "kernel.reduce"):
             for inner in op.walk():
-                if inner.name in ASSERTION_OPS:
+                if inner.has(ASSERTION):
                     raise CodegenError(f"{inner.name} inside a loop is not supported (assertions run in prepare)")
 
 
