@@ -120,9 +120,10 @@ class Yield:
         return []
 
 
-@op("kernel.alloc", attrs=[A("slot", STR), A("offset", EXPR)], traits=[PURE])
+@op("kernel.alloc", attrs=[A("slot", STR), A("offset", EXPR, None)], traits=[PURE])
 class Alloc:
-    """A workspace slice at a symbolic byte ``offset`` (named ``slot`` in the function's plan).
+    """A workspace slice at a symbolic byte ``offset`` (named ``slot`` in the function's plan; no offset
+    until ``plan-memory`` lays the workspace out).
 
         %t0 = kernel.alloc {offset = 256*s0, slot = "t0"} : buffer<[s0, 64], f32>
     """

@@ -58,8 +58,9 @@ class A:
         return self.default is REQUIRED
 
 
-#: Attributes every op may carry: ``origin`` names the front-end node an op came from (used by bisect).
-COMMON_ATTRS = (A("origin", STR, None),)
+#: Attributes every op may carry: ``origin`` names the front-end node an op came from (used by bisect);
+#: ``buffer`` is the fusion plan's reason for giving a tp value a buffer of its own (written by ``plan-fusion``).
+COMMON_ATTRS = (A("origin", STR, None), A("buffer", STR, None))
 
 
 @dataclass(frozen=True, eq=False)

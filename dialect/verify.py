@@ -222,8 +222,10 @@ class _FunctionVerifier:
             self.error(op, f"result must be a buffer, got {t}")
             return
         plan, slot, offset = self.f.workspace, op.attr.slot, op.attr.offset
-        if plan is None:
-            self.error(op, "function has no workspace plan")
+        if plan is None or offset is None:  # not laid out yet (plan-memory does it): then neither has one
+            if plan is not None or offset is not None:
+                self.error(op, "has an offset but the function has no workspace plan" if plan is None
+                           else "has no offset but the function has a workspace plan")
             return
         try:
             planned = plan.offset(slot)

@@ -46,7 +46,7 @@ from .codegen.llvm import compile_kernel_module
 from .dtypes import DIALECT_DTYPES, to_storage
 from .from_graph.binding import Binding
 from .from_graph.program import program_to_tp
-from .fusion.fuse import fusion_stats
+from .fusion.fuse import FUSION_PIPELINE, fusion_stats
 from .microkernels.gemm_prepack import prepacker
 from .native_program import NativeProgram
 
@@ -149,7 +149,7 @@ def compile_program(program: ExportedProgram, options: CompileOptions | None = N
     _dump("tp", tp_text, options)
 
     outputs = len(module.functions[0].result_types)
-    PassManager("fuse,plan-memory").run(module)
+    PassManager(FUSION_PIPELINE).run(module)
     kernel_text = print_module(module)
     _dump("kernel", kernel_text, options)
     stats = fusion_stats(module.functions[0])

@@ -23,7 +23,13 @@ PASSES: dict[str, str] = {
     "dce": "tensorplay.dialect.passes.dce:DeadCodeElimination",
     "simplify-assertions": "tensorplay.dialect.passes.simplify_assertions:SimplifyAssertions",
     "batch-matmuls": "tensorplay.lowering.tp_passes.batch_matmuls:BatchMatmuls",
+    "expand": "tensorplay.lowering.tp_passes.expand:Expand",
+    "pad-unbacked": "tensorplay.lowering.fusion.unbacked:PadUnbacked",
+    "plan-fusion": "tensorplay.lowering.fusion.plan:PlanFusion",
     "fuse": "tensorplay.lowering.fusion.fuse:Fuse",
+    "stash-reduced-values": "tensorplay.lowering.fusion.rewrite:StashReducedValues",
+    "reciprocal-divisions": "tensorplay.lowering.fusion.rewrite:ReciprocalDivisions",
+    "split-div-mod-loops": "tensorplay.lowering.fusion.rewrite:SplitDivModLoops",
     "plan-memory": "tensorplay.lowering.fusion.memory_plan:PlanMemory",
 }
 

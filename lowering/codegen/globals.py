@@ -10,7 +10,7 @@ inputs and before the outputs, and the returned list says what each one must hol
 becomes ``func @main(%x: ..., %scale: buffer<[4], f32>, %out0: ...)`` with ``[WeightRef("scale")]``.
 
 >>> import numpy as np
->>> import tensorplay.lowering.fusion.fuse
+>>> from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE
 >>> from tensorplay.dialect import parse
 >>> from tensorplay.dialect.passes import PassManager
 >>> m = parse('''weight @scale : tensor<[4], f32>
@@ -20,7 +20,7 @@ becomes ``func @main(%x: ..., %scale: buffer<[4], f32>, %out0: ...)`` with ``[We
 ...   tp.return %0
 ... }
 ... ''')
->>> _ = PassManager("fuse").run(m)
+>>> _ = PassManager(FUSION_PIPELINE).run(m)
 >>> f, held = globals_to_args(m.functions[0], num_outputs=1)
 >>> [a.name for a in f.args], held
 (['x', 'scale', 'out0'], [WeightRef(name='scale')])

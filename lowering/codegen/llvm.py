@@ -159,14 +159,16 @@ class _Codegen:
                 if mnk not in gemm_mnk:  # sympy.Max over many equal sizes is quadratic (an unrolled LSTM: 128)
                     gemm_mnk.add(mnk)
                     self.gemm_sizes.append(gemm_scratch_expr(*mnk))
+        if f.workspace is None and any(op.name == "kernel.alloc" for op in f.body.ops):
+            raise CodegenError(f"@{f.name}: workspace slots have no offsets: run plan-memory")
         plan_size = f.workspace.size if f.workspace is not None else sympy.Integer(0)
         self.scratch_offset = _round_up(plan_size, _ALIGN)
         # unevaluated: simplifying a Max of symbolic sizes costs seconds and the emitter takes it as it is
         scratch = sympy.Max(*self.gemm_sizes, evaluate=False) if self.gemm_sizes else sympy.Integer(0)
         self.workspace_size = self.scratch_offset + scratch if self.gemm_sizes else sympy.sympify(plan_size)
         self.index_error = ErrorWord(f, self.workspace_size, len(self.plan.assertions) + 1)  # kernel.check_index
-        self.workspace_size = self.index_error.size  # before the nonzero counts, which must end the workspace
-        self.counts_offset, self.workspace_size, self.counts_meta = counts_layout(f, self.workspace_size)
+        self.workspace_size = self.index_error.size
+        self.counts_offset, self.counts_meta = counts_layout(f)  # where plan-memory put the nonzero counts
         # top-level kernels: one internal function per distinct key (see tensorplay.lowering.codegen.functions)
         self.kernel_fns: dict[Hashable, ir.Function] = {}
         self.kernels: list[dict[str, Any]] = []

@@ -1,9 +1,10 @@
 """Native code of ``kernel.nonzero``: one routine per input dtype and rank, and the counts slots.
 
 The routine writes the row-major indices of the nonzero elements into the first rows of the output, zeros
-into the other rows, and the count into its i64 slot; the slots are the last bytes of the workspace
-(:func:`counts_layout`), where :class:`tensorplay.runtime.abi.Executable` reads them to return views of the
-valid rows. What produces the op: :mod:`tensorplay.lowering.fusion.unbacked`.
+into the other rows, and the count into its i64 slot; the slots are where the workspace plan puts them
+(:func:`counts_layout`, :mod:`tensorplay.lowering.fusion.memory_plan`), where
+:class:`tensorplay.runtime.abi.Executable` reads them to return views of the valid rows. What produces the
+op: :mod:`tensorplay.lowering.fusion.unbacked`.
 """
 
 from __future__ import annotations
@@ -14,26 +15,32 @@ import sympy
 from tensorplay.dialect.ir import Function, Operation
 from tensorplay.dialect.types import DType
 
+from ..fusion.memory_plan import COUNTS
 from .expr import I64 as LL_I64
-from .expr import PTR, ExprEmitter, i64
+from .expr import PTR, CodegenError, ExprEmitter, i64
 from .scalar import ScalarOps, storage_type
 
 __all__ = ["counts_layout", "emit_nonzero_call"]
 
 
-def counts_layout(f: Function, workspace_size: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr, dict]:
-    """(byte offset of the counts, new workspace size, signature meta) for the kernel.nonzero ops of ``f``;
-    the counts (one i64 per slot) are the last bytes of the workspace."""
+def counts_layout(f: Function) -> tuple[sympy.Expr, dict]:
+    """(byte offset of the counts, signature meta) for the kernel.nonzero ops of ``f``: the counts (one i64
+    per slot) are the workspace plan's ``counts`` entry."""
     ops = [o for o in f.walk() if o.name == "kernel.nonzero"]
     if not ops:
-        return workspace_size, workspace_size, {}
-    n = max(o.attr.slot for o in ops) + 1
-    offset = sympy.ceiling(sympy.sympify(workspace_size) / 8) * 8
+        return sympy.Integer(0), {}
+    try:
+        offset = f.workspace.offset(COUNTS)
+    except (AttributeError, KeyError):
+        offset = None
+    if offset is None or not offset.is_Integer:
+        raise CodegenError(f"@{f.name}: the workspace plan places no nonzero counts at a fixed offset "
+                           f"(got {offset}): run plan-memory")
     extents = []
     for o in ops:
         e = o.attr.extents
         extents += [[e[i], e[i + 1], o.attr.slot, e[i + 2]] for i in range(0, len(e), 3)]
-    return offset, offset + 8 * n, {"counts": n, "extents": extents}
+    return offset, {"counts": max(o.attr.slot for o in ops) + 1, "counts_offset": int(offset), "extents": extents}
 
 
 def emit_nonzero_call(module: ir.Module, prefix: str, b: ir.IRBuilder, em: ExprEmitter, vals: dict, op_: Operation,

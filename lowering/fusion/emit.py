@@ -16,8 +16,10 @@ so softmax's row max and row sum are computed once per row::
       }
     }
 
-A reduction that would be recomputed by an enclosing loop its index does not use raises
-:class:`Materialise`; the driver then gives it a buffer of its own and starts again.
+``buffer_of`` answers for the values the fusion plan materialises (arguments, weights and literals
+with unequal elements always have buffers). A reduction that would be recomputed by an enclosing loop
+its index does not use raises :class:`Materialise`, as does an op that cannot be inlined: the planner's
+trial emission (:func:`tensorplay.lowering.fusion.plan.plan_fusion`) then gives it a buffer of its own.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tensorplay.dialect.types import INDEX, DType, ScalarType, TensorType, sym
 
 from .index import Index, IndexFacts, broadcast_index, permute_index, reshape_index, slice_index
 
-__all__ = ["NestEmitter", "Materialise", "origin", "ELEMENTWISE_TP", "REDUCTIONS", "MOVEMENT"]
+__all__ = ["NestEmitter", "Materialise", "origin", "ELEMENTWISE_TP", "REDUCTIONS", "MOVEMENT", "recomputes_reduction"]
 
 REDUCTIONS = {"tp.sum": "add", "tp.prod": "mul", "tp.amax": "max", "tp.amin": "min"}
 MOVEMENT = {"tp.reshape", "tp.permute", "tp.expand", "tp.slice", "tp.pad", "tp.concat"}
@@ -55,7 +57,8 @@ _fill_elementwise()
 
 
 class Materialise(Exception):
-    """Raised during emission: ``value`` must get its own buffer (inlining it would recompute it)."""
+    """Raised during emission: ``value`` must get its own buffer (inlining it would recompute it, or
+    cannot be done)."""
 
     def __init__(self, value: Value, why: str):
         super().__init__(why)
@@ -265,7 +268,7 @@ class NestEmitter:
                 return got
         op = v.owner
         if not isinstance(op, Operation):
-            raise Materialise(v, "block argument without a buffer")
+            raise RuntimeError(f"buffer_of gives block argument %{v.name} no buffer")
         name = op.name
         t: TensorType = v.type
         if name in ELEMENTWISE_TP:
@@ -275,7 +278,7 @@ class NestEmitter:
         if name == "tp.constant":
             c = uniform_constant(v)
             if c is None:
-                raise Materialise(v, "non-uniform literal")
+                raise RuntimeError("buffer_of gives a literal with unequal elements no buffer")
             return self.constant(c, t.dtype)
         if name in REDUCTIONS:
             return self._reduce(op, index, depth)
@@ -421,3 +424,62 @@ class NestEmitter:
         assert result is not None
         return result
 
+
+
+def recomputes_reduction(root: Value, has_buffer: Callable[[Value], bool]) -> bool | None:
+    """Whether :meth:`NestEmitter.store_nest` of ``root`` raises :class:`Materialise` for a reduction, told
+    without emitting: the nest's loops and indices followed symbolically, which is exact when every value it
+    inlines is an elementwise op, an expand, a reduction, a splat literal or an iota/arange (each index entry
+    is then a loop variable or 0). None when it inlines anything else (only emission can tell)."""
+    stack: list[sympy.Symbol] = []  # the loop variable of each open level below the kernel's
+    seen: set[tuple[Value, Index]] = set()
+
+    def scalar(v: Value, index: Index) -> bool | None:
+        if has_buffer(v) or (v, index) in seen:
+            return False
+        seen.add((v, index))
+        op = v.owner
+        if op.name in ELEMENTWISE_TP or op.name == "tp.expand":
+            for a in op.operands:
+                got = scalar(a, broadcast_index(index, a.type.shape))
+                if got is not False:
+                    return got
+            return False
+        if op.name in ("tp.iota", "tp.arange") or op.name == "tp.constant" and uniform_constant(v) is not None:
+            return False
+        if op.name not in REDUCTIONS:
+            return None
+        used = set().union(*(e.free_symbols for e in index))
+        depth = max((k + 1 for k, iv in enumerate(stack) if iv in used), default=0)
+        if any(iv not in used for iv in stack[:depth]):
+            return True
+        hidden = stack[depth:]
+        del stack[depth:]
+        x: TensorType = op.operands[0].type
+        axes = sorted(a % x.rank for a in op.attributes["axes"])
+        outer, src = iter(index), []
+        for k in range(x.rank):
+            if k not in axes:
+                src.append(next(outer))
+                continue
+            if op.attributes["keepdim"]:
+                next(outer)
+            if x.shape[k] == 1:
+                src.append(sympy.Integer(0))
+            else:
+                stack.append(sympy.Dummy())
+                src.append(stack[-1])
+        try:
+            return scalar(op.operands[0], tuple(src))
+        finally:
+            del stack[depth:]
+            stack.extend(hidden)
+
+    index = []
+    for d in root.type.shape:
+        if d == 1:
+            index.append(sympy.Integer(0))
+        else:
+            stack.append(sympy.Dummy())
+            index.append(stack[-1])
+    return scalar(root, tuple(index))

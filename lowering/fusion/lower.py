@@ -1,17 +1,17 @@
-"""tp -> kernel: a function over tensors becomes a function over buffers made of fused loop nests.
+"""Kernel emission (the ``fuse`` pass): a tp function and its fusion plan become a function over buffers.
 
 Every tp value is either *materialised* (a buffer: an input, an output, a weight, or a ``kernel.alloc``
 in the workspace) or *inlined* into the loop nest of each materialised value that reads it
-(:mod:`tensorplay.lowering.fusion.emit`). Materialised are: the results, gemm/conv outputs, operands a gemm must
-read from memory, reductions read by several nests, costly elementwise values read by several nests
-(``recompute_limit``), and whatever emission finds it would otherwise recompute. Before::
+(:mod:`tensorplay.lowering.fusion.emit`). Which values are materialised, and why, is the fusion plan
+(:mod:`tensorplay.lowering.fusion.plan`, written on the tp ops as ``buffer`` attributes by ``plan-fusion``);
+gemm chains follow from it. Before (planned)::
 
     func @main(%x: tensor<[s0, 64], f32>) -> (tensor<[s0, 64], f32>) where {s0 in [1, 1024]} {
       %0 = tp.amax %x {axes = [1], keepdim = true} : tensor<[s0, 1], f32>
       %1 = tp.sub %x, %0 : tensor<[s0, 64], f32>
       %2 = tp.exp %1 : tensor<[s0, 64], f32>
       %3 = tp.sum %2 {axes = [1], keepdim = true} : tensor<[s0, 1], f32>
-      %4 = tp.div %2, %3 : tensor<[s0, 64], f32>
+      %4 = tp.div %2, %3 {buffer = "result"} : tensor<[s0, 64], f32>
       tp.return %4
     }
 
@@ -31,15 +31,13 @@ after (one kernel; both row reductions hoisted out of the inner loop)::
       kernel.return
     }
 
-Shape assertions (``tp.dim``, ``tp.assert_*``) stay first, reading the input buffers.
+Shape assertions (``tp.dim``, ``tp.assert_*``) stay first, reading the input buffers. Workspace slots
+(``kernel.alloc``) get no offsets here: ``plan-memory`` lays the workspace out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-
-import sympy
+from typing import TYPE_CHECKING
 
 from tensorplay.dialect.attrs import WeightRef
 from tensorplay.dialect.dialects import REGISTRY as _OPS
@@ -49,31 +47,28 @@ from tensorplay.dialect.opdef import ASSERTION
 from tensorplay.dialect.types import BufferType, TensorType
 
 from ..errors import FusionError as LoweringError  # the function cannot be lowered (bad arguments ...)
-from ..tp_passes.expand import EXPANDED, expand_function
-from .contract import (
-    GemmChain,
-    emit_conv,
-    emit_gemm,
-    gemm_copy_source,
-    gemm_operand,
-    match_epilogue,
-)
-from .emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, Materialise, NestEmitter, uniform_constant
+from ..tp_passes.expand import EXPANDED
+from .contract import GemmChain, emit_conv, emit_gemm, gemm_operand
+from .emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, NestEmitter, recomputes_reduction, uniform_constant
 from .gather import GATHERS, emit_scatter_add
-from .memory_plan import sequential_plan
 from .random import emit_random
-from .unbacked import UnbackedExtentError, pad_unbacked
 
-__all__ = ["lower_function", "lower_module", "UnsupportedOpError", "SUPPORTED_OPS", "LoweringError"]
+if TYPE_CHECKING:
+    from .plan import FusionPlan
+
+__all__ = ["KernelBuilder", "UnsupportedOpError", "SUPPORTED_OPS", "LoweringError", "check_supported",
+           "is_buffer_constant", "PROLOGUE", "OWN_NEST"]
 
 PROLOGUE = {"tp.dim", "tp.symexpr"} | {n for n, d in _OPS.items() if n.startswith("tp.") and d.has(ASSERTION)}
-SUPPORTED_OPS = frozenset(ELEMENTWISE_TP | set(REDUCTIONS) | MOVEMENT | PROLOGUE | {
+#: ops lowered into a buffer of their own by ``emit(nest, op, out)`` (tensorplay.lowering.fusion.gather / random)
+OWN_NEST = {"tp.scatter_add": emit_scatter_add, "tp.random": emit_random}
+#: the tp ops the fusion pipeline lowers (the ``expand`` pass rewrites those of ``EXPANDED`` first)
+SUPPORTED_OPS = frozenset(ELEMENTWISE_TP | set(REDUCTIONS) | MOVEMENT | PROLOGUE | set(GATHERS) | set(OWN_NEST) | {
     "tp.constant", "tp.iota", "tp.arange", "tp.cumsum", "tp.argmax", "tp.argmin", "tp.matmul", "tp.conv",
     "tp.return", "tp.sort", "tp.nonzero"} | EXPANDED)
-_NESTED = set(REDUCTIONS) | {"tp.cumsum", "tp.argmax", "tp.argmin"}
-#: ops lowered into a buffer of their own by ``emit(nest, op, out)`` (tensorplay.lowering.fusion.gather / kernel_random)
-_OWN_NEST = {"tp.scatter_add": emit_scatter_add, "tp.random": emit_random}
-SUPPORTED_OPS = SUPPORTED_OPS | set(GATHERS) | set(_OWN_NEST)
+#: ops whose inlining may find, while emitting, a value it needs a buffer for (a reduction its index would
+#: recompute, the input of a gather at data-dependent positions): the planner tries these nests out
+EMISSION_DEPENDENT = frozenset(REDUCTIONS) | frozenset(GATHERS)
 
 
 class UnsupportedOpError(LoweringError):
@@ -89,7 +84,11 @@ class UnsupportedOpError(LoweringError):
                          f"constants, iota/arange and shape assertions")
 
 
-def _check_supported(f: Function, module: Module | None) -> None:
+def check_supported(f: Function, module: Module | None) -> None:
+    """Raise :class:`UnsupportedOpError` naming every tp op kind of ``f`` the pipeline cannot lower, or
+    :class:`LoweringError` for a non-tensor argument or a weight the module does not declare."""
+    if not f.body.ops or f.body.ops[-1].name != "tp.return":
+        raise LoweringError(f"@{f.name}: expected a tp-level function ending in tp.return")
     bad: dict[str, list[str]] = {}
     for op in f.body.ops:
         if op.name not in SUPPORTED_OPS:
@@ -103,130 +102,39 @@ def _check_supported(f: Function, module: Module | None) -> None:
             raise LoweringError(f"@{f.name}: argument %{a.name} must be a tensor, got {a.type}")
     if bad:
         raise UnsupportedOpError(f.name, bad)
+    expandable = sorted({op.name for op in f.body.ops if op.name in EXPANDED})
+    if expandable:
+        raise LoweringError(f"@{f.name}: {', '.join(expandable)} must be rewritten by the expand pass first")
 
 
-@dataclass
-class _Plan:
-    materialised: set[Value]
-    chains: dict[Value, GemmChain]      # chain end -> chain
-    absorbed: set[Value]
+def is_buffer_constant(v: Value) -> bool:
+    """A ``tp.constant`` read from memory (``kernel.global``): a weight or a literal with unequal elements."""
+    op = v.owner
+    return (isinstance(op, Operation) and op.name == "tp.constant"
+            and (isinstance(op.attributes["value"], WeightRef) or uniform_constant(v) is None))
 
 
-class _Lowering:
-    def __init__(self, f: Function, module: Module | None, recompute_limit: int):
-        self.f, self.module, self.limit = f, module, recompute_limit
+class KernelBuilder:
+    """Emits the kernel-level form of a tp function following ``plan``.
+
+    ``trial=True`` is the planner's dry run (:func:`tensorplay.lowering.fusion.plan.plan_fusion`): the nests
+    whose inlined values include none of :data:`EMISSION_DEPENDENT` are skipped (their buffers are allocated
+    all the same), and a :class:`tensorplay.lowering.fusion.emit.Materialise` raised by the others escapes.
+    """
+
+    def __init__(self, f: Function, plan: FusionPlan, trial: bool = False):
+        self.f, self.plan, self.trial = f, plan, trial
         self.facts = f.facts()
-        self.forced: set[Value] = set()
         self.ret = f.body.ops[-1]
 
-    # ------------------------------------------------------------------ planning
-    def is_buffer_const(self, v: Value) -> bool:
-        op = v.owner
-        return (isinstance(op, Operation) and op.name == "tp.constant"
-                and (isinstance(op.attributes["value"], WeightRef) or uniform_constant(v) is None))
-
-    def plan(self) -> _Plan:
-        results = {v for v in self.ret.operands if v.owner is not None and not v.is_block_arg}
-        mat = results | set(self.forced) | {op.results[0] for op in self.f.body.ops if op.name in _OWN_NEST}
-        pinned = set(mat)
-        chains, absorbed = self.match_chains(pinned)
-        # Two chains reaching the same end (an LSTM's ``x @ w_ih.T + b_ih + (h @ w_hh.T + b_hh)``): the later
-        # one wins and reads, as its bias or residual, a value the other absorbed. That value gets a buffer
-        # (the earlier chain then ends there), as emission would otherwise ask for it, one build at a time.
-        while clash := {v for ch in chains.values() for v in (ch.bias, ch.residual) if v in absorbed}:
-            mat |= clash
-            pinned |= clash
-            chains, absorbed = self.match_chains(pinned)
-        produced = set(chains)
-        convs = {op.result: op for op in self.f.body.ops if op.name == "tp.conv"}
-
-        def has_buffer(v: Value) -> bool:
-            return (v.is_block_arg or v in mat or v in produced or self.is_buffer_const(v)
-                    or (v in convs and len(convs[v].operands) == 2))
-
-        # Each round materialises what the gemms and convs still miss plus the last shared value (see
-        # ``shared``). Materialising that value changes neither the roots of the values after it (they
-        # depend on later values only) nor the costs of the values before it (earlier values only), and can
-        # only lower the costs after it: no value after it qualifies in the next round, whose pick is the
-        # next value the same backward sweep finds. The sweep restarts when a round materialises more.
-        sweep: Iterator[Value] | None = None
-        changed = True
-        while changed:
-            changed = False
-            need: list[Value] = []
-            for ch in chains.values():
-                for v in ch.matmul.operands:
-                    if gemm_operand(v, has_buffer) is None:
-                        need.append(gemm_copy_source(v))
-                need += [v for v in (ch.bias, ch.residual) if v is not None and not has_buffer(v)]
-            for op in convs.values():
-                if not has_buffer(op.operands[1]):
-                    need.append(op.operands[1])
-            if sweep is None:
-                sweep = self.shared(set(mat), absorbed, produced, has_buffer)
-            pick = next(sweep, None)
-            if any(v not in mat and v is not pick for v in need):
-                sweep = None
-            if pick is not None:
-                need.append(pick)
-            for v in need:
-                if v not in mat:
-                    mat.add(v)
-                    changed = True
-        return _Plan(mat, chains, absorbed)
-
-    def match_chains(self, pinned: set[Value]) -> tuple[dict[Value, GemmChain], set[Value]]:
-        """Every matmul's gemm chain keyed by its end (a later chain replaces an earlier one with the same
-        end), and the values the chains absorb."""
-        chains: dict[Value, GemmChain] = {}
-        absorbed: set[Value] = set()
-        for op in self.f.body.ops:
-            if op.name == "tp.matmul":
-                ch = match_epilogue(op, pinned)
-                chains[ch.end] = ch
-                absorbed.update(ch.absorbed)
-        return chains, absorbed
-
-    def shared(self, mat: set[Value], absorbed: set[Value], produced: set[Value], has_buffer) -> Iterator[Value]:
-        """Values inlined into two or more nests that are reductions or too costly to recompute, last first.
-
-        Each value found is added to ``mat`` (its producers then feed that one nest) before the sweep goes on
-        to the values before it. Costs are taken when the first value is asked for.
-        """
-        roots: dict[Value, set[Operation]] = {}
-        cost: dict[Value, int] = {}
-        ops = [op for op in self.f.body.ops if op.results]
-        for op in ops:
-            v = op.results[0]
-            cost[v] = 0 if has_buffer(v) else 1 + sum(cost.get(a, 0) for a in op.operands)
-        for op in reversed(ops):
-            v = op.results[0]
-            rs: set[Operation] = set()
-            for u, _ in v.uses:
-                if u.name == "tp.return" or u.name in PROLOGUE:
-                    continue
-                if u.results and (u.results[0] in mat or u.results[0] in produced or u.name == "tp.conv"
-                                  or u.results[0] in absorbed):
-                    rs.add(u)
-                elif u.results:
-                    rs |= roots.get(u.results[0], set())
-            roots[v] = rs
-            if has_buffer(v) or len(rs) < 2:
-                continue
-            if op.name in _NESTED or cost[v] > self.limit:
-                mat.add(v)  # its producers now feed one nest only: this one
-                yield v
-
-    # ------------------------------------------------------------------ building
     def build(self) -> Function:
-        f = self.f
-        plan = self.plan()
+        f, plan = self.f, self.plan
         outs = [(self.out_name(k), BufferType(v.type.shape, v.type.dtype)) for k, v in enumerate(self.ret.operands)]
         new = Function(f.name, [(a.name, BufferType(a.type.shape, a.type.dtype)) for a in f.args] + outs, [],
                        f.symbols, f.equalities)
         self.new, self.fb = new, Builder(new)
         self.buf: dict[Value, Value] = dict(zip(f.args, new.args))
-        self.allocs: list[Operation] = []
+        self.slots = 0
         self.conv_raw: dict[Value, tuple[Value, Value]] = {}
         self.kernels = 0
         out_args = new.args[len(f.args):]
@@ -242,7 +150,7 @@ class _Lowering:
             if op.name in PROLOGUE or op.name == "tp.return" or not op.results:
                 continue
             v = op.results[0]
-            if op.name == "tp.constant" and (v not in plan.materialised or self.is_buffer_const(v)):
+            if op.name == "tp.constant" and (v not in plan.buffers or is_buffer_constant(v)):
                 continue  # weights and literals are kernel.global buffers; splat literals are inlined
             if v in plan.absorbed or op.name == "tp.matmul" and v not in plan.chains:
                 continue
@@ -256,23 +164,49 @@ class _Lowering:
             if v in plan.chains:
                 self.emit_chain(plan.chains[v], target)
             elif op.name == "tp.conv":
-                self.emit_conv(op, target, v in plan.materialised)
-            elif op.name in _OWN_NEST:
+                self.emit_conv(op, target, v in plan.buffers)
+            elif op.name in OWN_NEST:
                 out = target if target is not None else self.alloc(v.type)
-                _OWN_NEST[op.name](self.nest, op, out)
+                if not self.skipped(*op.operands):
+                    OWN_NEST[op.name](self.nest, op, out)
                 self.buf[v] = out
-            elif v in plan.materialised:
+            elif v in plan.buffers:
                 out = target if target is not None else self.alloc(v.type)
-                self.nest("fused").store_nest(v, out)
+                if not self.skipped(v, stored=True):
+                    self.nest("fused").store_nest(v, out)
                 self.buf[v] = out
         for v, o in zip(self.ret.operands, out_args):
-            if self.buf.get(v) is not o:
+            if self.buf.get(v) is not o and not self.trial:
                 self.nest("copy").store_nest(v, o)
         self.fb.create("kernel.return", [])
         order = {"prologue": 0, "kernel.global": 1, "kernel.alloc": 2}
         new.body.ops.sort(key=lambda o: order.get("prologue" if o.name.startswith("tp.") else o.name, 3))
-        sequential_plan(new)
         return new
+
+    def skipped(self, *roots: Value, stored: bool = False) -> bool:
+        """In a trial build: True when the nest computing ``roots`` inline cannot find a value it needs a
+        buffer for, since it inlines no :data:`EMISSION_DEPENDENT` op or (a nest storing the one value
+        ``roots[0]``, ``stored``) only reductions that :func:`recomputes_reduction` clears without emitting."""
+        if not self.trial:
+            return False
+        stack, seen = list(roots), set()
+        while stack:
+            v = stack.pop()
+            if v in seen or self.has_buffer(v):
+                continue
+            seen.add(v)
+            if v.owner.name in EMISSION_DEPENDENT:
+                return stored and recomputes_reduction(roots[0], self.has_buffer) is False
+            stack.extend([self.conv_raw[v][1]] if v in self.conv_raw else v.owner.operands)  # conv: raw + bias
+        return True
+
+    def has_buffer(self, v: Value) -> bool:
+        return v in self.buf or v.is_block_arg or is_buffer_constant(v)
+
+    def missing(self, v: Value, why: str) -> LoweringError:
+        return LoweringError(f"@{self.f.name}: the fusion plan gives no buffer to %{v.name or '?'} "
+                             f"({v.owner.name if isinstance(v.owner, Operation) else 'argument'}), but the {why} "
+                             "must read it from memory (run plan-fusion before fuse)")
 
     def out_name(self, k: int) -> str:
         names = {a.name for a in self.f.args}
@@ -293,7 +227,7 @@ class _Lowering:
 
     def buffer_of(self, v: Value) -> Value | None:
         got = self.buf.get(v)
-        if got is not None or not self.is_buffer_const(v):
+        if got is not None or not is_buffer_constant(v):
             return got
         t = v.type
         got = self.fb.create("kernel.global", [], {"value": v.owner.attributes["value"]},
@@ -302,10 +236,8 @@ class _Lowering:
         return got
 
     def alloc(self, t: TensorType) -> Value:
-        slot = f"t{len(self.allocs)}"
-        v = self.fb.create("kernel.alloc", [], {"slot": slot, "offset": sympy.Integer(0)},
-                           [BufferType(t.shape, t.dtype)])
-        self.allocs.append(v.owner)
+        v = self.fb.create("kernel.alloc", [], {"slot": f"t{self.slots}"}, [BufferType(t.shape, t.dtype)])
+        self.slots += 1
         return v
 
     def nest(self, kind: str) -> NestEmitter:
@@ -325,34 +257,38 @@ class _Lowering:
             return self.buffer_of(v) is not None
         a, b = (gemm_operand(x, has) for x in ch.matmul.operands)
         if a is None or b is None:
-            raise Materialise(ch.matmul.operands[0 if a is None else 1], "gemm operand needs a buffer")
+            raise self.missing(ch.matmul.operands[0 if a is None else 1], "gemm")
         for v in (ch.bias, ch.residual):
             if v is not None and not has(v):
-                raise Materialise(v, "gemm epilogue operand needs a buffer")
+                raise self.missing(v, "gemm epilogue")
         out = target if target is not None else self.alloc(ch.end.type)
-        emit_gemm(self.nest("gemm"), ch, a, b, self.buffer_of, out)
+        if not self.trial:
+            emit_gemm(self.nest("gemm"), ch, a, b, self.buffer_of, out)
         self.buf[ch.end] = out
 
     def emit_conv(self, op: Operation, target: Value | None, materialised: bool) -> None:
         w = self.buffer_of(op.operands[1])
         if w is None:
-            raise Materialise(op.operands[1], "conv weight needs a buffer")
+            raise self.missing(op.operands[1], "convolution (its weight)")
         has_bias = len(op.operands) == 3
         raw = target if target is not None and not has_bias else self.alloc(op.result.type)
-        emit_conv(self.nest("conv"), op, w, raw, self.alloc, self.buffer_of(op.operands[0]))
+        x = self.buffer_of(op.operands[0])
+        if not self.skipped(*([op.operands[0]] if x is None else [])):
+            emit_conv(self.nest("conv"), op, w, raw, self.alloc, x)
         if not has_bias:
             self.buf[op.result] = raw
             return
         self.conv_raw[op.result] = (raw, op.operands[2])
         if materialised:
             out = target if target is not None else self.alloc(op.result.type)
-            self.nest("fused").store_nest(op.result, out)
+            if not self.trial:
+                self.nest("fused").store_nest(op.result, out)
             self.buf[op.result] = out
 
     def emit_sort(self, op: Operation, out_of: dict[Value, Value]) -> None:
         x = self.buffer_of(op.operands[0])
         if x is None:
-            raise Materialise(op.operands[0], "sort input needs a buffer")
+            raise self.missing(op.operands[0], "sort")
         outs = [out_of.get(r) or self.alloc(r.type) for r in op.results]
         scratch = self.alloc(sort_scratch_type(x.type, op.attributes["axis"]))
         attrs = {"axis": op.attributes["axis"], "descending": op.attributes["descending"]}
@@ -362,63 +298,10 @@ class _Lowering:
     def emit_nonzero(self, op: Operation, out_of: dict[Value, Value]) -> None:
         x = self.buffer_of(op.operands[0])
         if x is None:
-            raise Materialise(op.operands[0], "nonzero input needs a buffer")
+            raise self.missing(op.operands[0], "nonzero")
+        if op.attributes.get("slot") is None:
+            raise LoweringError(f"@{self.f.name}: tp.nonzero has a data-dependent extent: run pad-unbacked first")
         out = out_of.get(op.result) or self.alloc(op.result.type)
-        u = op.attributes["rows"]
-        attrs = {"slot": self.count_slots[u], "extents": self.extents[u]}
+        attrs = {"slot": op.attributes["slot"], "extents": op.attributes["extents"]}
         self.nest("nonzero").create(0, "kernel.nonzero", [x, out], attrs, [])
         self.buf[op.result] = out
-
-    def run(self) -> Function:
-        _check_supported(self.f, self.module)
-        self.f = expand_function(self.f)
-        try:  # data-dependent extents (tp.nonzero): upper-bound buffers, the counts returned beside them
-            self.f, self.extents, self.count_slots = pad_unbacked(self.f)
-        except UnbackedExtentError as e:
-            raise LoweringError(f"@{self.f.name}: {e}") from None
-        self.facts = self.f.facts()
-        self.ret = self.f.body.ops[-1]
-        for _ in range(4 * len(self.f.body.ops) + 4):
-            try:
-                return self.build()
-            except Materialise as e:
-                if e.value in self.forced:
-                    raise LoweringError(f"@{self.f.name}: cannot lower: {e}") from None
-                self.forced.add(e.value)
-        raise LoweringError(f"@{self.f.name}: fusion did not converge")
-
-
-def lower_function(f: Function, module: Module | None = None, recompute_limit: int = 16) -> Function:
-    """The kernel-level form of a tp-level function (a new Function; ``f`` is not changed).
-
-    Inputs keep their names as buffers; one output buffer ``out<k>`` per result is appended. The
-    workspace plan is sequential (no reuse); run :func:`tensorplay.lowering.fusion.memory_plan.plan_memory` for reuse.
-    Raises :class:`UnsupportedOpError` naming every op kind it cannot lower.
-
-    >>> from tensorplay.dialect import parse
-    >>> f = parse('''func @main(%x: tensor<[s0, 4], f32>) -> (tensor<[s0], f32>) where {s0 in [1, 8]} {
-    ...   %0 = tp.sum %x {axes = [1]} : tensor<[s0], f32>
-    ...   tp.return %0
-    ... }
-    ... ''').functions[0]
-    >>> k = lower_function(f)
-    >>> [a.name for a in k.args], [op.name for op in k.walk()][:4]
-    (['x', 'out0'], ['kernel.kernel', 'kernel.for', 'kernel.reduce', 'kernel.load'])
-    """
-    if not f.body.ops or f.body.ops[-1].name != "tp.return":
-        raise LoweringError(f"@{f.name}: expected a tp-level function ending in tp.return")
-    return _Lowering(f, module, recompute_limit).run()
-
-
-def lower_module(m: Module, recompute_limit: int = 16) -> bool:
-    """Replace every tp-level function of ``m`` by its kernel-level form; True if any was lowered.
-
-    This is what the ``fuse`` pass runs (see :mod:`tensorplay.lowering.fusion.fuse` for an example).
-    """
-    changed = False
-    for i, f in enumerate(m.functions):
-        if f.body.ops and f.body.ops[-1].name == "tp.return":
-            m.functions[i] = lower_function(f, m, recompute_limit)
-            changed = True
-    return changed
-

@@ -1,14 +1,14 @@
-"""Workspace planning: every ``kernel.alloc`` gets a byte offset in one workspace, reused by liveness.
+"""Workspace layout (the ``plan-memory`` pass): every ``kernel.alloc`` gets a byte offset in one workspace.
 
 A slot is live from the first to the last top-level op (kernel) that uses it. Slots are placed
 greedily, largest first, at the lowest candidate offset (0 or the end of a placed slot) that provably
 does not overlap any placed slot whose lifetime overlaps; sizes and offsets are sympy expressions and
-the proofs use the function's symbol ranges. The total size is recorded on the function:
+the proofs use the function's symbol ranges. With ``reuse=false`` every slot gets bytes of its own,
+one after the other. The layout is recorded on the function:
 
->>> import tensorplay.lowering.fusion.fuse
 >>> from tensorplay.dialect import parse
 >>> from tensorplay.dialect.passes import PassManager
->>> m = parse('''func @main(%x: tensor<[s0, 16], f32>, %w: tensor<[16, 16], f32>) -> (tensor<[s0, 16], f32>)
+>>> text = '''func @main(%x: tensor<[s0, 16], f32>, %w: tensor<[16, 16], f32>) -> (tensor<[s0, 16], f32>)
 ...     where {s0 in [1, 64]} {
 ...   %0 = tp.matmul %x, %w : tensor<[s0, 16], f32>
 ...   %1 = tp.exp %0 : tensor<[s0, 16], f32>
@@ -17,15 +17,19 @@ the proofs use the function's symbol ranges. The total size is recorded on the f
 ...   %4 = tp.matmul %3, %w : tensor<[s0, 16], f32>
 ...   tp.return %4
 ... }
-... ''')
->>> _ = PassManager("fuse").run(m)        # fuse alone: one slot after the other
+... '''
+>>> m = parse(text)
+>>> _ = PassManager("plan-fusion,fuse,plan-memory{reuse=false}").run(m)  # one slot after the other
 >>> print(m.functions[0].workspace)
 workspace {size = 256*s0, t0 = 0, t1 = 64*s0, t2 = 128*s0, t3 = 192*s0}
->>> _ = PassManager("plan-memory").run(m)  # t2 and t3 reuse the bytes of t0 and t1
+>>> m = parse(text)
+>>> _ = PassManager("plan-fusion,fuse,plan-memory").run(m)  # t2 and t3 reuse the bytes of t0 and t1
 >>> print(m.functions[0].workspace)
 workspace {size = 128*s0, t0 = 0, t1 = 64*s0, t2 = 0, t3 = 64*s0}
 
-Every slot is 64-byte aligned.
+Every slot is 64-byte aligned. A function with ``kernel.nonzero`` ops also gets its row counts (one i64
+per ``slot``) at the start of the workspace, entry ``counts = 0``, where the code generator writes them
+and :class:`tensorplay.runtime.abi.Executable` reads them.
 """
 
 from __future__ import annotations
@@ -44,9 +48,11 @@ from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.symbolic import Facts
 from tensorplay.dialect.types import BufferType
 
-__all__ = ["ALIGN", "SlotInfo", "slot_lifetimes", "sequential_plan", "plan_memory", "PlanMemory"]
+__all__ = ["ALIGN", "COUNTS", "SlotInfo", "slot_lifetimes", "plan_memory", "PlanMemory"]
 
 ALIGN = 64
+#: the workspace entry of the nonzero row counts
+COUNTS = "counts"
 
 
 def aligned_bytes(t: BufferType) -> sympy.Expr:
@@ -102,6 +108,14 @@ def slot_lifetimes(f: Function) -> list[SlotInfo]:
     return list(slots.values())
 
 
+def _counts_slot(f: Function) -> SlotInfo | None:
+    """The nonzero row counts as a slot live over the whole function (None without ``kernel.nonzero``)."""
+    slots = [op.attributes["slot"] for op in f.walk() if op.name == "kernel.nonzero"]
+    if not slots:
+        return None
+    return SlotInfo(COUNTS, [], sympy.Integer(-(-8 * (max(slots) + 1) // ALIGN) * ALIGN), 0, len(f.body.ops))
+
+
 def _apply(f: Function, slots: list[SlotInfo], offsets: dict[str, sympy.Expr], total: sympy.Expr) -> None:
     for s in slots:
         for op in s.ops:
@@ -109,14 +123,13 @@ def _apply(f: Function, slots: list[SlotInfo], offsets: dict[str, sympy.Expr], t
     f.workspace = WorkspacePlan(total, tuple((s.slot, offsets[s.slot]) for s in slots))
 
 
-def sequential_plan(f: Function) -> None:
-    """Give every slot its own range, one after another (no reuse)."""
-    slots = slot_lifetimes(f)
+def _sequential(slots: list[SlotInfo]) -> tuple[dict[str, sympy.Expr], sympy.Expr]:
+    """Every slot its own range, one after another (no reuse)."""
     offsets, total = {}, sympy.Integer(0)
     for s in slots:
         offsets[s.slot] = total
         total = sympy.expand(total + s.size)
-    _apply(f, slots, offsets, total)
+    return offsets, total
 
 
 def _sample(e: sympy.Expr, facts: Facts) -> float:
@@ -315,15 +328,25 @@ def _fits(at: sympy.Expr, size: sympy.Expr, live: list[tuple[SlotInfo, sympy.Exp
     return all(prover.le_sum((at, size), (off,)) or prover.le_sum((off, o.size), (at,)) for o, off in live)
 
 
-def plan_memory(f: Function) -> None:
-    """Greedy offset assignment with reuse between slots whose lifetimes do not overlap."""
+def plan_memory(f: Function, reuse: bool = True) -> None:
+    """Lay out the workspace of a kernel-level function: the nonzero counts first (when there are any),
+    then every slot, at offsets reused by liveness (greedy; ``reuse=False``: one after the other)."""
+    slots = slot_lifetimes(f)
+    counts = _counts_slot(f)
+    if counts is not None:
+        slots.insert(0, counts)
+    if not reuse:
+        _apply(f, slots, *_sequential(slots))
+        return
     facts = f.facts()
     prover = _Prover(facts)
-    slots = slot_lifetimes(f)
     placed: list[tuple[SlotInfo, sympy.Expr]] = []
     offsets: dict[str, sympy.Expr] = {}
     total: sympy.Expr = sympy.Integer(0)
-    for s in sorted(slots, key=lambda s: -_sample(s.size, facts)):
+    if counts is not None:
+        placed.append((counts, sympy.Integer(0)))
+        offsets[counts.slot], total = sympy.Integer(0), counts.size
+    for s in sorted(slots[counts is not None:], key=lambda s: -_sample(s.size, facts)):
         live = [(o, off) for o, off in placed if o.overlaps(s)]
 
         cands = [sympy.Integer(0)] + [sympy.expand(off + o.size) for o, off in live]
@@ -346,15 +369,17 @@ def plan_memory(f: Function) -> None:
 
 @dataclass(frozen=True)
 class PlanMemory(ModulePass):
-    """Plan the workspace of every kernel-level function (offsets reused by liveness)."""
+    """kernel -> kernel: lay out the workspace of every kernel-level function (:func:`plan_memory`);
+    ``reuse=false`` gives every slot bytes of its own."""
 
     name = "plan-memory"
+    reuse: bool = True
 
     def apply(self, module: Module) -> bool:
         changed = False
         for f in module.functions:
             if f.body.ops and f.body.ops[-1].name == "kernel.return":
                 before = f.workspace
-                plan_memory(f)
+                plan_memory(f, self.reuse)
                 changed |= f.workspace != before
         return changed

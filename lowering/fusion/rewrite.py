@@ -1,9 +1,9 @@
-"""Kernel-level rewrites run by ``fuse`` after the loop nests are built: less recomputation, division, div/mod.
+"""Kernel-level rewrites, one pass each after ``fuse``: less recomputation, division, div/mod.
 
-:func:`stash_reduced_values` -- a row loop that reduces an expensive value and then recomputes the same
-value in the loop writing its output (softmax: ``exp(x - max)`` feeds both the row sum and the
-division) computes it once: a loop stores it into the output row, the reduction and the final loop
-load it back (the row is still in L1). Before / after, inside ``kernel.for i0``::
+:func:`stash_reduced_values` (pass ``stash-reduced-values``) -- a row loop that reduces an expensive
+value and then recomputes the same value in the loop writing its output (softmax: ``exp(x - max)``
+feeds both the row sum and the division) computes it once: a loop stores it into the output row, the
+reduction and the final loop load it back (the row is still in L1). Before / after, inside ``kernel.for i0``::
 
     %s = kernel.reduce {combine = add, iv = r1, upper = 64} { E(r1) ; kernel.yield }
     kernel.for {iv = i1, upper = 64} { E(i1) ; ... ; kernel.store V, %out0 {index = [i0, i1]} }
@@ -12,17 +12,17 @@ load it back (the row is still in L1). Before / after, inside ``kernel.for i0``:
     %s = kernel.reduce {combine = add, iv = r2, upper = 64} { %e = kernel.load %out0 {index = [i0, r2]} }
     kernel.for {iv = i1, upper = 64} { %e = kernel.load %out0 {index = [i0, i1]} ; ... ; kernel.store V ... }
 
-:func:`reciprocal_divisions` -- ``a / d`` inside an innermost loop with ``d`` defined outside it becomes
-``(a * r) * s`` with ``r = 1 / (d * s)`` computed once before the loop; ``s`` is 1, or a power of two
-when ``|d|`` is so large or small that ``1/d`` would leave the normal range, so the quotient stays
-within 1.5 ulp (two roundings) of ``a / d`` for every ``d``, and the special values (0, inf, NaN)
-come out as IEEE division gives them.
+:func:`reciprocal_divisions` (pass ``reciprocal-divisions``) -- ``a / d`` inside an innermost loop with
+``d`` defined outside it becomes ``(a * r) * s`` with ``r = 1 / (d * s)`` computed once before the loop;
+``s`` is 1, or a power of two when ``|d|`` is so large or small that ``1/d`` would leave the normal range,
+so the quotient stays within 1.5 ulp (two roundings) of ``a / d`` for every ``d``, and the special
+values (0, inf, NaN) come out as IEEE division gives them.
 
-:func:`split_div_mod_loops` -- an innermost loop whose indices read ``floor(i/c)`` and ``Mod(i, c)``
-(a reshape after a transpose) becomes two loops with affine indices, so it vectorizes.
+:func:`split_div_mod_loops` (pass ``split-div-mod-loops``) -- an innermost loop whose indices read
+``floor(i/c)`` and ``Mod(i, c)`` (a reshape after a transpose) becomes two loops with affine indices, so it vectorizes.
 
 >>> from tensorplay.dialect import parse
->>> from tensorplay.lowering.fusion.lower import lower_module
+>>> from tensorplay.dialect.passes import PassManager
 >>> m = parse('''func @main(%x: tensor<[4, 64], f32>) -> (tensor<[4, 64], f32>) {
 ...   %0 = tp.amax %x {axes = [1], keepdim = true} : tensor<[4, 1], f32>
 ...   %1 = tp.sub %x, %0 : tensor<[4, 64], f32>
@@ -32,7 +32,7 @@ come out as IEEE division gives them.
 ...   tp.return %4
 ... }
 ... ''')
->>> _ = lower_module(m)
+>>> _ = PassManager("expand,pad-unbacked,plan-fusion,fuse").run(m)
 >>> f = m.functions[0]
 >>> stash_reduced_values(f), reciprocal_divisions(f), split_div_mod_loops(f)
 (1, 1, 0)
@@ -44,14 +44,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import sympy
 
 from tensorplay.dialect.dialects import lookup
-from tensorplay.dialect.ir import Block, Function, Operation, Region, Value
+from tensorplay.dialect.ir import Block, Function, Module, Operation, Region, Value
+from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.types import F32, F64, I1, BufferType, ScalarType, sym
 
-__all__ = ["stash_reduced_values", "reciprocal_divisions", "split_div_mod_loops", "rewrite_kernels"]
+__all__ = ["stash_reduced_values", "reciprocal_divisions", "split_div_mod_loops", "StashReducedValues",
+           "ReciprocalDivisions", "SplitDivModLoops"]
 
 #: ops whose value is worth a store and two loads instead of being computed twice
 _COSTLY = {f"kernel.{n}" for n in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin",
@@ -63,11 +66,6 @@ _SCALE_EXP = {F32: (125, 32), F64: (1021, 64)}  # |d| beyond 2**+-e: scale d by 
 def _new(name: str, operands: list[Value], types: list, attrs: dict | None = None) -> Operation:
     """A detached op with its attributes completed from the op table (defaults filled in)."""
     return Operation(name, operands, types, lookup(name).complete_attrs(dict(attrs or {})))
-
-
-def rewrite_kernels(f: Function) -> int:
-    """Run the rewrites on a kernel-level function; returns how many sites changed."""
-    return stash_reduced_values(f) + reciprocal_divisions(f) + split_div_mod_loops(f)
 
 
 # ---------------------------------------------------------------------------------------- stash
@@ -340,3 +338,37 @@ def split_div_mod_loops(f: Function) -> int:
         loop.attributes = {**a, "iv": outer, "upper": sympy.simplify(a["upper"] / c)}
         done += 1
     return done
+
+
+def _kernel_functions(module: Module) -> list[Function]:
+    return [f for f in module.functions if f.body.ops and f.body.ops[-1].name == "kernel.return"]
+
+
+@dataclass(frozen=True)
+class StashReducedValues(ModulePass):
+    """kernel -> kernel: :func:`stash_reduced_values` on every kernel-level function."""
+
+    name = "stash-reduced-values"
+
+    def apply(self, module: Module) -> bool:
+        return sum(stash_reduced_values(f) for f in _kernel_functions(module)) > 0
+
+
+@dataclass(frozen=True)
+class ReciprocalDivisions(ModulePass):
+    """kernel -> kernel: :func:`reciprocal_divisions` on every kernel-level function."""
+
+    name = "reciprocal-divisions"
+
+    def apply(self, module: Module) -> bool:
+        return sum(reciprocal_divisions(f) for f in _kernel_functions(module)) > 0
+
+
+@dataclass(frozen=True)
+class SplitDivModLoops(ModulePass):
+    """kernel -> kernel: :func:`split_div_mod_loops` on every kernel-level function."""
+
+    name = "split-div-mod-loops"
+
+    def apply(self, module: Module) -> bool:
+        return sum(split_div_mod_loops(f) for f in _kernel_functions(module)) > 0

@@ -24,15 +24,19 @@ by :func:`check_unbacked_uses`, as is an output extent that is not ``c * u``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
 
-from tensorplay.dialect.ir import Function, Operation, Value
+from tensorplay.dialect.ir import Function, Module, Operation, Value
 from tensorplay.dialect.opdef import ELEMENTWISE
+from tensorplay.dialect.passes.manager import ModulePass
 
-__all__ = ["UnbackedExtentError", "pad_unbacked", "unbacked_bounds", "check_unbacked_uses", "substitute_unbacked",
-           "output_extents"]
+from .lower import LoweringError
+
+__all__ = ["UnbackedExtentError", "pad_unbacked", "PadUnbacked", "unbacked_bounds", "check_unbacked_uses",
+           "substitute_unbacked", "output_extents"]
 
 
 class UnbackedExtentError(ValueError):
@@ -43,7 +47,7 @@ def unbacked_bounds(f: Function) -> dict[sympy.Symbol, sympy.Expr]:
     """``{u: U}``: each tp.nonzero row-count symbol and its upper bound (the input's element count)."""
     out = {}
     for o in f.body.ops:
-        if o.name == "tp.nonzero":
+        if o.name == "tp.nonzero" and o.attributes.get("rows") is not None:
             out[o.attributes["rows"]] = sympy.Mul(*o.operands[0].type.shape)
     return out
 
@@ -144,12 +148,54 @@ def _sub_type(t: Any, m: Mapping) -> Any:
         else t
 
 
-def pad_unbacked(f: Function) -> tuple[Function, dict[sympy.Symbol, list[int]], dict[sympy.Symbol, int]]:
-    """(``f`` with every ``u`` at its bound, ``u`` -> its kernel.nonzero ``extents``, ``u`` -> count slot);
-    ``f`` itself and empty maps when it has no tp.nonzero. Raises :class:`UnbackedExtentError`."""
+def pad_unbacked(f: Function) -> Function:
+    """``f`` with every data-dependent extent ``u`` at its bound (a copy; ``f`` itself when there is none):
+    each tp.nonzero then has one row per input element and records its count ``slot`` and the result
+    ``extents`` it sizes. Raises :class:`UnbackedExtentError`.
+
+    >>> from tensorplay.dialect import parse
+    >>> f = parse('''func @main(%x: tensor<[s0, 3], f32>) -> (tensor<[u0, 2], i64>)
+    ...     where {s0 in [1, 8]; u0 in [0, 24]} {
+    ...   %0 = tp.nonzero %x {rows = u0} : tensor<[u0, 2], i64>
+    ...   tp.return %0
+    ... }''').functions[0]
+    >>> op = pad_unbacked(f).body.ops[0]
+    >>> str(op.results[0].type), op.attributes
+    ('tensor<[3*s0, 2], i64>', {'extents': [0, 0, 1], 'slot': 0})
+    """
     bounds = unbacked_bounds(f)
     if not bounds:
-        return f, {}, {}
+        return f
     check_unbacked_uses(f, bounds)
     extents = output_extents(f, bounds)
-    return substitute_unbacked(f, bounds), extents, {u: k for k, u in enumerate(bounds)}
+    g = substitute_unbacked(f, bounds)
+    padded = sum(o.name == "tp.nonzero" for o in f.body.ops) - len(bounds)
+    slots = {u: padded + k for k, u in enumerate(bounds)}
+    for o in g.body.ops:
+        u = o.attributes.get("rows") if o.name == "tp.nonzero" else None
+        if u in bounds:
+            attrs = {k: v for k, v in o.attributes.items() if k != "rows"}
+            o.attributes = dict(sorted({**attrs, "slot": slots[u], "extents": extents[u]}.items()))
+    return g
+
+
+@dataclass(frozen=True)
+class PadUnbacked(ModulePass):
+    """tp -> tp: values sized by tensor data (tp.nonzero's row count) get their upper bound as size
+    (see :func:`pad_unbacked`); a use the padding would get wrong raises
+    :class:`tensorplay.lowering.fusion.lower.LoweringError`."""
+
+    name = "pad-unbacked"
+
+    def apply(self, module: Module) -> bool:
+        changed = False
+        for i, f in enumerate(module.functions):
+            if not f.body.ops or f.body.ops[-1].name != "tp.return":
+                continue
+            try:
+                g = pad_unbacked(f)
+            except UnbackedExtentError as e:
+                raise LoweringError(f"@{f.name}: {e}") from None
+            if g is not f:
+                module.functions[i], changed = g, True
+        return changed

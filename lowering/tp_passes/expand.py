@@ -1,4 +1,4 @@
-"""tp -> tp expansions run just before the tp -> kernel lowering, for ops that have no kernel of their own.
+"""The ``expand`` pass: tp -> tp rewrites, first in the fusion pipeline, of ops that have no kernel of their own.
 
 * ``tp.topk`` is a ``tp.sort`` (descending for ``largest``) followed by a ``tp.slice`` of the first ``k``;
 * ``tp.conv_transpose`` is a ``tp.conv`` (stride 1) over the input with ``stride - 1`` zeros inserted
@@ -27,11 +27,14 @@ changed), else the function itself:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sympy
 
-from tensorplay.dialect.ir import Builder, Function, Operation, Value
+from tensorplay.dialect.ir import Builder, Function, Module, Operation, Value
+from tensorplay.dialect.passes.manager import ModulePass
 
-__all__ = ["expand_function", "EXPANDED"]
+__all__ = ["expand_function", "EXPANDED", "Expand"]
 
 #: the tp ops :func:`expand_function` rewrites into other tp ops
 EXPANDED = frozenset({"tp.topk", "tp.conv_transpose"})
@@ -63,6 +66,21 @@ def expand_function(f: Function) -> Function:
             old.replace_all_uses_with(nv)
         g.body.remove(op)
     return g
+
+
+@dataclass(frozen=True)
+class Expand(ModulePass):
+    """tp -> tp: rewrite the ops of :data:`EXPANDED` (topk, conv_transpose) into tp ops the fusion lowers."""
+
+    name = "expand"
+
+    def apply(self, module: Module) -> bool:
+        changed = False
+        for i, f in enumerate(module.functions):
+            g = expand_function(f)
+            if g is not f:
+                module.functions[i], changed = g, True
+        return changed
 
 
 def _topk(b: Builder, op: Operation) -> list[Value]:

@@ -14,6 +14,7 @@ from tensorplay.dialect import parse
 from tensorplay.dialect.interpret import run
 from tensorplay.dialect.passes import PassManager
 from tensorplay.lowering.codegen.llvm import compile_kernel_module
+from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE
 
 CASES = {
     "layer_norm": """func @main(%x: tensor<[s0, 24], f32>, %g: tensor<[24], f32>) -> (tensor<[s0, 24], f32>) \
@@ -57,7 +58,7 @@ tensor<[s0, 5], i1>) where {s0 in [1, 64]} {
 
 def _lower(text: str):
     m = parse(text)
-    PassManager("fuse,plan-memory", verify=True).run(m)
+    PassManager(FUSION_PIPELINE, verify=True).run(m)
     return m
 
 

@@ -10,7 +10,9 @@ import pytest
 MODULES = ["tensorplay.lowering.fusion.fuse", "tensorplay.lowering.fusion.index",
            "tensorplay.lowering.fusion.memory_plan", "tensorplay.lowering.codegen.globals",
            "tensorplay.lowering.fusion.lower", "tensorplay.lowering.fusion.emit",
-           "tensorplay.lowering.fusion.contract"]
+           "tensorplay.lowering.fusion.contract", "tensorplay.lowering.fusion.plan",
+           "tensorplay.lowering.fusion.rewrite", "tensorplay.lowering.fusion.unbacked",
+           "tensorplay.lowering.tp_passes.expand"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -20,11 +22,14 @@ def test_doctests(name):
     assert result.failed == 0
 
 
-def test_fuse_and_plan_memory_are_listed_passes():
+def test_every_stage_of_the_fusion_pipeline_is_a_listed_pass():
     from tensorplay.dialect.passes import PASSES, PassManager
-    assert {"fuse", "plan-memory"} <= set(PASSES)
-    assert [p.name for p in PassManager("canonicalize,cse,dce,fuse{recompute_limit=4},plan-memory").passes] == \
-        ["canonicalize", "cse", "dce", "fuse", "plan-memory"]
+    from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE
+    stages = ["expand", "pad-unbacked", "plan-fusion", "fuse", "stash-reduced-values", "reciprocal-divisions",
+              "split-div-mod-loops", "plan-memory"]
+    assert FUSION_PIPELINE.split(",") == stages and set(stages) <= set(PASSES)
+    pipeline = "canonicalize,cse,dce," + FUSION_PIPELINE.replace("plan-fusion", "plan-fusion{recompute_limit=4}")
+    assert [p.name for p in PassManager(pipeline).passes] == ["canonicalize", "cse", "dce"] + stages
 
 
 def test_every_op_the_lowering_claims_exists_in_the_table():

@@ -8,6 +8,7 @@ import pytest
 
 from tensorplay.dialect import Builder, Function, TensorType, print_function, sym
 from tensorplay.dialect.types import F32
+from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE
 from tests.lowering.test_fuse_support import check_lowering, count, lower_text, top_loops
 
 S = [{"s0": 1}, {"s0": 3}, {"s0": 7}]
@@ -262,7 +263,8 @@ def test_origin_attributes_follow_to_kernel_ops():
 
 def test_bad_inputs_are_named():
     from tensorplay.dialect import Module, parse
-    from tensorplay.lowering.fusion.lower import LoweringError, lower_function
+    from tensorplay.lowering.fusion.fuse import lower_function
+    from tensorplay.lowering.fusion.lower import LoweringError
     f = parse("""func @main(%x: tensor<[s0, 4], f32>) -> (tensor<[s0, 4], f32>) where {s0 in [1, 16]} {
   %w = tp.constant {value = @missing} : tensor<[4], f32>
   %0 = tp.mul %x, %w : tensor<[s0, 4], f32>
@@ -285,7 +287,7 @@ def test_recompute_limit_option_of_the_pass():
   %3 = tp.sum %1 {axes = [0]} : tensor<[4], f32>
   tp.return %2, %3
 }"""
-    shared = check_lowering(text, S, pipeline="fuse{recompute_limit=1},plan-memory")
-    recomputed = check_lowering(text, S, pipeline="fuse{recompute_limit=8},plan-memory")
+    limit = FUSION_PIPELINE.replace("plan-fusion", "plan-fusion{recompute_limit=%d}")
+    shared, recomputed = check_lowering(text, S, pipeline=limit % 1), check_lowering(text, S, pipeline=limit % 8)
     assert count(shared, "kernel.sin") == 1 and count(shared, "kernel.alloc") == 1
     assert count(recomputed, "kernel.sin") == 2 and count(recomputed, "kernel.alloc") == 0

@@ -1,5 +1,5 @@
 """Small tensorplay models (traced with a dynamic batch, decomposed, converted to tp) through
-``canonicalize,cse,dce,fuse,plan-memory`` and the native code generator, against eager tensorplay."""
+``canonicalize,cse,dce`` + the fusion pipeline and the native code generator, against eager tensorplay."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-import tensorplay.lowering.fusion.fuse  # noqa: F401
 from tensorplay import nn
 from tensorplay.dialect.attrs import WeightRef
 from tensorplay.dialect.passes import PassManager
 from tensorplay.lowering.codegen.globals import globals_to_args
-from tensorplay.lowering.fusion.fuse import fusion_stats
+from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE, fusion_stats
 from tests.lowering.test_to_tp_models import _cnn  # shared CNN; its forward stays there (locations are checked)
 
 F = nn.functional
@@ -45,7 +44,7 @@ def test_model_compiles_and_matches_eager(name):
     model = make().eval()
     gm = decompose(trace(model, (tp.randn(4, *feature),), dynamic={arg: {0: "batch"}}))
     module, binding = graph_to_tp(gm)
-    PassManager("canonicalize,cse,dce,fuse,plan-memory", verify=True).run(module)
+    PassManager("canonicalize,cse,dce," + FUSION_PIPELINE, verify=True).run(module)
     f = module.functions[0]
     stats = fusion_stats(f)
     assert len(stats.kernels) <= {"block": 4, "cnn": 7}[name]

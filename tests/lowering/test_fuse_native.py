@@ -1,5 +1,5 @@
-"""End to end: tp text -> fuse,plan-memory -> LLVM (tensorplay.lowering.codegen.llvm) -> native run, compared with the
-tp-level numpy interpreter at several symbolic sizes (float32 rtol 1e-5 / atol 1e-6, exact otherwise)."""
+"""End to end: tp text -> the fusion pipeline -> LLVM (tensorplay.lowering.codegen.llvm) -> native run, compared with
+the tp-level numpy interpreter at several symbolic sizes (float32 rtol 1e-5 / atol 1e-6, exact otherwise)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tensorplay.lowering.fusion.lower as tp_to_kernel
+import tensorplay.lowering.fusion.lower as lower
+from tensorplay.dialect import parse
 from tensorplay.dialect.interpret import run
+from tensorplay.dialect.passes import PassManager
 from tests.lowering.test_fuse_support import count, lower_text
 
 H, X = 6, 8
@@ -61,15 +63,21 @@ def test_gates_of_a_recurrence_are_two_gemms_the_second_adding_the_first(steps):
 
 
 def test_recurrence_is_planned_without_rebuilding(monkeypatch):
-    """The chains' meeting points are resolved while planning: one build, however many steps (emitting
-    the kernels up to each clash and starting again made the bench LSTM's fuse pass quadratic)."""
+    """The chains' meeting points are resolved by the planner from the tp ops: one trial emission and one
+    emission, however many steps (emitting the kernels up to each clash and starting again made the bench
+    LSTM's fuse pass quadratic)."""
     builds = []
-    build = tp_to_kernel._Lowering.build
+    build = lower.KernelBuilder.build
 
     def counted(self):
-        builds.append(1)
+        builds.append(self.trial)
         return build(self)
 
-    monkeypatch.setattr(tp_to_kernel._Lowering, "build", counted)
-    lower_text(_recurrence(6))
-    assert len(builds) == 1
+    monkeypatch.setattr(lower.KernelBuilder, "build", counted)
+    m = parse(_recurrence(6))
+    PassManager("plan-fusion", verify=True).run(m)
+    assert builds == [True]
+    reasons = {op.attributes.get("buffer") for op in m.functions[0].body.ops}
+    assert reasons == {None, "result", "epilogue clash", "gemm operand"}  # x @ w_ih.T + b_ih, h of each step
+    PassManager("fuse,plan-memory", verify=True).run(m)  # the rest of the pipeline resumes from the plan
+    assert builds == [True, False]

@@ -11,6 +11,7 @@ from tensorplay.dialect import Builder, Function, TensorType, print_function, sy
 from tensorplay.dialect.interpret import run
 from tensorplay.dialect.opdef import OpError
 from tensorplay.dialect.types import F32
+from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE
 from tests.lowering.test_fuse_support import lower_text, random_inputs
 
 UNARY = ["tanh", "sin", "neg", "abs", "sigmoid", "cos"]
@@ -86,7 +87,7 @@ def sympy_prod(dims):
 @given(st.data())
 def test_random_programs_agree(data):
     text = _program(data)
-    low = lower_text(text, "canonicalize,cse,dce,fuse,plan-memory")
+    low = lower_text(text, "canonicalize,cse,dce," + FUSION_PIPELINE)
     from tensorplay.dialect import parse
     ref = parse(text)
     for k, s0 in enumerate((1, 3)):

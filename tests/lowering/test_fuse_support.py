@@ -10,9 +10,10 @@ from tensorplay.dialect.ir import Module
 from tensorplay.dialect.passes import PassManager
 from tensorplay.dialect.types import TensorType
 from tensorplay.dialect.verify import verify
+from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE
 
 
-def lower_text(text: str, pipeline: str = "fuse,plan-memory") -> Module:
+def lower_text(text: str, pipeline: str = FUSION_PIPELINE) -> Module:
     m = parse(text)
     verify(m)  # the input itself must be well typed
     PassManager(pipeline, verify=True).run(m)
@@ -37,7 +38,7 @@ def random_inputs(m: Module, sizes: dict[str, int], seed: int = 0) -> list[np.nd
 
 
 def check_lowering(text: str, sizes: list[dict[str, int]], weights: dict | None = None, exact: bool = False,
-                   pipeline: str = "fuse,plan-memory") -> Module:
+                   pipeline: str = FUSION_PIPELINE) -> Module:
     """Lower ``text``, then for each size compare the kernel interpreter with the tp interpreter."""
     ref = parse(text)
     low = lower_text(text, pipeline)

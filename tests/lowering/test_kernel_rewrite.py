@@ -10,6 +10,7 @@ import sympy
 from tensorplay.dialect import parse
 from tensorplay.dialect.passes import PassManager
 from tensorplay.lowering.codegen.llvm import compile_kernel_module
+from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE
 from tests.lowering.test_fuse_support import check_lowering
 
 SOFTMAX = """func @main(%x: tensor<[s0, 37], f32>) -> (tensor<[s0, 37], f32>) where {s0 in [1, 64]} {
@@ -30,7 +31,7 @@ DIVIDE = """func @main(%x: tensor<[s0, 19], f32>, %d: tensor<[s0, 1], f32>) -> (
 
 def _lower(text: str):
     m = parse(text)
-    PassManager("fuse,plan-memory", verify=True).run(m)
+    PassManager(FUSION_PIPELINE, verify=True).run(m)
     return m
 
 

@@ -6,6 +6,7 @@ import itertools
 
 import sympy
 
+from tensorplay.lowering.fusion.fuse import FUSION_PIPELINE
 from tensorplay.lowering.fusion.memory_plan import plan_memory, slot_lifetimes
 from tests.lowering.test_fuse_support import check_lowering, lower_text
 
@@ -47,8 +48,8 @@ def test_plan_reuses_and_never_overlaps_live_slots():
                 assert oa + na <= ob or ob + nb <= oa, (a.slot, b.slot, s0)
 
 
-def test_sequential_plan_of_fuse_alone_is_valid():
-    m = check_lowering(CHAIN, SIZES, pipeline="fuse")
+def test_sequential_layout_without_reuse_is_valid():
+    m = check_lowering(CHAIN, SIZES, pipeline=FUSION_PIPELINE.replace("plan-memory", "plan-memory{reuse=false}"))
     f = m.functions[0]
     layout, total = _numeric_layout(f, 5)
     assert total == sum(size for _, _, size in layout)

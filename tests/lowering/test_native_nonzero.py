@@ -9,7 +9,8 @@ import pytest
 import tensorplay as tp
 from tensorplay.dialect import Module, parse
 from tensorplay.export import Dim, export
-from tensorplay.lowering.fusion.lower import LoweringError, lower_function
+from tensorplay.lowering.fusion.fuse import lower_function
+from tensorplay.lowering.fusion.lower import LoweringError
 
 
 def _program(fn, *args, dynamic=None):

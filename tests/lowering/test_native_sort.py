@@ -11,7 +11,7 @@ import pytest
 import tensorplay as tp
 from tensorplay.dialect import Module, parse
 from tensorplay.export import Dim, export
-from tensorplay.lowering.fusion.lower import lower_function
+from tensorplay.lowering.fusion.fuse import lower_function
 
 
 def _ref_argsort(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
