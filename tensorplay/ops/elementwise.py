@@ -339,6 +339,7 @@ def _type_as_redirect(op, args, kwargs):
 
 type_as = register("type_as", lambda input, other: input, _type_as_meta, method=True, redirect=_type_as_redirect,
                    doc="``input`` converted to ``other``'s dtype: ``x.type_as(y) == x.to_dtype(y.dtype)``.")
+type_as.def_decomposition(lambda input, other: to_dtype(input, other.dtype))  # what every call is redirected to
 
 
 def _clamp_meta(input, min=None, max=None):
