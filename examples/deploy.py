@@ -22,7 +22,7 @@ import numpy as np
 
 import tensorplay as tp
 from tensorplay.export import Dim, export, load, save
-from tensorplay.lowering.aot import build_library
+from tensorplay.lowering.api import build_library
 from tensorplay.runtime.jit import stats
 from tensorplay.runtime.standalone import StandaloneModel
 

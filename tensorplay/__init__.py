@@ -83,7 +83,7 @@ def numel(input: Tensor) -> int:
 
 
 def compile(program, **options):  # noqa: A001 - PyTorch's name
-    """Compile an exported program to native code; returns the ``CompiledProgram`` (see
+    """Compile an exported program to native code; returns a ``tensorplay.lowering.api.CompiledProgram`` (see
     :func:`tensorplay.export.native.compile`)."""
     from .export.native import compile as compile_native
     return compile_native(program, **options)

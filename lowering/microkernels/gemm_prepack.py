@@ -230,7 +230,7 @@ class Prepacker:
 
 
 def prepacker(compiled: Any, function: Any) -> Prepacker | None:
-    """The :class:`Prepacker` of a :class:`tensorplay.lowering.pipeline.CompiledProgram` built from kernel-level
+    """The :class:`Prepacker` of a :class:`tensorplay.lowering.pipeline.FreshProgram` built from kernel-level
     ``function`` (after ``globals_to_args``), or None when it has no pack site on a bound weight."""
     exe = compiled.executable
     packer = Prepacker(exe.library, exe.prefix, pack_sites(function), len(compiled.binding.arguments),
