@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import llvmlite.ir as ir
 
+from tensorplay.dialect.ops import UNARY_OPS
 from tensorplay.dialect.types import BF16, F16, F32, F64, I1, I8, I16, I32, I64, U8, DType
 
 from .expr import CodegenError
@@ -49,6 +50,8 @@ def storage_type(dt: DType) -> ir.Type:
     return _STORE[dt]
 
 
+#: unary ops giving i1 whatever the operand type (logical_not, isnan, isinf, isfinite)
+_PREDICATES = frozenset(name for name, _, _, result, _ in UNARY_OPS if result == "bool")
 _MATH_DIRECT = ("exp", "exp2", "expm1", "log", "log2", "log1p", "tanh", "sigmoid", "erf", "sin", "cos")
 _LIBM = {"tan": ("tanf", "tan"), "atan2": ("atan2f", "atan2"), "pow": ("powf", "pow"), "erf": ("erff", "erf")}
 
@@ -138,8 +141,8 @@ class ScalarOps:
     # ----------------------------------------------------------------- unary
     def unary(self, name: str, x: ir.Value, dt: DType) -> ir.Value:
         """``kernel.<name> x`` for an operand of element type ``dt`` (``index`` counts as i64)."""
-        b, fm = self.b, self.fastmath
-        if name in ("logical_not", "isnan", "isinf", "isfinite"):
+        b = self.b
+        if name in _PREDICATES:
             return self._predicate(name, x, dt)
         if dt.is_float:
             return self.finish(self._float_unary(name, x, dt), dt)
@@ -155,7 +158,6 @@ class ScalarOps:
             return b.sub(b.zext(b.icmp_signed(">", x, zero), ty), b.zext(b.icmp_signed("<", x, zero), ty))
         if name == "bitwise_not":
             return b.not_(x)
-        del fm
         raise CodegenError(f"kernel.{name} is not defined for {dt}")
 
     def _predicate(self, name: str, x: ir.Value, dt: DType) -> ir.Value:
