@@ -1,15 +1,17 @@
 """The lowering context shared by the graph -> ``tp`` conversion rules.
 
 A rule converts one registry op. It is a function with the op's own signature plus a leading
-:class:`Cx`, registered with :func:`rule`; tensors arrive as dialect :class:`~dialect.Value`\\ s,
+:class:`Cx`, marked with :func:`rule`; tensors arrive as dialect :class:`~dialect.Value`\\ s,
 sizes as :class:`SymVal`, everything else as the Python value the graph holds::
 
     @rule("exp")
     def _exp(cx: Cx, x: Value) -> Value:
         return cx.emit("tp.exp", cx.cast(x, cx.compute_dtype()))
 
-``Cx`` knows the node being converted (its meta: result shape and dtype, renamed to dialect
-symbols), PyTorch's promotion for the op, and emits ops carrying the node's ``loc`` and ``origin``.
+Marking registers nothing: :data:`tensorplay.lowering.from_graph.rules.RULES` gathers the marked
+functions of an explicit list of rule modules. ``Cx`` knows the node being converted (its meta: result
+shape and dtype, renamed to dialect symbols), PyTorch's promotion for the op, and emits ops carrying the
+node's ``loc`` and ``origin``.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from tensorplay.graph import Node
     from tensorplay.ops import Op
 
-__all__ = ["Cx", "SymVal", "ConversionError", "rule", "RULES", "UnsupportedOp", "to_dialect_dtype"]
+__all__ = ["Cx", "SymVal", "ConversionError", "rule", "UnsupportedOp", "to_dialect_dtype"]
 
 
 def to_dialect_dtype(dt: TensorplayDType) -> DType:
@@ -44,15 +46,11 @@ def to_dialect_dtype(dt: TensorplayDType) -> DType:
         raise UnsupportedOp(f"dtype {dt!r} has no dialect element type") from None
 
 
-#: op name -> rule(cx, *args, **kwargs)
-RULES: dict[str, Callable[..., Any]] = {}
-
-
 def rule(*names: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a conversion rule for the registry ops ``names``."""
+    """Mark a function as the conversion rule of the registry ops ``names`` (its ``converts`` attribute);
+    :func:`tensorplay.lowering.from_graph.rules.collect` finds it in its module."""
     def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        for n in names:
-            RULES[n] = fn
+        fn.converts = (*getattr(fn, "converts", ()), *names)
         return fn
     return deco
 

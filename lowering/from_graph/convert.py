@@ -40,12 +40,9 @@ from tensorplay.dialect.symbolic import INF
 from tensorplay.ops import REGISTRY
 
 from ..errors import ConversionError, LoweringError
-from . import elementwise as _elementwise  # noqa: F401  (registers rules)
-from . import indexing as _indexing  # noqa: F401
-from . import movement as _movement  # noqa: F401
-from . import nn as _nn  # noqa: F401
 from .binding import ArgSource, Binding, Field, Result, as_array, rebuild
-from .context import RULES, SYM_OPS, Cx, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
+from .context import SYM_OPS, Cx, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
+from .rules import RULES
 from .symbols import floor_form, refine_range, used_symbols
 
 if TYPE_CHECKING:

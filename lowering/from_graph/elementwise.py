@@ -23,15 +23,10 @@ _FLOAT_UNARY = [name for name, _, allowed, result, _ in UNARY_OPS
                 if allowed == "float" and result == "same" and name not in _ROUNDING]
 
 
-def _unary_float(name: str) -> None:
-    @rule(name)
-    def lower(cx: Cx, x: Value) -> Value:
-        dt = cx.compute(cx.promoted(x, float_ops=True))
-        return cx.emit(f"tp.{name}", cx.tensor(x, dt))
-
-
-for _n in _FLOAT_UNARY:
-    _unary_float(_n)
+@rule(*_FLOAT_UNARY)
+def _unary_float(cx: Cx, x: Value) -> Value:
+    dt = cx.compute(cx.promoted(x, float_ops=True))
+    return cx.emit(f"tp.{cx.node_op_name()}", cx.tensor(x, dt))
 
 
 @rule("silu")
