@@ -22,9 +22,11 @@ import sympy
 
 from tensorplay.dialect.ir import Operation
 from tensorplay.dialect.kernel_ops import RANDOM_DISTRIBUTIONS, RANDOM_DTYPES
-from tensorplay.dialect.reference import draw, round_bf16
-from tensorplay.dialect.types import BufferType
+from tensorplay.dialect.reference import draw
+from tensorplay.dialect.types import DTYPES, BufferType
 from tensorplay.runtime.jit import register_resolver
+
+from ..dtypes import storage_dtype, to_storage
 
 __all__ = ["CODEGEN", "RANDOM_PREFIX", "emit_random_call"]
 
@@ -45,11 +47,11 @@ def emit_random_call(sc: Any, o: Operation) -> None:
 
 
 _FILL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
-_STORAGE = {"f16": np.float16, "bf16": np.uint16, "f32": np.float32, "f64": np.float64}
 
 
 def _filler(distribution: str, dtype: str) -> Any:
-    storage = np.dtype(_STORAGE[dtype])
+    dt = DTYPES[dtype]
+    storage = storage_dtype(dt)
 
     def fill(ptr: int, count: int, seed: int) -> None:
         if count <= 0:
@@ -59,10 +61,7 @@ def _filler(distribution: str, dtype: str) -> Any:
             values = draw(seed, distribution, count)
         except ValueError:  # a negative seed
             values = np.full(count, np.nan)
-        if dtype == "bf16":
-            out[:] = (round_bf16(values.astype(np.float32)).view(np.uint32) >> 16).astype(np.uint16)
-        else:
-            out[:] = values.astype(storage)
+        out[:] = to_storage(values, dt)
 
     return _FILL(fill)
 
