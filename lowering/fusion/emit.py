@@ -24,6 +24,8 @@ trial emission (:func:`tensorplay.lowering.fusion.plan.plan_fusion`) then gives 
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,9 +44,19 @@ __all__ = ["NestEmitter", "Materialise", "origin", "ELEMENTWISE_TP", "REDUCTIONS
 REDUCTIONS = {"tp.sum": "add", "tp.prod": "mul", "tp.amax": "max", "tp.amin": "min"}
 MOVEMENT = {"tp.reshape", "tp.permute", "tp.expand", "tp.slice", "tp.pad", "tp.concat"}
 ELEMENTWISE_TP: set[str] = set()  # filled from the registry below
-#: tp op name -> ``rule(emitter, op, index)`` giving one element of its result (ops lowered in other modules,
-#: e.g. tensorplay.lowering.fusion.gather registers tp.gather and tp.index_select)
-SCALAR_RULES: dict[str, Callable[[NestEmitter, Operation, Index], Value]] = {}
+#: tp ops whose elements other modules compute: name -> ``"module:function"``, ``function(emitter, op, index)``
+#: giving one element of the op's result (imported on first use: those modules import this one)
+SCALAR_RULES: dict[str, str] = {
+    "tp.gather": "tensorplay.lowering.fusion.gather:gather_scalar",
+    "tp.index_select": "tensorplay.lowering.fusion.gather:gather_scalar",
+}
+
+
+@functools.cache
+def scalar_rule(name: str) -> Callable[[NestEmitter, Operation, Index], Value]:
+    """The function :data:`SCALAR_RULES` lists for the tp op ``name``, imported."""
+    module, _, function = SCALAR_RULES[name].partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def _fill_elementwise() -> None:
@@ -291,7 +303,7 @@ class NestEmitter:
         if name in ("tp.argmax", "tp.argmin"):
             return self._argext(op, index)
         if name in SCALAR_RULES:
-            return SCALAR_RULES[name](self, op, index)
+            return scalar_rule(name)(self, op, index)
         return self._movement(op, index)
 
     def _reduce(self, op: Operation, index: Index, depth: int) -> Value:

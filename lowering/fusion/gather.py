@@ -45,7 +45,7 @@ import sympy
 from tensorplay.dialect.ir import Operation, Value
 from tensorplay.dialect.types import TensorType
 
-from .emit import SCALAR_RULES, Materialise, NestEmitter, uniform_constant
+from .emit import Materialise, NestEmitter, uniform_constant
 from .index import Index, broadcast_index, permute_index, reshape_index, slice_index
 
 __all__ = ["GATHERS", "gather_scalar", "emit_scatter_add"]
@@ -262,6 +262,3 @@ def emit_scatter_add(nest: Any, o: Operation, out: Value) -> None:
                   [])
     while len(em.levels) > 1:
         em.close_loop()
-
-
-SCALAR_RULES[GATHERS[0]] = SCALAR_RULES[GATHERS[1]] = gather_scalar
