@@ -118,7 +118,7 @@ def _memory(v: Value) -> object:
         return ("arg", v.index)
     owner = v.owner
     if isinstance(owner, Operation) and owner.name == "kernel.alloc":
-        return ("slot", owner.attributes.get("slot"), str(owner.attributes.get("offset")))
+        return ("slot", owner.attr.slot, str(owner.attr.offset))
     return ("value", id(v))
 
 
@@ -165,8 +165,8 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol], apart: Container[Opera
     def address(o: Operation, buf: Value) -> tuple:
         root = ref(buf)
         if id(buf) in inside:  # a buffer of the kernel's own: addressed as written
-            return (root, _hashable(o.attributes["index"]))
-        variant, invariant = _split(flat_index(buf.type, o.attributes["index"]), header)
+            return (root, _hashable(o.attr.index))
+        variant, invariant = _split(flat_index(buf.type, o.attr.index), header)
         k = off_index.get(ext_index[id(buf)])
         if k is None:  # the first access of a buffer sets its offset parameter
             k = off_index[ext_index[id(buf)]] = len(offsets)
@@ -181,7 +181,7 @@ def plan_kernel(op: Operation, header: set[sympy.Symbol], apart: Container[Opera
     def visit(ops: Iterable[Operation], depth: int) -> None:
         for o in ops:
             if o.name in _ADDRESSED:
-                buf = o.operands[0] if o.name == "kernel.load" else o.operands[1]
+                buf = o.operand.buffer
                 at = address(o, buf)
                 operands = tuple(ref(v) for v in o.operands if v is not buf)
                 attrs = _attrs(o.attributes, skip=("index", *_SKIP_ATTRS))
@@ -261,5 +261,5 @@ def kernel_info(op: Operation) -> KernelInfo:
         kind = "copy"
     else:
         kind = "fill"
-    origins = tuple(sorted({o.attributes["origin"] for o in ops if o.attributes.get("origin")}))
-    return KernelInfo(str(op.attributes.get("name", "kernel")), kind, compute, origins)
+    origins = tuple(sorted({o.attr.origin for o in ops if o.attr.origin}))
+    return KernelInfo(op.attr.name, kind, compute, origins)

@@ -330,7 +330,7 @@ class _Codegen:
         """Address of a load/store: inside a kernel function, relative to its offset parameters."""
         flat = self.addresses.get(op)
         if flat is None:
-            return self._addr(sc, buf, op.attributes["index"])
+            return self._addr(sc, buf, op.attr.index)
         return sc.b.gep(sc.vals[buf], [sc.em.emit(flat)], inbounds=True, source_etype=storage_type(buf.type.dtype))
 
     # ----------------------------------------------------------------- kernel functions
