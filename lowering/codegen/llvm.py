@@ -757,7 +757,8 @@ def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp
     """Compile a kernel-level function to native code behind the :mod:`tensorplay.runtime.abi` convention.
 
     Options as in :func:`emit_llvm`, plus ``num_threads`` (default
-    :func:`tensorplay.runtime.abi.default_num_threads`), ``shape_error`` (the exception class for failed shape checks), ``opt``, ``cache`` and
+    :func:`tensorplay.runtime.abi.default_num_threads`), ``shape_error`` (the exception class for failed shape
+    checks), ``opt``, ``cache`` and
     ``prefer_vector_width`` (256 or 512; default ``TENSORPLAY_VECTOR_WIDTH``, else 512), passed to
     :func:`tensorplay.runtime.jit.compile_ir`. The GEMM kernels come from
     :func:`tensorplay.lowering.microkernels.gemm_library.gemm_library`
