@@ -1,7 +1,7 @@
 """Windows and blocks: ``unfold`` (``Tensor.unfold``: sliding windows along one dim, a view) and
 ``pixel_shuffle`` / ``pixel_unshuffle`` (channels to spatial blocks and back).
 
-``unfold`` decomposes into an ``index_select`` of the window positions, the pixel shuffles into
+``unfold`` decomposes into strided slices stacked along a new dim, the pixel shuffles into
 ``reshape`` / ``permute``, so all three compile with the movement primitives.
 
 >>> import tensorplay as tp
@@ -68,17 +68,18 @@ unfold = register(
 
 @unfold.def_decomposition
 def _unfold_decomposition(input, dimension, size, step):
+    """Window offset ``j`` of every window is the strided slice ``x[j::step]`` cut to the window count; the
+    ``size`` slices stack into the last dim (no index tensor whose length a dynamic size would make opaque)."""
     t = tp()
     d, _ = _unfold_args(tuple(input.shape), dimension, size, step)
     if input.ndim == 0:
         return input.reshape(1)[:size]
-    x = input
-    n = (x.shape[d] - size) // step + 1  # a traced size stays a graph value
-    starts = t.arange(n, dtype=t.int64) * step
-    index = (starts.unsqueeze(1) + t.arange(size, dtype=t.int64).unsqueeze(0)).reshape(-1)
-    picked = t.index_select(x, d, index)
-    windows = picked.reshape(*x.shape[:d], n, size, *x.shape[d + 1:])
-    return windows.movedim(d + 1, -1)
+    n = (input.shape[d] - size) // step + 1  # a traced size stays a graph value
+    lead = (slice(None),) * d
+    columns = [t.narrow(input[(*lead, slice(j, None, step))], d, 0, n) for j in range(size)]
+    if not columns:  # empty windows: one per position and one past the end
+        return t.zeros(*input.shape[:d], n, *input.shape[d + 1:], 0, dtype=input.dtype)
+    return t.stack(columns, -1)
 
 
 unfold.def_backward(backward_from_decomposition(unfold))

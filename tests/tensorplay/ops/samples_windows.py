@@ -22,7 +22,7 @@ def _unfold_ref(x, dimension, size, step):
 @samples("unfold")
 def _unfold(rng):
     for shape, args in [((7,), (0, 2, 1)), ((7,), (0, 3, 2)), ((4, 6), (1, 2, 2)), ((5, 3), (0, 5, 1)),
-                        ((3, 8, 2), (-2, 3, 3)), ((6, 4), (0, 1, 1)), ((), (0, 1, 1))]:
+                        ((3, 8, 2), (-2, 3, 3)), ((6, 4), (0, 1, 1)), ((), (0, 1, 1)), ((5, 2), (0, 0, 2))]:
         yield Sample((make(rng, shape), *args), ref=_unfold_ref, torch=lambda torch, x, *a: x.unfold(*a))
     yield Sample((make(rng, (9, 2), tp.int64), 0, 4, 3), ref=_unfold_ref, torch=lambda torch, x, *a: x.unfold(*a))
 
