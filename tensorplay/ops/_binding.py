@@ -31,6 +31,17 @@ _ALIASES = {
 }
 
 
+def _where_method(op):
+    def where(self, condition, other):
+        """``self`` where ``condition`` holds, else ``other`` (``Tensor.where`` puts the tensor first)."""
+        return op(condition, self, other)
+    return where
+
+
+# Methods whose receiver is not the op's first argument: method name -> wrapper factory.
+_REORDERED = {"where": _where_method}
+
+
 def _method(op):
     def method(self, *args, **kwargs):
         return op(self, *args, **kwargs)
@@ -64,7 +75,7 @@ def bind_tensor_methods() -> None:
     """Attach every registry method and Python operator to ``Tensor``."""
     from .._tensor import Tensor
     for name, op in methods().items():
-        setattr(Tensor, name, _method(op))
+        setattr(Tensor, name, _REORDERED.get(name, _method)(op))
     for alias, target in _ALIASES.items():
         if target in REGISTRY:
             setattr(Tensor, alias, _method(REGISTRY[target]))

@@ -215,3 +215,9 @@ def test_meta_on_symbolic_shapes(name):
             meta = target.meta(*args, **kwargs)
         eager = op(*sample.args, **sample.kwargs)
         assert _match(_meta_shapes(meta, values), _shapes(eager)), f"{name}: meta {meta} vs eager {sample}"
+
+
+def test_tensor_where_method_puts_the_tensor_first():
+    x, c = tp.tensor([1.0, 2.0, 3.0]), tp.tensor([True, False, True])
+    assert x.where(c, tp.zeros(3)).tolist() == [1.0, 0.0, 3.0]  # torch: x.where(c, y) == where(c, x, y)
+    assert x.where(c, -1.0).tolist() == [1.0, -1.0, 3.0]
