@@ -28,16 +28,17 @@ from tensorplay.runtime.standalone import load_objects
 from .aot import BINDING_KEY, decode_binding, decode_held, decode_pack_sites
 from .from_graph.binding import Binding
 from .from_graph.program import program_to_tp
-from .microkernels import gemm_library  # noqa: F401 - registers the GEMM symbol resolver (archives without kernels)
 from .microkernels.gemm_prepack import Prepacker
 from .native_program import NativeProgram
 from .pipeline import CompileOptions, kernel_to_native
+from .resolvers import RESOLVERS
 
 if TYPE_CHECKING:
     from tensorplay.export.exported_program import ExportedProgram
     from tensorplay.export.pt2_archive import NativeCode
 
-__all__ = ["LoadedProgram", "NativeRecompileWarning", "RunnerPool", "load_program", "map_code", "recompile"]
+__all__ = ["LoadedProgram", "NativeRecompileWarning", "RunnerPool", "load_executable", "load_program", "map_code",
+           "map_stored", "recompile"]
 
 
 def map_code(codes: Iterable[NativeCode]) -> tuple[NativeCode, Library]:
@@ -47,9 +48,9 @@ def map_code(codes: Iterable[NativeCode]) -> tuple[NativeCode, Library]:
     reasons = []
     for code in codes:
         reason = code.incompatibility
-        if reason is None:  # without stored kernels (older archives) the GEMMs come from gemm_library's resolver
+        if reason is None:
             try:
-                return code, load_objects(code.kernels or [], code.artifact)
+                return code, map_stored(code)
             except ValueError as exc:  # damaged or unresolvable object code (CompileError included)
                 if code.dialect is None:
                     raise
@@ -60,6 +61,21 @@ def map_code(codes: Iterable[NativeCode]) -> tuple[NativeCode, Library]:
             return code, recompile(code.artifact, code.dialect, "; ".join(reasons))
     raise IncompatibleArtifact("no stored native code can run on this host and none has dialect text to "
                                "recompile from: " + "; ".join(reasons))
+
+
+def map_stored(code: NativeCode) -> Library:
+    """``code``'s stored object code mapped without compiling, linked against its stored GEMM kernels (in older
+    archives without them, the shared GEMM libraries) and the compiler's host functions (:mod:`.resolvers`);
+    ``IncompatibleArtifact`` when this CPU cannot run it."""
+    return load_objects(code.kernels or [], code.artifact, resolvers=RESOLVERS)
+
+
+def load_executable(code: NativeCode, *, shape_error: type[BaseException] = RuntimeError,
+                    num_threads: int | None = None) -> Executable:
+    """An :class:`~tensorplay.runtime.abi.Executable` over ``code``'s stored object code (:func:`map_stored`)."""
+    artifact = code.artifact
+    return Executable(map_stored(code), artifact.prefix, artifact.signature, shape_error=shape_error,
+                      num_threads=num_threads)
 
 
 def recompile(artifact: NativeArtifact, dialect: str, reason: str) -> Library:

@@ -16,12 +16,12 @@ LLVM's assertion ``isInt<32>(RealOffset)`` in ``resolveX86_64Relocation`` aborte
 ``finalize_object``.
 
 Symbols the code does not define resolve, in this order, against the libraries passed as
-``link=`` (another :class:`Library`, or anything with an ``address(symbol)`` method), against a
-resolver registered for the symbol's prefix (:func:`register_resolver`, e.g. the shared GEMM
-kernels of :mod:`tensorplay.lowering.microkernels.gemm_library`; ``tp_parallel_`` symbols resolve to the worker pool of
-:mod:`tensorplay.runtime.threadpool`), and against the running process (``memset``, ``expf``,
-or :func:`llvmlite.binding.add_symbol`). Links are per library (no process-wide symbol is
-added) and the new Library keeps every library it links against alive. A symbol that resolves
+``link=`` (another :class:`Library`, or anything with an ``address(symbol)`` method), against the
+resolver for the symbol's prefix (``resolvers=``, ``{prefix: resolve(symbol) -> library or None}``,
+as the compiler passes its shared GEMM kernels and host functions; ``tp_parallel_`` symbols always
+resolve to the worker pool of :mod:`tensorplay.runtime.threadpool`), and against the running process
+(``memset``, ``expf``, or :func:`llvmlite.binding.add_symbol`). Nothing is registered process-wide:
+links are per library, and the new Library keeps every library it links against alive. A symbol that resolves
 nowhere (a compiler-rt libcall such as ``__truncdfhf2``, a typo in a declaration) raises
 :class:`CompileError` naming it before the code is mapped, instead of crashing at the call.
 
@@ -35,6 +35,9 @@ Example::
     ...                   " %y = call i64 @twice(i64 %x)  %z = call i64 @twice(i64 %y)  ret i64 %z }", link=[lib])
     >>> user.function("quad", ctypes.c_int64, ctypes.c_int64)(5), user.links == (lib,)
     (20, True)
+    >>> again = load_object(user.object, resolvers={"tw": lambda symbol: lib})  # symbols starting with "tw"
+    >>> again.function("quad", ctypes.c_int64, ctypes.c_int64)(6), again.links == (lib,)
+    (24, True)
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 import llvmlite.binding as llvm
@@ -59,8 +62,8 @@ from .target import (
     optimize,
 )
 
-__all__ = ["CompileError", "JitStats", "Library", "SymbolSource", "compile_ir", "compile_object", "load_object",
-           "register_resolver", "stats", "undefined_symbols"]
+__all__ = ["CompileError", "JitStats", "Library", "Resolver", "SymbolSource", "compile_ir", "compile_object",
+           "load_object", "stats", "undefined_symbols"]
 
 
 class CompileError(ValueError):
@@ -247,28 +250,33 @@ class SymbolSource(Protocol):
         ...
 
 
-_RESOLVERS: dict[str, Callable[[str], SymbolSource | None]] = {}
-_RESOLVERS_LOCK = threading.Lock()
+#: ``resolve(symbol)``: the library defining an undefined symbol, or None to leave it to the process. It is
+#: asked (outside any JIT lock, so it may compile) only for symbols no ``link=`` library defines.
+Resolver = Callable[[str], SymbolSource | None]
 
 
-def register_resolver(prefix: str, resolve: Callable[[str], SymbolSource | None] | None) -> None:
-    """Let ``resolve(symbol)`` supply the library defining undefined symbols that start with ``prefix``.
+def _thread_pool(symbol: str) -> SymbolSource:
+    from .threadpool import pool_library  # imports this module
 
-    It is asked (outside any JIT lock, so it may compile) for symbols that no ``link=`` library
-    defines; returning None leaves the symbol to the process. ``resolve=None`` unregisters.
+    return pool_library()
 
-    >>> register_resolver("doc_", lambda symbol: None)
-    >>> register_resolver("doc_", None)
-    """
-    if not isinstance(prefix, str) or not prefix:
-        raise ValueError(f"register_resolver: prefix must be a non-empty str, got {prefix!r}")
-    if resolve is not None and not callable(resolve):
-        raise TypeError(f"register_resolver: resolve must be callable or None, got {type(resolve).__name__}")
-    with _RESOLVERS_LOCK:
-        if resolve is None:
-            _RESOLVERS.pop(prefix, None)
-        else:
-            _RESOLVERS[prefix] = resolve
+
+#: The runtime's own symbols, resolved for every library: the persistent worker pool of parallel loops.
+RUNTIME_RESOLVERS: dict[str, Resolver] = {"tp_parallel_": _thread_pool}
+
+
+def _by_prefix(resolvers: Mapping[str, Resolver] | None) -> list[tuple[str, Resolver]]:
+    """:data:`RUNTIME_RESOLVERS` and ``resolvers`` (checked), longest prefix first."""
+    if resolvers is None:
+        resolvers = {}
+    if not isinstance(resolvers, Mapping):
+        raise TypeError(f"resolvers must map symbol prefixes to functions, got {type(resolvers).__name__}")
+    for prefix, resolve in resolvers.items():
+        if not isinstance(prefix, str) or not prefix:
+            raise ValueError(f"resolvers: a prefix must be a non-empty str, got {prefix!r}")
+        if not callable(resolve):
+            raise TypeError(f"resolvers: the resolver for {prefix!r} must be callable, got {type(resolve).__name__}")
+    return sorted({**RUNTIME_RESOLVERS, **resolvers}.items(), key=lambda kv: -len(kv[0]))
 
 
 def _lookup(source: SymbolSource, symbol: str) -> int | None:
@@ -278,12 +286,10 @@ def _lookup(source: SymbolSource, symbol: str) -> int | None:
         return None
 
 
-def _link_plan(undefined: Iterable[str], name: str,
-               link: tuple[SymbolSource, ...]) -> tuple[dict[str, int], tuple[SymbolSource, ...]]:
-    """``({symbol: address}, libraries used)`` for every symbol of ``undefined``: from ``link``, a registered
-    resolver, or else the process; CompileError names the symbols that resolve nowhere."""
-    with _RESOLVERS_LOCK:
-        resolvers = sorted(_RESOLVERS.items(), key=lambda kv: -len(kv[0]))
+def _link_plan(undefined: Iterable[str], name: str, link: tuple[SymbolSource, ...],
+               resolvers: list[tuple[str, Resolver]]) -> tuple[dict[str, int], tuple[SymbolSource, ...]]:
+    """``({symbol: address}, libraries used)`` for every symbol of ``undefined``: from ``link``, the resolver
+    of its prefix, or else the process; CompileError names the symbols that resolve nowhere."""
     mapping: dict[str, int] = {}
     used: list[SymbolSource] = []
     missing: list[str] = []
@@ -313,8 +319,9 @@ def _link_plan(undefined: Iterable[str], name: str,
             missing.append(symbol)
     if missing:
         raise CompileError(f"library {name!r} references symbol(s) the JIT cannot resolve: {', '.join(missing)} "
-                           "(define them in the IR, pass the library defining them as link=, link them into "
-                           "the process, or register them with llvmlite.binding.add_symbol)")
+                           "(define them in the IR, pass the library defining them as link= or a resolver for "
+                           "their prefix as resolvers=, link them into the process, or register them with "
+                           "llvmlite.binding.add_symbol)")
     return mapping, tuple(used)
 
 
@@ -328,15 +335,16 @@ def _as_sources(link: Iterable[SymbolSource]) -> tuple[SymbolSource, ...]:
     return sources
 
 
-def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
-                features: str | None = None, link: Iterable[SymbolSource] = ()) -> Library:
+def load_object(obj: bytes, *, name: str = "module", ir: str | None = None, features: str | None = None,
+                link: Iterable[SymbolSource] = (), resolvers: Mapping[str, Resolver] | None = None) -> Library:
     """Map relocatable object code into memory without compiling.
 
     ``ir`` is kept for ``Library.ir``; ``features`` records the feature string the code was
     built for (default: the host's). Checking that the host can run it is the caller's job
-    (see :mod:`tensorplay.runtime.artifact`). ``link``: libraries whose symbols the code may call (see the
-    module docstring). Object code referencing a symbol that resolves nowhere raises
-    :class:`CompileError` naming it.
+    (see :mod:`tensorplay.runtime.artifact`). ``link``: libraries whose symbols the code may call;
+    ``resolvers``: ``{prefix: resolve}`` supplying the libraries of other symbols (see the module
+    docstring). Object code referencing a symbol that resolves nowhere raises :class:`CompileError`
+    naming it.
 
     >>> lib = compile_ir("define i32 @one() { ret i32 1 }", cache=False)
     >>> load_object(lib.object).address("one") > 0
@@ -348,9 +356,10 @@ def load_object(obj: bytes, *, name: str = "module", ir: str | None = None,
     if not obj.startswith(b"\x7fELF"):
         raise ValueError(f"load_object expects an ELF object file, got bytes starting with {obj[:8]!r}")
     sources = _as_sources(link)
+    by_prefix = _by_prefix(resolvers)
     ensure_initialized()
     undefined, defined = _symbol_table(obj)
-    mapping, used = _link_plan(undefined, name, sources)
+    mapping, used = _link_plan(undefined, name, sources, by_prefix)
     # JITLink, not MCJIT: see the module docstring. Every undefined symbol is imported at the address
     # resolved above; looking up the defined ones links the object (one LLJIT per object, so disposing
     # the Library's tracker frees everything).
@@ -425,13 +434,13 @@ def compile_object(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bo
 
 def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool | CompileCache = True,
                name: str = "module", prefer_vector_width: int | None = None,
-               link: Iterable[SymbolSource] = ()) -> Library:
+               link: Iterable[SymbolSource] = (), resolvers: Mapping[str, Resolver] | None = None) -> Library:
     """Optimize and compile LLVM IR for the host CPU, reusing cached object code when present.
 
     ``cache`` is True (the default cache, see :mod:`tensorplay.runtime.cache`), False, or a
     :class:`CompileCache`. ``prefer_vector_width`` (256 or 512) is passed to
-    :func:`tensorplay.runtime.target.host_target_machine`. ``link``: libraries defining symbols the IR
-    declares (see :func:`load_object`). Invalid IR, or code calling a symbol that resolves
+    :func:`tensorplay.runtime.target.host_target_machine`. ``link`` and ``resolvers``: where symbols the IR
+    declares come from (see :func:`load_object`). Invalid IR, or code calling a symbol that resolves
     nowhere, raises :class:`CompileError`.
 
     >>> import ctypes
@@ -441,7 +450,8 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
     """
     obj, optimized = compile_object(llvm_ir, opt=opt, cache=cache, name=name,
                                     prefer_vector_width=prefer_vector_width)
-    lib = load_object(obj, name=name, ir=optimized, features=feature_string(prefer_vector_width), link=link)
+    lib = load_object(obj, name=name, ir=optimized, features=feature_string(prefer_vector_width), link=link,
+                      resolvers=resolvers)
     if optimized is None:  # from the cache: recompute the optimized IR only if someone asks
         text = str(llvm_ir)
         lib._ir_factory = lambda: _optimized_ir(text, name, opt, prefer_vector_width)
@@ -450,8 +460,6 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
 
 
 def _reset_locks_in_child() -> None:
-    global _RESOLVERS_LOCK
-    _RESOLVERS_LOCK = threading.Lock()
     _STATS._lock = threading.Lock()
 
 
@@ -477,12 +485,3 @@ def _hold_llvm_across_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     _hold_llvm_across_fork()
-
-
-def _thread_pool(symbol: str) -> SymbolSource:
-    from .threadpool import pool_library  # imports this module
-
-    return pool_library()
-
-
-register_resolver("tp_parallel_", _thread_pool)  # the persistent worker pool of parallel loops

@@ -36,7 +36,7 @@ from .abi import Executable, Signature
 from .aot import find_c_compiler
 from .artifact import IncompatibleArtifact, NativeArtifact
 from .dtypes import C_TYPES, storage_dtype
-from .jit import load_object, undefined_symbols
+from .jit import Resolver, load_object, undefined_symbols
 from .threadpool import needs_pool, pool_object
 from .weights import read_weights, write_weights
 
@@ -246,8 +246,10 @@ def read_objects(path: str | os.PathLike[str]) -> list[bytes]:
     return objects_from_bytes(Path(path).read_bytes(), repr(os.fspath(path)))
 
 
-def load_objects(objects: list[bytes], artifact: NativeArtifact) -> Any:
-    """Map ``artifact`` (checked against this host) linked against the kernel ``objects``, without compiling.
+def load_objects(objects: list[bytes], artifact: NativeArtifact,
+                 resolvers: Mapping[str, Resolver] | None = None) -> Any:
+    """Map ``artifact`` (checked against this host) linked against the kernel ``objects``, without compiling;
+    ``resolvers`` supply the libraries of other symbols it calls (:func:`tensorplay.runtime.jit.load_object`).
 
     Returns the artifact's Library, which keeps the kernel libraries alive.
     """
@@ -256,7 +258,8 @@ def load_objects(objects: list[bytes], artifact: NativeArtifact) -> Any:
         raise IncompatibleArtifact(reason)
     kernels = [load_object(obj, name=f"{artifact.prefix}_kernel{i}", features=artifact.features)
                for i, obj in enumerate(objects)]
-    return load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=kernels)
+    return load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=kernels,
+                       resolvers=resolvers)
 
 
 #: Symbols resolved by a Python host at load time (tensorplay.lowering.codegen.random's draws): no bundle can provide

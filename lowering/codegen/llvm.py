@@ -72,6 +72,7 @@ from ..microkernels.gemm_parallel import ENV_TYPE as GEMM_ENV
 from ..microkernels.gemm_parallel import GRAIN as GEMM_GRAIN
 from ..microkernels.gemm_parallel import MAX_GEMM_THREADS, emit_split_gemm
 from ..microkernels.gemm_prepack import pack_sites, slot_symbol
+from ..resolvers import RESOLVERS
 from .expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .functions import KernelPlan, offset_symbol, plan_kernel
 from .gather import CODEGEN as _GATHER_CODEGEN
@@ -763,11 +764,13 @@ def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp
     :func:`tensorplay.runtime.jit.compile_ir`. The GEMM kernels come from
     :func:`tensorplay.lowering.microkernels.gemm_library.gemm_library`
     with the same options (compiled once per process and configuration); ``library.links`` holds them.
+    Other symbols the code calls (random draws) resolve through :data:`tensorplay.lowering.resolvers.RESOLVERS`.
     """
     from tensorplay.runtime.jit import compile_ir
     f = _function(kernel_module, function)
     text, sig = emit_llvm(f, prefix=prefix, num_outputs=num_outputs, fastmath=fastmath, profile=profile)
     links = gemm_libraries(gemm_configs(f), opt=opt, cache=cache, prefer_vector_width=prefer_vector_width)
-    lib = compile_ir(text, opt=opt, cache=cache, name=prefix, prefer_vector_width=prefer_vector_width, link=links)
+    lib = compile_ir(text, opt=opt, cache=cache, name=prefix, prefer_vector_width=prefer_vector_width, link=links,
+                     resolvers=RESOLVERS)
     return Executable(lib, prefix, sig, shape_error=shape_error, num_threads=num_threads)
 

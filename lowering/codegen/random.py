@@ -2,12 +2,12 @@
 
 ``kernel.random %seed, %buf {distribution = uniform}`` becomes
 ``call @tp_random_<distribution>_<dtype>(ptr, count, seed)``; the host fillers below define those symbols
-for the JIT (through :func:`tensorplay.runtime.jit.register_resolver`) and write numpy's
-``default_rng(seed)`` draws (:func:`tensorplay.dialect.reference.draw`) into the buffer, so native results
-equal the interpreter's bitwise. The call happens on the thread that runs the program, outside parallel
-loops (it takes the GIL). Limits: an ahead-of-time artifact of a program with random ops needs this
-process's callback (its shared library does not define the ``tp_random_*`` symbols); a negative seed
-(numpy refuses it; the interpreter raises ValueError) fills the buffer with NaN. What produces the op:
+for the JIT (:func:`resolve_random`, in the compiler's table :data:`tensorplay.lowering.resolvers.RESOLVERS`)
+and write numpy's ``default_rng(seed)`` draws (:func:`tensorplay.dialect.reference.draw`) into the buffer,
+so native results equal the interpreter's bitwise. The call happens on the thread that runs the program,
+outside parallel loops (it takes the GIL). Limits: an ahead-of-time artifact of a program with random ops
+needs this process's callback (its shared library does not define the ``tp_random_*`` symbols); a negative
+seed (numpy refuses it; the interpreter raises ValueError) fills the buffer with NaN. What produces the op:
 :mod:`tensorplay.lowering.fusion.random`.
 """
 
@@ -24,11 +24,10 @@ from tensorplay.dialect.ir import Operation
 from tensorplay.dialect.kernel_ops import RANDOM_DISTRIBUTIONS, RANDOM_DTYPES
 from tensorplay.dialect.reference import draw
 from tensorplay.dialect.types import DTYPES, BufferType
-from tensorplay.runtime.jit import register_resolver
 
 from ..dtypes import storage_dtype, to_storage
 
-__all__ = ["CODEGEN", "RANDOM_PREFIX", "emit_random_call"]
+__all__ = ["CODEGEN", "RANDOM_PREFIX", "emit_random_call", "resolve_random"]
 
 RANDOM_PREFIX = "tp_random_"
 
@@ -77,6 +76,15 @@ class _Callbacks:
 
 
 _CALLBACKS = _Callbacks()
-register_resolver(RANDOM_PREFIX, lambda symbol: _CALLBACKS if symbol in _CALLBACKS.funcs else None)
+
+
+def resolve_random(symbol: str) -> _Callbacks | None:
+    """The host functions when they define ``symbol`` (a ``tp_random_<distribution>_<dtype>``), else None.
+
+    >>> resolve_random("tp_random_normal_f32").address("tp_random_normal_f32") > 0, resolve_random("tp_random_x")
+    (True, None)
+    """
+    return _CALLBACKS if symbol in _CALLBACKS.funcs else None
+
 
 CODEGEN = {"kernel.random": emit_random_call}

@@ -9,9 +9,9 @@ cache under a key made from the configuration, the GEMM generator's source code 
 a second process maps it without compiling (and without even emitting its IR).
 
 JIT linking: :func:`tensorplay.lowering.codegen.llvm.compile_kernel_module` passes the libraries as
-``link=`` to :func:`tensorplay.runtime.jit.compile_ir`. Importing this module also registers a resolver for
-the ``tp_gemm_`` prefix with :func:`tensorplay.runtime.jit.register_resolver`, so any object code that calls a
-GEMM (an artifact loaded from an archive, say) links against the shared library of the
+``link=`` to :func:`tensorplay.runtime.jit.compile_ir`. :func:`resolve_gemm` is the resolver of the
+``tp_gemm_`` prefix in the compiler's table (:data:`tensorplay.lowering.resolvers.RESOLVERS`), so object
+code that calls a GEMM (an artifact loaded from an archive, say) links against the shared library of the
 configuration its symbol names, compiling it only on a cache miss.
 
 AOT linking: a self-contained shared library needs the program's object plus
@@ -50,7 +50,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from tensorplay.runtime.cache import CompileCache, cache_key, default_cache
-from tensorplay.runtime.jit import Library, compile_object, load_object, register_resolver, undefined_symbols
+from tensorplay.runtime.jit import Library, compile_object, load_object, undefined_symbols
 from tensorplay.runtime.target import feature_string, host_cpu, host_target_machine, optimize
 
 from ..codegen import scalar as codegen_scalar
@@ -62,7 +62,7 @@ from .gemm_kernels import ACTIVATIONS
 from .gemm_prepack import pack_sites
 
 __all__ = ["GEMM_DTYPES", "GEMM_SYMBOL_PREFIX", "GemmConfig", "configs_of_object", "declare_gemm", "gemm_configs",
-           "gemm_libraries", "gemm_library", "gemm_objects", "loaded_libraries"]
+           "gemm_libraries", "gemm_library", "gemm_objects", "loaded_libraries", "resolve_gemm"]
 
 GEMM_SYMBOL_PREFIX = "tp_gemm_"
 #: Element types a kernel.gemm compiles for (dialect names): the blocked float32 kernel, then the loop nests.
@@ -385,12 +385,15 @@ def loaded_libraries() -> dict[tuple[str, int, str], Library]:
         return {(cfg.symbol, opt, features): lib for (cfg, opt, features), lib in _LIBRARIES.items()}
 
 
-def _resolve(symbol: str) -> Library | None:
+def resolve_gemm(symbol: str) -> Library | None:
+    """The shared library defining the GEMM ``symbol`` names (compiled on a cache miss); None when ``symbol``
+    names no configuration.
+
+    >>> resolve_gemm(GemmConfig().symbol) is gemm_library(GemmConfig()), resolve_gemm("tp_gemm_x")
+    (True, None)
+    """
     try:
         config = GemmConfig.from_symbol(symbol)
     except ValueError:
         return None
     return gemm_library(config)
-
-
-register_resolver(GEMM_SYMBOL_PREFIX, _resolve)

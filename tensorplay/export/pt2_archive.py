@@ -539,8 +539,10 @@ class NativeCode:
         return self.artifact.incompatibility()
 
     def load(self, **options: Any) -> Any:
-        """An executable over the stored object code (``options`` go to ``artifact.load``)."""
-        return self.artifact.load(**options)
+        """An executable over the stored object code, linked like the archive's runners (``options``:
+        ``shape_error``, ``num_threads``)."""
+        from tensorplay.lowering.api import load_executable
+        return load_executable(self, **options)
 
 
 class NativeRecompileWarning(RuntimeWarning):

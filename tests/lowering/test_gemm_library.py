@@ -34,10 +34,11 @@ from tensorplay.lowering.microkernels.gemm_library import (
     gemm_library,
     gemm_objects,
 )
+from tensorplay.lowering.resolvers import RESOLVERS
 from tensorplay.runtime.abi import Executable
 from tensorplay.runtime.aot import SharedLibrary, link_shared
 from tensorplay.runtime.cache import CompileCache
-from tensorplay.runtime.jit import CompileError, compile_ir, compile_object, load_object, register_resolver, stats
+from tensorplay.runtime.jit import CompileError, compile_ir, compile_object, load_object, stats
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Small blocks: quick to compile, and small matrices already cross every block and tile edge.
@@ -269,10 +270,12 @@ def test_second_program_with_the_same_configuration_compiles_only_itself():
     np.testing.assert_allclose(z, want_y @ v.T, rtol=1e-5, atol=1e-4)
 
 
-def test_object_code_resolves_gemm_symbols_without_explicit_links():
+def test_object_code_resolves_gemm_symbols_through_the_compilers_resolvers():
     text, _ = emit_llvm(parse(LINEAR_IR), prefix="relinked")
     obj, _ = compile_object(text)
-    lib = load_object(obj, name="relinked")  # the tp_gemm_ resolver of tensorplay.lowering.microkernels.gemm_library
+    with pytest.raises(CompileError, match=LINEAR_CONFIG.symbol):  # the runtime knows no GEMMs of its own
+        load_object(obj, name="relinked")
+    lib = load_object(obj, name="relinked", resolvers=RESOLVERS)
     assert set(_gemm_links(lib)) == {gemm_library(LINEAR_CONFIG), gemm_library(LINEAR_PACKED)}
     exe = Executable(lib, "relinked", emit_llvm(parse(LINEAR_IR), prefix="relinked")[1])
     x, w, b = _linear_inputs(4, seed=2)
@@ -346,24 +349,22 @@ def test_resolvers_supply_libraries_by_prefix():
         asked.append(symbol)
         return base
 
-    register_resolver("gl_tw", resolve)
-    try:
-        user = compile_ir(QUAD, cache=False)
-        assert asked == ["gl_twice"] and user.links == (base,)
-        assert user.function("gl_quad", ctypes.c_int64, ctypes.c_int64)(1) == 4
-        register_resolver("gl_tw", lambda symbol: None)  # None: left to the process, where it is missing
-        with pytest.raises(CompileError, match="gl_twice"):
-            compile_ir(QUAD, cache=False)
-        other = compile_ir("define i32 @gl_nothing() { ret i32 0 }", cache=False)
-        register_resolver("gl_tw", lambda symbol: other)
-        with pytest.raises(CompileError, match="does not define 'gl_twice'"):
-            compile_ir(QUAD, cache=False)
-    finally:
-        register_resolver("gl_tw", None)
-    with pytest.raises(ValueError, match="prefix must be a non-empty str"):
-        register_resolver("", resolve)
-    with pytest.raises(TypeError, match="resolve must be callable or None, got int"):
-        register_resolver("gl_", 3)
+    user = compile_ir(QUAD, cache=False, resolvers={"gl_tw": resolve, "gl_": lambda symbol: None})
+    assert asked == ["gl_twice"] and user.links == (base,)  # the longest matching prefix answers
+    assert user.function("gl_quad", ctypes.c_int64, ctypes.c_int64)(1) == 4
+    with pytest.raises(CompileError, match="gl_twice"):  # nothing registered: the next library resolves nothing
+        compile_ir(QUAD, cache=False)
+    with pytest.raises(CompileError, match="gl_twice"):  # None: left to the process, where it is missing
+        compile_ir(QUAD, cache=False, resolvers={"gl_tw": lambda symbol: None})
+    other = compile_ir("define i32 @gl_nothing() { ret i32 0 }", cache=False)
+    with pytest.raises(CompileError, match="does not define 'gl_twice'"):
+        compile_ir(QUAD, cache=False, resolvers={"gl_tw": lambda symbol: other})
+    with pytest.raises(ValueError, match="a prefix must be a non-empty str"):
+        compile_ir(QUAD, cache=False, resolvers={"": resolve})
+    with pytest.raises(TypeError, match="the resolver for 'gl_' must be callable, got int"):
+        compile_ir(QUAD, cache=False, resolvers={"gl_": 3})
+    with pytest.raises(TypeError, match="resolvers must map symbol prefixes to functions, got list"):
+        load_object(base.object, resolvers=[resolve])
 
 
 def test_doctests():
