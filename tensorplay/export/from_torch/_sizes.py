@@ -11,7 +11,7 @@ from typing import Any
 
 import sympy
 
-from ...graph.proxy import Proxy
+from ...graph.proxy import Proxy, SymProxy
 from . import UnsupportedTorchOpError
 
 
@@ -34,29 +34,21 @@ def getitem(container: Any, index: int) -> Any:
     return container[index]
 
 
-def sym_max(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        return max(a, b)
-    raise UnsupportedTorchOpError("torch.sym_max of symbolic sizes")
-
-
-def sym_min(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        return min(a, b)
-    raise UnsupportedTorchOpError("torch.sym_min of symbolic sizes")
-
-
 def sym_not(a: Any) -> Any:
-    return not a
+    """``torch.sym_not`` of a condition on sizes."""
+    if not isinstance(a, SymProxy):
+        return not a
+    node = a.tracer.graph.call_function(operator.not_, (a.node,))
+    node.meta["val"] = sympy.Not(a.expr)
+    return SymProxy(node, node.meta["val"], a.tracer)
 
 
 SIZE_OPERATORS = {
     "_operator.add": operator.add, "_operator.sub": operator.sub, "_operator.mul": operator.mul,
     "_operator.floordiv": operator.floordiv, "_operator.truediv": operator.truediv, "_operator.mod": operator.mod,
     "_operator.pow": operator.pow, "_operator.neg": operator.neg, "_operator.eq": operator.eq,
-    "_operator.ne": operator.ne, "_operator.lt": operator.lt, "_operator.le": operator.le,
-    "_operator.gt": operator.gt, "_operator.ge": operator.ge,
-}
+    "_operator.lt": operator.lt, "_operator.le": operator.le,
+}  # torch writes a > b as b < a and a != b as sym_not(a == b)
 
 
 # ----------------------------------------------------------------------------- assertions
@@ -75,23 +67,6 @@ def assert_scalar(importer: Any, condition: Any, assert_msg: str) -> None:
             raise UnsupportedTorchOpError(f"the program asserts a condition that is false: {assert_msg}")
         return None
     importer.assert_sizes(fact, assert_msg)
-    return None
-
-
-@with_importer
-def constrain_range(importer: Any, size: Any, *, min: int | None = None, max: int | None = None) -> None:
-    """``aten.sym_constrain_range*``: a runtime check that a size lies in ``[min, max]``."""
-    arg = importer.node.args[0]
-    expr = _symbolic(arg.meta.get("val")) if hasattr(arg, "meta") else size
-    if isinstance(expr, int):
-        return None
-    facts = []
-    if min is not None:
-        facts.append(expr >= min)
-    if max is not None:
-        facts.append(expr <= max)
-    if facts:
-        importer.assert_sizes(sympy.And(*facts), f"{expr} in [{min}, {max}]")
     return None
 
 

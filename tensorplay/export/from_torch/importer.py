@@ -18,6 +18,7 @@ ordinary tensorplay program:
 """
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from typing import Any
@@ -177,7 +178,10 @@ class _Importer:
             user = [n for s, n in zip(sig.input_specs, placeholders, strict=True) if s.kind.name == "USER_INPUT"]
             for node, value in zip(user, leaves, strict=True):
                 self.env[node] = value
+            for declared in decl.symbols.values():  # tensorplay's own size decisions are kept as checks
+                declared.kind = "auto"
             self.find_sources(decl)
+            self.guard_assertions(self.guard_paths(names, args, proxies, leaves))
             result = self.replay()
         return _finish(root, tracer, decl, bound, spec, result, args, kwargs, [])
 
@@ -301,8 +305,9 @@ class _Importer:
             axes = {}
             if isinstance(val, self.torch.Tensor):
                 for axis, d in enumerate(val.shape):
-                    if not isinstance(d, int):
-                        axes[axis] = self.dim_for(_expr(d), node.name, axis, dims)
+                    expr = _expr(d)
+                    if not isinstance(expr, int) and not expr.is_Integer:
+                        axes[axis] = self.dim_for(expr, node.name, axis, dims)
             leaf_specs.append(axes or None)
         spec_args, spec_kwargs = pytree.tree_unflatten(leaf_specs, ep.call_spec.in_spec)
         by_name = dict(zip(names, [*spec_args, *spec_kwargs.values()], strict=True))
@@ -342,6 +347,51 @@ class _Importer:
         for step in site["steps"]:
             node = next(u for u in node.users if u.op == "call_function" and u.args[1] == step)
         return node
+
+    # ------------------------------------------------------------------ torch's guards
+    def guard_paths(self, names: list[str], args: tuple, proxies: dict, leaves: list) -> dict:
+        """The tensorplay input for each way torch's guards name one (``L['x']``, ``L['d']['k']``,
+        ``L['flat_args'][0]``)."""
+        paths = {f"L['flat_args'][{i}]": leaf for i, leaf in enumerate(leaves)}
+
+        def walk(path: str, value: Any) -> None:
+            paths[path] = value
+            items = value.items() if isinstance(value, dict) else enumerate(value) \
+                if isinstance(value, list | tuple) else ()
+            for key, child in items:
+                walk(f"{path}[{key!r}]", child)
+        for name in names:
+            walk(f"L[{name!r}]", proxies[name])
+        return paths
+
+    def guard_assertions(self, paths: dict) -> None:
+        """Runtime assertions for the size guards torch keeps beside the graph (``ep._guards_code``, e.g.
+        ``L['x'].size()[0] % 2 == 0`` where a reshape needs an even batch)."""
+        for text in getattr(self.ep, "_guards_code", None) or []:
+            sites: dict = {}
+            try:
+                fact = _guard_expr(ast.parse(text, mode="eval").body, paths, sites)
+            except (SyntaxError, KeyError, TypeError, ValueError) as exc:
+                raise UnsupportedTorchOpError(f"cannot check torch's guard {text!r} on the input sizes ({exc})") \
+                    from None
+            static = {sym: proxy.node.meta["val"].shape[axis] for sym, (proxy, axis, _) in sites.items()}
+            fact = sympy.sympify(fact).subs({sym: size for sym, size in static.items() if isinstance(size, int)})
+            label = re.sub(r"L\['(\w+)'\]", r"\1", text)
+            if fact is sympy.true:
+                continue
+            if fact is sympy.false:
+                raise UnsupportedTorchOpError(f"torch's guard {label} does not hold for the example inputs")
+            syms = sorted(fact.free_symbols, key=str)
+            values: list = []
+            src = []
+            for sym in syms:
+                proxy, axis, where = sites[sym]
+                if proxy.node not in values:
+                    values.append(proxy.node)
+                src.append((values.index(proxy.node), axis, 1, 0, where))
+            index = {sym: i for i, sym in enumerate(syms)}
+            self.tracer.graph.call_function(assertions.assert_guard, (tuple(values), tuple(src), encode(fact, index),
+                                                                      label))
 
     # ------------------------------------------------------------------ replay
     def replay(self) -> Any:
@@ -426,10 +476,10 @@ class _Importer:
         return out
 
     def tp_expr(self, expr: Any) -> Any:
-        """A torch size expression over tensorplay's symbols."""
+        """A torch size expression over tensorplay's symbols, in plain sympy."""
         if isinstance(expr, int):
             return sympy.Integer(expr)
-        return expr.xreplace(self.symbols)
+        return _plain(expr).xreplace(self.symbols)
 
     def outputs(self) -> Any:
         """The user outputs in torch's ``out_spec`` structure; mutation outputs become in-place writes."""
@@ -485,6 +535,57 @@ class _Importer:
         return any(self.order.get(u, -1) > position for u in node.users)
 
 
+_BINARY = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+           ast.FloorDiv: lambda a, b: sympy.floor(a / b), ast.Mod: sympy.Mod, ast.Pow: lambda a, b: a ** b,
+           ast.Div: lambda a, b: a / b}
+_COMPARE = {ast.Eq: sympy.Eq, ast.NotEq: sympy.Ne, ast.Lt: sympy.Lt, ast.LtE: sympy.Le, ast.Gt: sympy.Gt,
+            ast.GtE: sympy.Ge}
+
+
+def _guard_expr(node: ast.AST, paths: dict, sites: dict) -> Any:
+    """A torch guard (Python over ``L[...].size()[i]``) as a sympy fact; ``sites`` gets one symbol per size
+    read: ``symbol -> (input proxy, axis, label)``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool | int):
+        return sympy.true if node.value is True else sympy.false if node.value is False else sympy.Integer(node.value)
+    if isinstance(node, ast.BoolOp):
+        parts = [_guard_expr(v, paths, sites) for v in node.values]
+        return sympy.And(*parts) if isinstance(node.op, ast.And) else sympy.Or(*parts)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not | ast.USub):
+        inner = _guard_expr(node.operand, paths, sites)
+        return sympy.Not(inner) if isinstance(node.op, ast.Not) else -inner
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        return _BINARY[type(node.op)](_guard_expr(node.left, paths, sites), _guard_expr(node.right, paths, sites))
+    if isinstance(node, ast.Compare):
+        values = [_guard_expr(v, paths, sites) for v in (node.left, *node.comparators)]
+        return sympy.And(*(_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, values, values[1:], strict=False)))
+    size = node.value if isinstance(node, ast.Subscript) else None
+    if isinstance(size, ast.Call) and isinstance(size.func, ast.Attribute) and size.func.attr == "size" \
+            and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
+        path = ast.unparse(size.func.value)
+        proxy, axis = paths[path], node.slice.value
+        sym = sympy.Symbol(f"_size{len(sites)}", integer=True, nonnegative=True)
+        sites[sym] = (proxy, axis, re.sub(r"L\['(\w+)'\]", r"\1", path) + f".size()[{axis}]")
+        return sym
+    raise ValueError(f"unexpected {ast.unparse(node)!r}")
+
+
+_TORCH_FUNCTIONS = {  # torch.utils._sympy.functions -> plain sympy
+    "FloorDiv": lambda a, b: sympy.floor(a / b), "CeilDiv": lambda a, b: sympy.ceiling(a / b),
+    "PythonMod": sympy.Mod, "Mod": sympy.Mod, "CleanDiv": lambda a, b: a / b, "IntTrueDiv": lambda a, b: a / b,
+    "FloatTrueDiv": lambda a, b: a / b, "PowByNatural": lambda a, b: a ** b, "FloatPow": lambda a, b: a ** b,
+    "Max": sympy.Max, "Min": sympy.Min, "Identity": lambda a: a,
+}
+
+
+def _plain(expr: Any) -> Any:
+    """``expr`` with torch's own sympy functions (``FloorDiv``, ``PythonMod`` ...) as plain sympy ones."""
+    if not isinstance(expr, sympy.Basic) or expr.is_Atom:
+        return expr
+    args = [_plain(a) for a in expr.args]
+    rule = _TORCH_FUNCTIONS.get(type(expr).__name__)
+    return rule(*args) if rule is not None and type(expr).__module__.startswith("torch") else expr.func(*args)
+
+
 def _expr(d: Any) -> Any:
     """The sympy expression of a torch size (an int stays an int)."""
     if isinstance(d, int):
@@ -495,8 +596,8 @@ def _expr(d: Any) -> Any:
 def _bounds(vr: Any) -> tuple[int, int | None]:
     if vr is None:
         return 0, None
-    lo = int(vr.lower) if vr.lower.is_finite else 0
-    hi = int(vr.upper) if vr.upper.is_finite else None
+    lo = int(vr.lower) if vr.lower.is_Integer else 0  # torch's int_oo is finite to sympy, but not an Integer
+    hi = int(vr.upper) if vr.upper.is_Integer else None
     return max(lo, 0), hi
 
 

@@ -35,6 +35,7 @@ ATEN_OPS: dict[str, Callable] = {
     **{f"aten.{n}.default": Same(n) for n in _BINARY},
     **{f"aten.{n}.Tensor": Same(n) for n in _ARITHMETIC},
     **{f"aten.{n}.Scalar": Same(n) for n in _ARITHMETIC},
+    **{f"aten.__{n}__.{o}": Same(f"bitwise_{n}") for n in ("and", "or", "xor") for o in ("Tensor", "Scalar")},
     "aten.round.default": P.round_default,
     "aten.rsub.Scalar": P.rsub, "aten.rsub.Tensor": P.rsub,
     "aten.div.Tensor_mode": P.div_mode, "aten.div.Scalar_mode": P.div_mode,
@@ -76,6 +77,7 @@ ATEN_OPS: dict[str, Callable] = {
     "aten.stack.default": M.stack, "aten.split.Tensor": M.split, "aten.split_with_sizes.default": M.split_with_sizes,
     "aten.chunk.default": M.chunk, "aten.unbind.int": M.unbind, "aten.flatten.using_ints": M.flatten,
     "aten.unflatten.int": M.unflatten, "aten.alias.default": M.identity, "aten.detach.default": M.identity,
+    "aten.detach_.default": M.identity,
     "aten.clone.default": M.clone, "aten.contiguous.default": M.clone, "aten.lift_fresh_copy.default": M.clone,
     "aten._to_copy.default": M.to_copy, "aten.to.dtype": M.to_dtype, "aten.to.dtype_layout": M.to_dtype_layout,
     "aten.to.device": M.to_device, "aten.type_as.default": M.type_as, "aten.repeat.default": M.repeat,
@@ -130,11 +132,8 @@ ATEN_OPS: dict[str, Callable] = {
     # ------------------------------------------------------------------ sizes and assertions
     "aten.sym_size.int": _sizes.sym_size, "aten.sym_numel.default": _sizes.sym_numel,
     "aten._assert_scalar.default": _sizes.assert_scalar,
-    "aten.sym_constrain_range.default": _sizes.constrain_range,
-    "aten.sym_constrain_range_for_size.default": _sizes.constrain_range,
     "aten._assert_tensor_metadata.default": _sizes.assert_tensor_metadata,
-    "_operator.getitem": _sizes.getitem, **_sizes.SIZE_OPERATORS,
-    "torch.sym_max": _sizes.sym_max, "torch.sym_min": _sizes.sym_min, "torch.sym_not": _sizes.sym_not,
+    "_operator.getitem": _sizes.getitem, **_sizes.SIZE_OPERATORS, "torch.sym_not": _sizes.sym_not,
 }
 
 #: In-place ATen ops (``aten.add_.Tensor``) -> their functional entry; the converter writes the result back.
