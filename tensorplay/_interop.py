@@ -48,6 +48,9 @@ _CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat",
 # device (8) and ndim (4).
 _DTYPE_OFFSET = {b"dltensor": 20, b"dltensor_versioned": 32 + 20}
 
+#: numpy 2.1 and later consume versioned capsules (which can say "read-only")
+_NUMPY_READS_VERSIONED = np.lib.NumpyVersion(np.__version__) >= "2.1.0"
+
 _capsule_name = ctypes.pythonapi.PyCapsule_GetName
 _capsule_name.restype = ctypes.c_char_p
 _capsule_name.argtypes = [ctypes.py_object]
@@ -75,10 +78,13 @@ def to_dlpack_capsule(tensor, *, stream=None, max_version=None, dl_device=None, 
         raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
     if dl_device is not None and tuple(dl_device)[0] != KDL_CPU:
         raise BufferError(f"tensorplay tensors live on the CPU; cannot export to DLPack device {dl_device}")
-    kwargs = {"copy": copy}
-    if max_version is not None:
-        kwargs["max_version"] = max_version
-    capsule = tensor._data.__dlpack__(**kwargs)
+    kwargs = {k: v for k, v in (("max_version", max_version), ("copy", copy)) if v is not None}
+    try:
+        capsule = tensor._data.__dlpack__(**kwargs)
+    except TypeError:  # numpy before 2.1 exports legacy capsules only
+        if copy:
+            raise
+        capsule = tensor._data.__dlpack__()
     if tensor.dtype is _dtype.bfloat16:
         field = _dtype_field(capsule)
         field[0] = _KDL_BFLOAT  # the uint16 storage holds bfloat16 bits: say so (bits stay 16, lanes 1)
@@ -109,9 +115,12 @@ def from_dlpack(ext):
         if int(device[0]) != KDL_CPU:
             raise RuntimeError(f"from_dlpack(): tensorplay runs on the CPU, but the tensor lives on DLPack device "
                                f"{tuple(device)}; move it to the CPU first (for torch: t.cpu())")
-        try:
-            capsule = ext.__dlpack__(max_version=(1, 0))
-        except TypeError:  # a producer that predates versioned capsules
+        if _NUMPY_READS_VERSIONED:
+            try:
+                capsule = ext.__dlpack__(max_version=(1, 0))
+            except TypeError:  # a producer that predates versioned capsules
+                capsule = ext.__dlpack__()
+        else:
             capsule = ext.__dlpack__()
     elif type(ext).__name__ == "PyCapsule":
         capsule = ext

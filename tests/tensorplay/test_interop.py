@@ -84,6 +84,9 @@ def test_numpy_and_torch_as_tensor():
     from_np = tp.from_dlpack(arr)
     from_np[0] = 5
     assert arr[0] == 5
+    frozen = np.arange(3.0)
+    frozen.flags.writeable = False
+    assert not tp.from_dlpack(frozen)._data.flags.writeable  # a read-only producer stays read-only
 
 
 def test_export_refusals():
