@@ -70,52 +70,114 @@ class _RawDense:
         self.items, self.node = items, node
 
 
+#: Bounds on hostile text, far beyond anything the compiler writes: one expression's nesting and node count,
+#: integer literals and powers, Max/Min arguments, and the nesting of regions, lists and dense literals.
+MAX_EXPR_DEPTH = 100
+MAX_EXPR_NODES = 5000
+MAX_INT_BITS = 64
+MAX_VALUE_BITS = 256
+MAX_SYMBOLIC_EXPONENT = 8
+MAX_MINMAX_ARGS = 16
+MAX_NESTING = 64
+
+
+class _Expr:
+    """Builds a number / sympy object from one expression subtree (python ints and floats stay python),
+    within the bounds above: :class:`DialectParseError` past any of them."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self) -> None:
+        self.nodes = 0
+
+    def __call__(self, node: Any, depth: int = 0) -> Any:
+        if isinstance(node, lark.Token):
+            raise _err(node, f"unexpected {node!r} in expression")
+        self.nodes += 1
+        if depth > MAX_EXPR_DEPTH or self.nodes > MAX_EXPR_NODES:
+            raise _err(node, f"expression nested deeper than {MAX_EXPR_DEPTH} or larger than {MAX_EXPR_NODES} nodes")
+        k, ch = node.data, node.children
+        sub = lambda c: self(c, depth + 1)  # noqa: E731
+        if k == "int":
+            if len(ch[0]) > 40 or int(ch[0]).bit_length() > MAX_INT_BITS:
+                raise _err(node, f"integer literal {str(ch[0])[:24]}... exceeds {MAX_INT_BITS} bits")
+            return int(ch[0])
+        if k == "float":
+            return float(ch[0])
+        if k == "name":
+            return _NAMED.get(str(ch[0]), None) if str(ch[0]) in _NAMED else sym(str(ch[0]))
+        if k == "neg":
+            return -sub(ch[0])
+        if k == "pow":
+            return self.power(node, sub(ch[0]), sub(ch[1]))
+        if k in ("add", "sub", "mul"):
+            a, b = sub(ch[0]), sub(ch[1])
+            return self.bounded(node, a + b if k == "add" else a - b if k == "sub" else a * b)
+        if k == "div":
+            a, b = sub(ch[0]), sub(ch[1])
+            if isinstance(a, int) and isinstance(b, int):
+                return sympy.Rational(a, b)
+            return a / sympy.sympify(b) if not isinstance(a, float) else a / b
+        if k == "call":
+            fname = str(ch[0])
+            if fname not in FUNCTIONS:
+                raise _err(ch[0], f"unknown function {fname!r}; expected one of {', '.join(FUNCTIONS)}")
+            if len(ch) - 1 > MAX_MINMAX_ARGS:
+                raise _err(node, f"{fname} with {len(ch) - 1} arguments; at most {MAX_MINMAX_ARGS} are allowed")
+            return FUNCTIONS[fname](*[sub(c) for c in ch[1:]])
+        if k == "compare":
+            return _CMP[str(ch[1])](sub(ch[0]), sub(ch[2]))
+        raise _err(node, f"unexpected {k} in expression")
+
+    def power(self, node: Any, base: Any, exp: Any) -> Any:
+        """``base**exp`` for an integer ``exp``: a number of at most MAX_VALUE_BITS bits, or a symbolic base
+        to at most the MAX_SYMBOLIC_EXPONENT-th power (larger ones blow up when expanded)."""
+        exp = sympy.sympify(exp)
+        if not exp.is_Integer:
+            raise _err(node, f"exponent {exp} must be an integer")
+        number = sympy.sympify(base)
+        if number.is_Rational:
+            bits = max(int(number.p).bit_length(), int(number.q).bit_length())
+            if abs(int(exp)) * bits > MAX_VALUE_BITS:
+                raise _err(node, f"power {str(number)[:24]}**{exp} exceeds {MAX_VALUE_BITS} bits")
+        elif abs(int(exp)) > MAX_SYMBOLIC_EXPONENT:
+            raise _err(node, f"exponent {exp} of a symbolic base exceeds {MAX_SYMBOLIC_EXPONENT}")
+        return sympy.Pow(base, exp)
+
+    @staticmethod
+    def bounded(node: Any, v: Any) -> Any:
+        if isinstance(v, int | sympy.Rational):
+            r = sympy.Rational(v)
+            if max(int(r.p).bit_length(), int(r.q).bit_length()) > MAX_VALUE_BITS:
+                raise _err(node, f"a number in the expression exceeds {MAX_VALUE_BITS} bits")
+        return v
+
+
 def _expr(node: Any) -> Any:
-    """Build a number / sympy object from an expression subtree (python ints and floats stay python)."""
-    if isinstance(node, lark.Token):
-        raise _err(node, f"unexpected {node!r} in expression")
-    k, ch = node.data, node.children
-    if k == "int":
-        return int(ch[0])
-    if k == "float":
-        return float(ch[0])
-    if k == "name":
-        return _NAMED.get(str(ch[0]), None) if str(ch[0]) in _NAMED else sym(str(ch[0]))
-    if k == "neg":
-        return -_expr(ch[0])
-    if k in ("add", "sub", "mul", "pow"):
-        a, b = _expr(ch[0]), _expr(ch[1])
-        return {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-                "pow": lambda: sympy.Pow(a, b)}[k]()
-    if k == "div":
-        a, b = _expr(ch[0]), _expr(ch[1])
-        if isinstance(a, int) and isinstance(b, int):
-            return sympy.Rational(a, b)
-        return a / sympy.sympify(b) if not isinstance(a, float) else a / b
-    if k == "call":
-        fname = str(ch[0])
-        if fname not in FUNCTIONS:
-            raise _err(ch[0], f"unknown function {fname!r}; expected one of {', '.join(FUNCTIONS)}")
-        return FUNCTIONS[fname](*[_expr(c) for c in ch[1:]])
-    if k == "compare":
-        return _CMP[str(ch[1])](_expr(ch[0]), _expr(ch[2]))
-    raise _err(node, f"unexpected {k} in expression")
+    """A number / sympy object from one expression subtree (see :class:`_Expr`)."""
+    return _Expr()(node)
 
 
 def parse_expr(node: Any) -> sympy.Expr:
     return sympy.sympify(_expr(node))
 
 
-def _value(node: Any) -> Any:
+def _nested(node: Any, depth: int) -> int:
+    if depth > MAX_NESTING:
+        raise _err(node, f"nested deeper than {MAX_NESTING} levels")
+    return depth + 1
+
+
+def _value(node: Any, depth: int = 0) -> Any:
     """An attribute value: python scalars, str, list, tuple, sympy, WeightRef or a raw dense literal."""
     if isinstance(node, lark.Tree):
         k = node.data
         if k == "string":
             return json.loads(node.children[0])
         if k == "list":
-            return [_value(c) for c in node.children if c is not None]
+            return [_value(c, _nested(node, depth)) for c in node.children if c is not None]
         if k == "tuple":
-            return tuple(_value(c) for c in node.children if c is not None)
+            return tuple(_value(c, _nested(node, depth)) for c in node.children if c is not None)
         if k == "dense":
             return _RawDense(_dense_items(node.children[0]), node)
         if k == "weight_ref":
@@ -127,9 +189,9 @@ def _value(node: Any) -> Any:
     raise _err(node, f"unexpected {node!r}")
 
 
-def _dense_items(node: Any) -> Any:
+def _dense_items(node: Any, depth: int = 0) -> Any:
     if isinstance(node, lark.Tree) and node.data == "dense_list":
-        return [_dense_items(c) for c in node.children if c is not None]
+        return [_dense_items(c, _nested(node, depth)) for c in node.children if c is not None]
     v = _expr(node)
     return float(v) if isinstance(v, sympy.Basic) else v
 
@@ -185,7 +247,7 @@ class _FunctionParser:
         if ws is not None:
             f.workspace = self.workspace(ws)
         for o in ops:
-            self.op(o, f.body)
+            self.op(o, f.body, 0)
         return f
 
     def header(self, f: Function, where: lark.Tree) -> None:
@@ -217,7 +279,7 @@ class _FunctionParser:
         size = entries.pop("size")
         return WorkspacePlan(size, tuple(entries.items()))
 
-    def op(self, node: lark.Tree, block: Block) -> Operation:
+    def op(self, node: lark.Tree, block: Block, depth: int) -> Operation:
         results, name_tok, operands, attrs, *tail = node.children
         types_, regions, loc = [], [], None
         for c in tail:
@@ -253,7 +315,7 @@ class _FunctionParser:
         for r, rnode in zip(op.regions, regions):
             for o in rnode.children:
                 if o is not None:
-                    self.op(o, r.block)
+                    self.op(o, r.block, _nested(rnode, depth))
         for tok, v in zip(result_toks, op.results):
             self.define(tok, v)
         block.append(op)
@@ -297,6 +359,16 @@ def parse(text: str) -> Module:
     except lark.UnexpectedEOF as e:
         raise DialectParseError(f"unexpected end of input; expected one of {_describe(set(e.expected))}",
                                 None, None) from None
+    try:
+        return _module(tree)
+    except DialectParseError:
+        raise
+    except (ArithmeticError, AttributeError, IndexError, KeyError, RecursionError, TypeError, ValueError) as e:
+        # sympy and numpy on hostile values (Mod(s0, 0), a huge literal, nesting past every bound above)
+        raise DialectParseError(f"malformed text: {type(e).__name__}: {str(e)[:200]}") from None
+
+
+def _module(tree: lark.Tree) -> Module:
     m = Module()
     for c in tree.children:
         if c.data == "weight_decl":

@@ -60,6 +60,7 @@ class _FunctionVerifier:
     def __init__(self, module: Module | None, f: Function, out: list[str]):
         self.module, self.f, self.out = module, f, out
         self.facts = f.facts()
+        self.loops: dict[sympy.Symbol, sympy.Expr] = {}  # enclosing loop symbol -> its upper bound
         self.names = Namer()
         vals = list(f.args) + [r for op in f.walk() for r in op.results]
         self.names.reserve(vals)
@@ -125,14 +126,18 @@ class _FunctionVerifier:
             if d.has(TERMINATOR) and k != len(block.ops) - 1:
                 self.error(op, "terminator must be the last op of its block")
             inner_loop = set(loop_vars)
+            iv = None
             if op.name in ("kernel.for", "kernel.reduce"):
                 iv = op.attributes.get("iv")
                 if iv in self.declared or iv in loop_vars:
                     self.error(op, f"loop symbol {iv} shadows a symbol already in scope")
                 inner_loop.add(iv)
             self.op(op, d, loop_vars, inner_loop)
+            if isinstance(iv, sympy.Symbol):
+                self.loops[iv] = op.attributes.get("upper")
             for r in op.regions:
                 self.block(r.block, visible, inner_loop)
+            self.loops.pop(iv, None)
             visible.update(op.results)
 
     def op(self, op: Operation, d: Any, loop_vars: set, inner_loop: set) -> None:
@@ -173,6 +178,43 @@ class _FunctionVerifier:
                 self.error(op, f"result {i} has type {r.type}, inference gives {t}")
         if d.has(ASSERTION):
             self.message(op)
+        if op.name == "kernel.gemm":
+            self.gemm_extents(op)
+
+    def gemm_extents(self, op: Operation) -> None:
+        """Every block a ``kernel.gemm`` reads or writes lies inside its buffer, for every value of the header's
+        symbols and of the enclosing loop symbols: ``offset + m*k <= numel(a)`` and likewise for b, c, the bias
+        (``n``) and the residual. Code compiled from the text reads and writes exactly these spans."""
+        a = op.attributes
+        m, n, k = a["m"], a["n"], a["k"]
+        spans = [("a", a["a_offset"], m * k), ("b", a["b_offset"], k * n), ("c", a["c_offset"], m * n)]
+        if a["bias"]:
+            spans.append(("bias", sympy.Integer(0), n))
+        if a["residual"]:
+            spans.append(("residual", a["c_offset"], m * n))
+        for (what, offset, size), buf in zip(spans, op.operands, strict=False):
+            t = buf.type
+            if not isinstance(t, BufferType):
+                continue  # infer reported it
+            end = self.loop_maximum(offset + size)
+            ok = None if end is None else self.facts.prove(sympy.And(sympy.Le(end, t.numel()), sympy.Ge(offset, 0),
+                                                                      sympy.Ge(size, 0)))
+            if ok is not True:
+                self.error(op, f"{what} block [{offset}, {offset} + {size}) is not provably inside its "
+                               f"{t} (numel {t.numel()})")
+
+    def loop_maximum(self, e: sympy.Expr) -> sympy.Expr | None:
+        """``e`` at its largest over the enclosing loops (each loop symbol at its last value, innermost first),
+        when ``e`` grows with each of them; None when it is not provably monotone."""
+        e = sympy.sympify(e)
+        for iv, upper in reversed(list(self.loops.items())):
+            if iv not in e.free_symbols:
+                continue
+            if not e.is_polynomial(iv) or sympy.degree(e, iv) > 1 \
+                    or self.facts.prove(sympy.Ge(sympy.diff(e, iv), 0)) is not True:
+                return None
+            e = sympy.expand(e.subs(iv, upper - 1))
+        return e
 
     def message(self, op: Operation) -> None:
         allowed = _PLACEHOLDERS.get(op.name)
