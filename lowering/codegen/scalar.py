@@ -20,8 +20,10 @@ import math
 from collections.abc import Sequence
 
 import llvmlite.ir as ir
+import numpy as np
 
 from tensorplay.dialect.ops import UNARY_OPS
+from tensorplay.dialect.reference import round_bf16
 from tensorplay.dialect.types import BF16, F16, F32, F64, I1, I8, I16, I32, I64, U8, DType
 
 from .expr import CodegenError
@@ -71,7 +73,7 @@ class ScalarOps:
         ty = register_type(dt)
         if dt.is_float:
             if dt == BF16 and math.isfinite(value):
-                value = _round_bf16_py(value)
+                value = float(round_bf16(np.float32(value)))
             return ir.Constant(ty, float(value))
         if dt == I1:
             return ir.Constant(ty, int(value != 0))
@@ -337,13 +339,6 @@ def _tag(t: ir.Type) -> str:
 
 def _fbits(t: ir.Type) -> int:
     return {_F16: 16, _F32: 32, _F64: 64}[t]
-
-
-def _round_bf16_py(v: float) -> float:
-    import numpy as np
-
-    from tensorplay.dialect.reference import round_bf16
-    return float(round_bf16(np.array([v], np.float32))[0])
 
 
 def _ipow(module: ir.Module, ty: ir.IntType) -> ir.Function:
