@@ -1,7 +1,8 @@
 """Executing native code built by ``lowering``.
 
 The llvmlite JIT for the host CPU (:mod:`tensorplay.runtime.jit`, :mod:`tensorplay.runtime.target`), the
-calling convention and executables (:mod:`tensorplay.runtime.abi`), the on-disk compile cache
+calling convention and executables (:mod:`tensorplay.runtime.abi`) with their dtype names
+(:mod:`tensorplay.runtime.dtypes`), the on-disk compile cache
 (:mod:`tensorplay.runtime.cache`), ahead-of-time objects, shared libraries and C headers
 (:mod:`tensorplay.runtime.aot`), the weights file (:mod:`tensorplay.runtime.weights`) and stored native code
 (:mod:`tensorplay.runtime.artifact`). Needs only numpy and llvmlite, never ``tensorplay``.
