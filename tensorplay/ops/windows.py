@@ -120,12 +120,13 @@ def _unshuffle_meta(input, downscale_factor):
 
 
 def _shuffle(x, r: int, lead: tuple, c, h, w):
-    """``(*lead, c*r*r, h, w) -> (*lead, c, h*r, w*r)`` with reshape/permute (numpy arrays or tensors)."""
+    """``(*lead, c*r*r, h, w) -> (*lead, c, h*r, w*r)`` with reshape/permute (numpy arrays or tensors);
+    ``c`` may be -1."""
     k = len(lead)
     blocks = x.reshape(*lead, c, r, r, h, w)
     order = (*range(k), k, k + 3, k + 1, k + 4, k + 2)
     moved = blocks.transpose(order) if isinstance(blocks, np.ndarray) else blocks.permute(*order)
-    return moved.reshape(*lead, c, h * r, w * r)
+    return moved.reshape(*lead, blocks.shape[k], h * r, w * r)
 
 
 def _unshuffle(x, r: int, lead: tuple, c, h, w):
@@ -161,9 +162,9 @@ pixel_unshuffle = register(
 
 @pixel_shuffle.def_decomposition
 def _pixel_shuffle_decomposition(input, upscale_factor):
-    meta = _shuffle_meta(TensorMeta(tuple(input.shape), input.dtype), upscale_factor)
-    c = meta.shape[-3]
-    return _shuffle(input, upscale_factor, tuple(input.shape[:-3]), c, input.shape[-2], input.shape[-1])
+    _shuffle_meta(TensorMeta(tuple(input.shape), input.dtype), upscale_factor)
+    # the channel count as -1: a traced channel extent divides by r*r only under a guard the dialect cannot see
+    return _shuffle(input, upscale_factor, tuple(input.shape[:-3]), -1, input.shape[-2], input.shape[-1])
 
 
 @pixel_unshuffle.def_decomposition
