@@ -17,12 +17,12 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from . import bench, build, compile, inspect, run
+from . import bench, build, compile, import_torch, inspect, run
 from ._common import CLIError
 
 __all__ = ["main"]
 
-COMMANDS = {"inspect": inspect, "compile": compile, "build": build, "run": run, "bench": bench}
+COMMANDS = {"inspect": inspect, "compile": compile, "build": build, "run": run, "bench": bench, "import": import_torch}
 
 
 def parser() -> argparse.ArgumentParser:
