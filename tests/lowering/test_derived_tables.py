@@ -4,6 +4,8 @@ op registry; the thread count from ``TENSORPLAY_NUM_THREADS``. (That every unary
 dialect has a native rule is checked op by op in test_codegen_scalar.py.)"""
 from __future__ import annotations
 
+import doctest
+
 import numpy as np
 import pytest
 
@@ -12,12 +14,18 @@ from tensorplay import _dtype
 from tensorplay.dialect.ops import UNARY_OPS
 from tensorplay.dialect.types import BF16, DTYPES
 from tensorplay.export import export
+from tensorplay.lowering import dtypes as lowering_dtypes
 from tensorplay.lowering.codegen import llvm
 from tensorplay.lowering.dtypes import DIALECT_DTYPES, SIGNATURE_NAMES, storage_dtype, to_storage
 from tensorplay.lowering.from_graph.convert import _VIEW_OPS
 from tensorplay.lowering.pipeline import CompileOptions, compile_program
 from tensorplay.ops import REGISTRY
 from tensorplay.runtime import dtypes as runtime_dtypes
+
+
+def test_docstring_examples():
+    result = doctest.testmod(lowering_dtypes)
+    assert result.attempted and not result.failed
 
 
 def test_every_dialect_dtype_has_one_runtime_name_and_back():

@@ -5,7 +5,7 @@ import pytest
 
 MODULES = ["tensorplay.runtime", "tensorplay.runtime.target", "tensorplay.runtime.jit",
            "tensorplay.runtime.cache", "tensorplay.runtime.abi", "tensorplay.runtime.aot",
-           "tensorplay.runtime.weights", "tensorplay.runtime.artifact"]
+           "tensorplay.runtime.weights", "tensorplay.runtime.artifact", "tensorplay.runtime.dtypes"]
 
 
 @pytest.mark.parametrize("name", MODULES)
