@@ -1,8 +1,8 @@
 """Windows and blocks: ``unfold`` (``Tensor.unfold``: sliding windows along one dim, a view) and
 ``pixel_shuffle`` / ``pixel_unshuffle`` (channels to spatial blocks and back).
 
-``unfold`` decomposes into strided slices stacked along a new dim, the pixel shuffles into
-``reshape`` / ``permute``, so all three compile with the movement primitives.
+``unfold`` and ``pixel_shuffle`` decompose into strided slices stacked along a new dim (then permuted),
+``pixel_unshuffle`` into ``reshape`` / ``permute``, so all three compile with the movement primitives.
 
 >>> import tensorplay as tp
 >>> tp.arange(5).unfold(0, 2, 2).tolist()
@@ -119,14 +119,11 @@ def _unshuffle_meta(input, downscale_factor):
     return TensorMeta(input.shape[:-3] + (c * r * r, floordiv(h, r), floordiv(w, r)), input.dtype)
 
 
-def _shuffle(x, r: int, lead: tuple, c, h, w):
-    """``(*lead, c*r*r, h, w) -> (*lead, c, h*r, w*r)`` with reshape/permute (numpy arrays or tensors);
-    ``c`` may be -1."""
+def _shuffle(x: np.ndarray, r: int, lead: tuple, c, h, w) -> np.ndarray:
+    """``(*lead, c*r*r, h, w) -> (*lead, c, h*r, w*r)``."""
     k = len(lead)
     blocks = x.reshape(*lead, c, r, r, h, w)
-    order = (*range(k), k, k + 3, k + 1, k + 4, k + 2)
-    moved = blocks.transpose(order) if isinstance(blocks, np.ndarray) else blocks.permute(*order)
-    return moved.reshape(*lead, blocks.shape[k], h * r, w * r)
+    return blocks.transpose(*range(k), k, k + 3, k + 1, k + 4, k + 2).reshape(*lead, c, h * r, w * r)
 
 
 def _unshuffle(x, r: int, lead: tuple, c, h, w):
@@ -162,9 +159,18 @@ pixel_unshuffle = register(
 
 @pixel_shuffle.def_decomposition
 def _pixel_shuffle_decomposition(input, upscale_factor):
-    _shuffle_meta(TensorMeta(tuple(input.shape), input.dtype), upscale_factor)
-    # the channel count as -1: a traced channel extent divides by r*r only under a guard the dialect cannot see
-    return _shuffle(input, upscale_factor, tuple(input.shape[:-3]), -1, input.shape[-2], input.shape[-1])
+    """Channel ``c*r*r + i*r + j`` goes to offset ``(i, j)`` of block ``c``: the ``r*r`` strided channel slices
+    stack into a trailing dim that splits into ``(i, j)``. A traced channel extent is never reshaped (it divides
+    by ``r*r`` only under a guard the dialect cannot see)."""
+    t = tp()
+    r = upscale_factor
+    _shuffle_meta(TensorMeta(tuple(input.shape), input.dtype), r)
+    *lead, c, h, w = input.shape
+    k = len(lead)
+    channels = c // (r * r)
+    planes = [t.narrow(input[(*(slice(None),) * k, slice(p, None, r * r))], k, 0, channels) for p in range(r * r)]
+    blocks = t.stack(planes, -1).reshape(*lead, channels, h, w, r, r)
+    return blocks.permute(*range(k), k, k + 1, k + 3, k + 2, k + 4).reshape(*lead, channels, h * r, w * r)
 
 
 @pixel_unshuffle.def_decomposition
