@@ -40,21 +40,29 @@ def local_loop(program, x: np.ndarray, batch_size: int) -> tuple[float, np.ndarr
     return len(x) / (time.perf_counter() - start), out
 
 
-def ray_rate(program, x: np.ndarray, workers: int, batch_size: int) -> tuple[float, np.ndarray]:
-    """Rows per second of a Ray Data pipeline over ``x`` with ``workers`` workers, and its outputs by row id."""
+def make_dataset(x: np.ndarray, block_rows: int):
+    """A dataset of ``x`` with an ``id`` column, in blocks of ``block_rows`` rows (a block goes to one worker)."""
+    import pyarrow as pa
     import ray
+    from ray.data.extensions import ArrowTensorArray
 
+    table = pa.table({"id": np.arange(len(x)), "x": ArrowTensorArray.from_numpy(x)})
+    return ray.data.from_arrow([table.slice(start, block_rows) for start in range(0, len(x), block_rows)])
+
+
+def ray_rate(program, x: np.ndarray, workers: int, batch_size: int) -> tuple[float, np.ndarray]:
+    """Rows per second of a Ray Data pipeline over ``x`` with ``workers`` workers (from the start of its
+    workers to the last result in this process), and its outputs in row order."""
     from tensorplay.serve import map_batches
 
-    dataset = ray.data.from_items([{"id": i, "x": row} for i, row in enumerate(x)])
+    dataset = make_dataset(x, 4 * batch_size)
+    out = np.empty((len(x), *np.shape(program(tp.from_numpy(x[:1])))[1:]), np.float32)
     start = time.perf_counter()
-    rows = map_batches(dataset, program, workers=workers, num_threads=1, batch_size=batch_size,
-                       input_columns=["x"], keep_columns=["id"]).take_all()
-    rate = len(x) / (time.perf_counter() - start)
-    out = np.empty((len(x), *np.shape(rows[0]["output"])), np.float32)
-    for row in rows:
-        out[row["id"]] = row["output"]
-    return rate, out
+    predictions = map_batches(dataset, program, workers=workers, num_threads=1, batch_size=batch_size,
+                              input_columns=["x"], keep_columns=["id"])
+    for batch in predictions.iter_batches(batch_size=None, batch_format="numpy"):
+        out[batch["id"]] = batch["output"]
+    return len(x) / (time.perf_counter() - start), out
 
 
 def main(argv: list[str] | None = None) -> dict:
