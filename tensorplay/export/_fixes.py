@@ -55,6 +55,16 @@ class RelationFix:
 
 Fix = RangeFix | ConstantFix | RelationFix
 
+#: Sizes in a fix line are at most this (a larger number is no dimension size; refusing it bounds the work).
+MAX_SIZE = 2**63 - 1
+
+
+def _size(token: Any) -> int:
+    text = str(token)
+    if len(text) > 19 or int(text) > MAX_SIZE:
+        raise ValueError(f"suggested fix: the number {text[:24]}{'...' if len(text) > 24 else ''} exceeds {MAX_SIZE}")
+    return int(text)
+
 
 class _ToFix(Transformer):
     """Lark tree of one line -> ``(name, Fix)``."""
@@ -79,10 +89,10 @@ class _ToFix(Transformer):
         return str(items[0])[1:-1], RangeFix(bounds.get("min"), bounds.get("max"))
 
     def bound(self, items: list) -> tuple[str, int]:
-        return str(items[0]), int(items[1])
+        return str(items[0]), _size(items[1])
 
     def constant(self, items: list) -> ConstantFix:
-        return ConstantFix(int(items[0]))
+        return ConstantFix(_size(items[0]))
 
     def relation(self, items: list) -> RelationFix:
         parts = dict(item for item in items if isinstance(item, tuple))  # ("scale", s), ("offset", k)
@@ -90,11 +100,11 @@ class _ToFix(Transformer):
         return RelationFix(root, parts.get("scale", 1), parts.get("offset", 0))
 
     def scale(self, items: list) -> tuple[str, int]:
-        return "scale", int(items[0])
+        return "scale", _size(items[0])
 
     def offset(self, items: list) -> tuple[str, int]:
         sign, value = items
-        return "offset", int(value) if sign == "+" else -int(value)
+        return "offset", _size(value) if sign == "+" else -_size(value)
 
 
 @functools.cache

@@ -38,7 +38,7 @@ import re
 import struct
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,7 +48,7 @@ from .. import _dtype
 from .._tensor import Tensor
 
 __all__ = [
-    "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "NativeCode", "NativeRecompileWarning", "PT2ArchiveContents",
+    "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "ExtraFiles", "NativeCode", "NativeRecompileWarning", "PT2ArchiveContents",
     "PT2ArchiveReader", "PT2ArchiveWriter",
     "WeightType", "bundle_payloads", "check_entry_name", "check_tensor_entry", "decode_tensor", "encode_tensor",
     "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "unbundle_payloads",
@@ -470,6 +470,36 @@ class PT2ArchiveReader:
             raise ValueError(f"archive entry {name!r} holds {len(data)} bytes but declares {info.file_size}")
         return data
 
+    def deferred(self, name: str) -> Callable[[], bytes]:
+        """A function returning the bytes of entry ``name`` later, even after this reader is closed: the
+        stored (compressed) bytes are read now, at most the archive's own size; inflating them and checking
+        the declared size and CRC happen on the call (``ValueError`` when they disagree)."""
+        info = self._info(name)
+        fp = self._zip.fp
+        try:
+            fp.seek(info.header_offset)
+            header = fp.read(30)
+            if len(header) != 30 or header[:4] != b"PK\x03\x04":
+                raise ValueError(f"archive entry {name!r}: bad local header")
+            name_len, extra_len = struct.unpack("<HH", header[26:30])
+            fp.seek(info.header_offset + 30 + name_len + extra_len)
+            raw = fp.read(info.compress_size)
+        except OSError as exc:
+            raise ValueError(f"cannot read archive entry {name!r}: {exc}") from None
+        if len(raw) != info.compress_size:
+            raise ValueError(f"archive entry {name!r} runs past the end of the archive")
+        size, crc, stored = info.file_size, info.CRC, info.compress_type == zipfile.ZIP_STORED
+
+        def read() -> bytes:
+            try:
+                data = raw if stored else zlib.decompressobj(-zlib.MAX_WBITS).decompress(raw, size + 1)
+            except zlib.error as exc:
+                raise ValueError(f"archive entry {name!r} is corrupt: {exc}") from None
+            if len(data) != size or zlib.crc32(data) != crc:
+                raise ValueError(f"archive entry {name!r} does not match its declared size and CRC")
+            return data
+        return read
+
     def read_string(self, name: str) -> str:
         """A UTF-8 text entry (at most 256 MiB)."""
         try:
@@ -545,6 +575,36 @@ class NativeCode:
         return load_executable(self, **options)
 
 
+class ExtraFiles(Mapping):
+    """An archive's extra files by name, each read on first access (``str`` when UTF-8, else ``bytes``).
+
+    Loading an archive only reads their stored bytes; inflating one (which a hostile archive may
+    declare a gigabyte long) happens when it is asked for.
+    """
+
+    def __init__(self, readers: dict[str, Callable[[], bytes]]) -> None:
+        self._readers = dict(readers)
+        self._values: dict[str, str | bytes] = {}
+
+    def __getitem__(self, name: str) -> str | bytes:
+        if name not in self._values:
+            data = self._readers[name]()
+            try:
+                self._values[name] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                self._values[name] = data
+        return self._values[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._readers)
+
+    def __len__(self) -> int:
+        return len(self._readers)
+
+    def __repr__(self) -> str:
+        return f"<ExtraFiles {sorted(self._readers)}>"
+
+
 class NativeRecompileWarning(RuntimeWarning):
     """Stored native code did not suit this CPU, so it was compiled again from its dialect text."""
 
@@ -553,12 +613,13 @@ class NativeRecompileWarning(RuntimeWarning):
 class PT2ArchiveContents:
     """What :func:`~tensorplay.export.load_pt2` returns.
 
-    ``tp_runners`` maps a model name to its native code per target: ``{triple: NativeCode}``.
+    ``tp_runners`` maps a model name to its native code per target: ``{triple: NativeCode}``;
+    ``extra_files`` maps names to contents (an :class:`ExtraFiles`, read on access, when loaded).
     """
 
     exported_programs: dict[str, Any] = field(default_factory=dict)
     tp_runners: dict[str, Any] = field(default_factory=dict)
-    extra_files: dict[str, Any] = field(default_factory=dict)
+    extra_files: Mapping[str, Any] = field(default_factory=dict)
 
 
 def save_multimodal_pt2(f: Any, programs_dict: dict[str, Any], *, extra_files: dict[str, Any] | None = None,

@@ -21,7 +21,7 @@ import json
 import operator
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sympy
@@ -30,6 +30,7 @@ from .._tensor import Tensor
 from ..graph._pytree import TreeSpec
 from . import serde
 from .pt2_archive import (
+    ExtraFiles,
     PT2ArchiveContents,
     PT2ArchiveReader,
     PT2ArchiveWriter,
@@ -495,7 +496,7 @@ def _as_bytes(value: Any, what: str) -> bytes:
 def _check_extra_files(extra_files: Any) -> dict[str, bytes]:
     if extra_files is None:
         return {}
-    if not isinstance(extra_files, dict):
+    if not isinstance(extra_files, Mapping):
         raise TypeError(f"extra_files must be a dict name -> str/bytes, got {type(extra_files).__name__}")
     return {check_entry_name(name, "extra file"): _as_bytes(value, f"extra_files[{name!r}]")
             for name, value in extra_files.items()}
@@ -584,6 +585,7 @@ def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, ru
             contents.exported_programs[model] = _load_model(reader, model, expected_opset_version,
                                                             load_weights_from_disk)
         known = {f"models/{m}.json" for m in models}
+        extras = {}
         for name in names:
             if name.startswith("data/") and not name.startswith("data/native/"):
                 model = name.split("/")[2]
@@ -597,11 +599,8 @@ def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, ru
                 if rest[0] == "manifest.json":
                     contents.tp_runners.setdefault(model, {})[triple] = _load_native(reader, model, triple)
             elif name.startswith("extra/"):
-                data = reader.read_bytes(name)
-                try:
-                    contents.extra_files[name[len("extra/"):]] = data.decode("utf-8")
-                except UnicodeDecodeError:  # binary extra files come back as bytes
-                    contents.extra_files[name[len("extra/"):]] = data
+                extras[name[len("extra/"):]] = reader.deferred(name)
+        contents.extra_files = ExtraFiles(extras)
         from .native_archive import attach_runners
         attach_runners(contents, num_runners=num_runners, run_single_threaded=run_single_threaded)
         return contents

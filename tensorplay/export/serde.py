@@ -62,7 +62,15 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 MAX_DEPTH = 200
+#: Bounds on one stored sympy expression (hostile documents; programs never come near them): its text, nesting
+#: and node count, integer literals, numbers computed from powers, symbolic exponents and Max/Min-like arguments.
 MAX_EXPR_CHARS = 20_000
+MAX_EXPR_DEPTH = 100
+MAX_EXPR_NODES = 5000
+MAX_INT_BITS = 64
+MAX_VALUE_BITS = 256
+MAX_SYMBOLIC_EXPONENT = 8
+MAX_VARIADIC_ARGS = 16
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -192,46 +200,73 @@ def parse_sympy(text: str, symbols: dict[str, sympy.Symbol]) -> sympy.Basic:
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ValueError(f"malformed sympy expression {text[:80]!r}: {exc}") from None
     try:
-        return _sym_node(tree.body, symbols, 0)
+        return _SympyBuilder(symbols)(tree.body, 0)
     except Exception as exc:  # sympy is third-party: any failure on hostile text is a malformed document
         raise ValueError(f"malformed sympy expression {text[:80]!r}: {exc}") from None
 
 
-def _sym_node(node: ast.AST, symbols: dict[str, sympy.Symbol], depth: int) -> Any:
-    if depth > MAX_DEPTH:
-        raise ValueError("expression nested too deeply")
-    rec = lambda n: _sym_node(n, symbols, depth + 1)  # noqa: E731
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
-        value = node.value
-        return sympy.sympify(value) if type(value) is bool else sympy.Integer(value) if type(value) is int \
-            else sympy.Float(value)
-    if isinstance(node, ast.Name):
-        if node.id in _SYM_CONSTS:
-            return _SYM_CONSTS[node.id]
-        if node.id in symbols:
-            return symbols[node.id]
-        raise ValueError(f"unknown symbol {node.id!r} (not in the document's symbol table)")
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
-        return _BINOPS[type(node.op)](rec(node.left), rec(node.right))
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
-        base, exp = rec(node.left), rec(node.right)
-        if not (exp.is_Rational and abs(exp) <= 64):
-            raise ValueError(f"exponent {exp} out of range (|exponent| <= 64 allowed)")
-        if base.is_Rational and abs(exp) * max(int(base.p).bit_length(), int(base.q).bit_length()) > 65536:
-            raise ValueError(f"power {str(base)[:20]}**{exp} is too large")
-        return base**exp
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert | ast.Not):
-        value = rec(node.operand)
-        return -value if isinstance(node.op, ast.USub) else value if isinstance(node.op, ast.UAdd) \
-            else sympy.Not(value)
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
-        return _COMPARE[type(node.ops[0])](rec(node.left), rec(node.comparators[0]))
-    if isinstance(node, ast.Tuple):
-        return tuple(rec(e) for e in node.elts)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SYM_FUNCS \
-            and not node.keywords and len(node.args) <= 64:
-        return _SYM_FUNCS[node.func.id](*(rec(a) for a in node.args))
-    raise ValueError(f"unsupported syntax {ast.dump(node)[:60]}")
+_VARIADIC = frozenset({"Max", "Min", "Piecewise", "And", "Or"})
+
+
+class _SympyBuilder:
+    """One expression's syntax tree to sympy, within the bounds above (ValueError past any of them)."""
+
+    __slots__ = ("symbols", "nodes")
+
+    def __init__(self, symbols: dict[str, sympy.Symbol]) -> None:
+        self.symbols = symbols
+        self.nodes = 0
+
+    def __call__(self, node: ast.AST, depth: int) -> Any:
+        self.nodes += 1
+        if depth > MAX_EXPR_DEPTH or self.nodes > MAX_EXPR_NODES:
+            raise ValueError(f"expression nested deeper than {MAX_EXPR_DEPTH} or larger than {MAX_EXPR_NODES} nodes")
+        rec = lambda n: self(n, depth + 1)  # noqa: E731
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
+            value = node.value
+            if type(value) is int and value.bit_length() > MAX_INT_BITS:
+                raise ValueError(f"integer literal {str(value)[:24]}... exceeds {MAX_INT_BITS} bits")
+            return sympy.sympify(value) if type(value) is bool else sympy.Integer(value) if type(value) is int \
+                else sympy.Float(value)
+        if isinstance(node, ast.Name):
+            if node.id in _SYM_CONSTS:
+                return _SYM_CONSTS[node.id]
+            if node.id in self.symbols:
+                return self.symbols[node.id]
+            raise ValueError(f"unknown symbol {node.id!r} (not in the document's symbol table)")
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINOPS:
+            return _bounded(_BINOPS[type(node.op)](rec(node.left), rec(node.right)))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            base, exp = rec(node.left), rec(node.right)
+            if not (exp.is_Rational and abs(exp) <= 64):
+                raise ValueError(f"exponent {exp} out of range (|exponent| <= 64 allowed)")
+            if base.is_Rational:
+                if abs(exp) * max(int(base.p).bit_length(), int(base.q).bit_length()) > MAX_VALUE_BITS:
+                    raise ValueError(f"power {str(base)[:20]}**{exp} exceeds {MAX_VALUE_BITS} bits")
+            elif abs(exp) > MAX_SYMBOLIC_EXPONENT:
+                raise ValueError(f"exponent {exp} of a symbolic base exceeds {MAX_SYMBOLIC_EXPONENT}")
+            return base**exp
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd | ast.Invert | ast.Not):
+            value = rec(node.operand)
+            return -value if isinstance(node.op, ast.USub) else value if isinstance(node.op, ast.UAdd) \
+                else sympy.Not(value)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+            return _COMPARE[type(node.ops[0])](rec(node.left), rec(node.comparators[0]))
+        if isinstance(node, ast.Tuple):
+            return tuple(rec(e) for e in node.elts)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _SYM_FUNCS \
+                and not node.keywords and len(node.args) <= 64:
+            if node.func.id in _VARIADIC and len(node.args) > MAX_VARIADIC_ARGS:
+                raise ValueError(f"{node.func.id} with {len(node.args)} arguments; at most {MAX_VARIADIC_ARGS}")
+            return _bounded(_SYM_FUNCS[node.func.id](*(rec(a) for a in node.args)))
+        raise ValueError(f"unsupported syntax {ast.dump(node)[:60]}")
+
+
+def _bounded(value: Any) -> Any:
+    """``value``, unless it is a number of more than MAX_VALUE_BITS bits (ValueError)."""
+    if isinstance(value, sympy.Rational) and max(int(value.p).bit_length(), int(value.q).bit_length()) > MAX_VALUE_BITS:
+        raise ValueError(f"a number in the expression exceeds {MAX_VALUE_BITS} bits")
+    return value
 
 
 _ASSUMPTIONS = frozenset(_assume_defined)

@@ -170,8 +170,15 @@ def test_zip_bombs_overlap_ratio_and_total_size_cap():
     with pytest.raises(ValueError, match="expands to more than"):
         PT2ArchiveReader(valid_archive(), max_total_bytes=1000)
     # a member whose directory under-declares its size: reading stops at the declared size and fails
+    small = rebuild({"models/model.json": entries(valid_archive())["models/model.json"] + b" " * 5000},
+                    compress=zipfile.ZIP_DEFLATED)
+    expect_value_error(patch_central(small, "models/model.json", 24, "<I", 10))
+    # extra files are read when asked for: loading does not inflate them, reading one checks it
     small = rebuild({"extra/big.txt": b"a" * 5000}, compress=zipfile.ZIP_DEFLATED)
-    expect_value_error(patch_central(small, "extra/big.txt", 24, "<I", 10))
+    extra = load_pt2(io.BytesIO(patch_central(small, "extra/big.txt", 24, "<I", 10))).extra_files
+    assert extra["note.txt"] == "hello"
+    with pytest.raises(ValueError, match="extra/big.txt"):
+        extra["big.txt"]
 
 
 def test_too_many_entries(monkeypatch):

@@ -355,7 +355,7 @@ def test_pathological_sympy_text_is_refused_quickly(text):
 
 def test_odd_but_valid_sympy_text_parses():
     assert serde.parse_sympy("9**(1/2)**2", {}) == sympy.Integer(9) ** sympy.Rational(1, 4)
-    assert serde.parse_sympy("(2**64)**64", {}) == sympy.Integer(2) ** 4096
+    assert serde.parse_sympy("(2**31)**8", {}) == sympy.Integer(2) ** 248
 
 
 def test_only_tensor_methods_are_saved_as_method_calls():
