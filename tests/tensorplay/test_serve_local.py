@@ -191,3 +191,12 @@ def test_missing_ray_names_the_extra():
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and len(lines) == 3, done.stderr
     assert all("pip install 'tensorplay[ray]'" in line for line in lines), lines
+
+
+def test_module_doctests():
+    import doctest
+
+    from tensorplay import serve
+
+    result = doctest.testmod(serve)
+    assert result.attempted > 0 and result.failed == 0
