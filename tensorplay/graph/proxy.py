@@ -129,6 +129,10 @@ class Proxy:
             return tracer.call_op(op, "call_method", name, (self, *args), kwargs)
         return method
 
+    def where(self, condition, other):
+        """``self`` where ``condition`` holds, else ``other``: ``Tensor.where`` puts the tensor first."""
+        return REGISTRY["where"](condition, self, other)
+
     def to(self, *args, **kwargs):
         target = None
         for a in (*args, kwargs.get("dtype")):

@@ -112,3 +112,10 @@ def test_closure_tensors_become_graph_constants():
 def test_varargs_are_refused():
     with pytest.raises(GraphCaptureError, match="varargs"):
         trace(lambda *xs: xs[0], (tp.ones(1),))
+
+
+def test_traced_where_method_puts_the_tensor_first():
+    x, c, y = tp.tensor([1.0, 2.0, 3.0]), tp.tensor([True, False, True]), tp.tensor([-1.0, -2.0, -3.0])
+    gm = trace(lambda x, c, y: x.where(c, y), (x, c, y))
+    assert gm(x, c, y).tolist() == [1.0, -2.0, 3.0]  # torch: x.where(c, y) == where(c, x, y)
+    assert gm(y, c, x).tolist() == [-1.0, 2.0, -3.0]
