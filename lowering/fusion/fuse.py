@@ -106,8 +106,8 @@ def fusion_stats(f: Function) -> FusionStats:
             continue
         ops = list(top.walk())[1:]
         compute = sum(1 for op in ops if op.name in _COMPUTE or REGISTRY[op.name].has(ELEMENTWISE))
-        origins = tuple(sorted({op.attributes["origin"] for op in ops if op.attributes.get("origin")}))
-        kernels.append(KernelStats(top.attributes["name"], compute,
+        origins = tuple(sorted({op.attr.origin for op in ops if op.attr.origin}))
+        kernels.append(KernelStats(top.attr.name, compute,
                                    sum(op.name in ("kernel.load", "kernel.load_at") for op in ops),
                                    sum(op.name in ("kernel.store", "kernel.store_at") for op in ops), origins))
     size = f.workspace.size if f.workspace is not None else sympy.Integer(0)

@@ -93,7 +93,7 @@ def check_supported(f: Function, module: Module | None) -> None:
     for op in f.body.ops:
         if op.name not in SUPPORTED_OPS:
             bad.setdefault(op.name, []).append(op.loc or "")
-        ref = op.attributes.get("value") if op.name == "tp.constant" else None
+        ref = op.attr.value if op.name == "tp.constant" else None
         if module is not None and isinstance(ref, WeightRef) and ref.name not in module.weights:
             raise LoweringError(f"@{f.name}: tp.constant refers to weight @{ref.name}, which the module does "
                                 f"not declare (declared: {', '.join(sorted(module.weights)) or 'none'})")
@@ -218,7 +218,7 @@ class KernelBuilder:
     def copy_prologue(self, op: Operation, mapped: dict[Value, Value]) -> None:
         if op.name == "tp.dim" and op.operands[0] not in mapped:
             t = op.operands[0].type
-            new = self.fb.create("tp.symexpr", [], {"expr": t.shape[op.attributes["axis"] % t.rank]})
+            new = self.fb.create("tp.symexpr", [], {"expr": t.shape[op.attr.axis % t.rank]})
         else:
             new = self.fb.create(op.name, [mapped[v] for v in op.operands], dict(op.attributes),
                                  [r.type for r in op.results], loc=op.loc)
@@ -230,7 +230,7 @@ class KernelBuilder:
         if got is not None or not is_buffer_constant(v):
             return got
         t = v.type
-        got = self.fb.create("kernel.global", [], {"value": v.owner.attributes["value"]},
+        got = self.fb.create("kernel.global", [], {"value": v.owner.attr.value},
                              [BufferType(t.shape, t.dtype)])
         self.buf[v] = got
         return got
@@ -290,8 +290,8 @@ class KernelBuilder:
         if x is None:
             raise self.missing(op.operands[0], "sort")
         outs = [out_of.get(r) or self.alloc(r.type) for r in op.results]
-        scratch = self.alloc(sort_scratch_type(x.type, op.attributes["axis"]))
-        attrs = {"axis": op.attributes["axis"], "descending": op.attributes["descending"]}
+        scratch = self.alloc(sort_scratch_type(x.type, op.attr.axis))
+        attrs = {"axis": op.attr.axis, "descending": op.attr.descending}
         self.nest("sort").create(0, "kernel.sort", [x, *outs, scratch], attrs, [])
         self.buf.update(zip(op.results, outs))
 
@@ -299,9 +299,9 @@ class KernelBuilder:
         x = self.buffer_of(op.operands[0])
         if x is None:
             raise self.missing(op.operands[0], "nonzero")
-        if op.attributes.get("slot") is None:
+        if op.attr.slot is None:
             raise LoweringError(f"@{self.f.name}: tp.nonzero has a data-dependent extent: run pad-unbacked first")
         out = out_of.get(op.result) or self.alloc(op.result.type)
-        attrs = {"slot": op.attributes["slot"], "extents": op.attributes["extents"]}
+        attrs = {"slot": op.attr.slot, "extents": op.attr.extents}
         self.nest("nonzero").create(0, "kernel.nonzero", [x, out], attrs, [])
         self.buf[op.result] = out

@@ -95,7 +95,7 @@ def slot_lifetimes(f: Function) -> list[SlotInfo]:
             continue
         uses = [where[u] for u, _ in op.result.uses if u in where]
         first, last = (min(uses), max(uses)) if uses else (k, k)
-        name = op.attributes["slot"]
+        name = op.attr.slot
         size = aligned_bytes(op.result.type)
         if name in slots:
             s = slots[name]
@@ -110,7 +110,7 @@ def slot_lifetimes(f: Function) -> list[SlotInfo]:
 
 def _counts_slot(f: Function) -> SlotInfo | None:
     """The nonzero row counts as a slot live over the whole function (None without ``kernel.nonzero``)."""
-    slots = [op.attributes["slot"] for op in f.walk() if op.name == "kernel.nonzero"]
+    slots = [op.attr.slot for op in f.walk() if op.name == "kernel.nonzero"]
     if not slots:
         return None
     return SlotInfo(COUNTS, [], sympy.Integer(-(-8 * (max(slots) + 1) // ALIGN) * ALIGN), 0, len(f.body.ops))

@@ -159,7 +159,7 @@ class FusionPlan:
                 what = "written by conv" if len(op.operands) == 2 else \
                     "conv; its bias is added where it is read" + _readers(into.get(v), name)
             elif op.name == "tp.constant" and is_buffer_constant(v):
-                value = op.attributes["value"]
+                value = op.attr.value
                 what = f"weight {value}" if isinstance(value, WeightRef) else "literal in memory"
             elif v in into:
                 what = "inlined" + _readers(into[v], name)

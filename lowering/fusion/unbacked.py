@@ -47,8 +47,8 @@ def unbacked_bounds(f: Function) -> dict[sympy.Symbol, sympy.Expr]:
     """``{u: U}``: each tp.nonzero row-count symbol and its upper bound (the input's element count)."""
     out = {}
     for o in f.body.ops:
-        if o.name == "tp.nonzero" and o.attributes.get("rows") is not None:
-            out[o.attributes["rows"]] = sympy.Mul(*o.operands[0].type.shape)
+        if o.name == "tp.nonzero" and o.attr.rows is not None:
+            out[o.attr.rows] = sympy.Mul(*o.operands[0].type.shape)
     return out
 
 
@@ -172,7 +172,7 @@ def pad_unbacked(f: Function) -> Function:
     padded = sum(o.name == "tp.nonzero" for o in f.body.ops) - len(bounds)
     slots = {u: padded + k for k, u in enumerate(bounds)}
     for o in g.body.ops:
-        u = o.attributes.get("rows") if o.name == "tp.nonzero" else None
+        u = o.attr.rows if o.name == "tp.nonzero" else None
         if u in bounds:
             attrs = {k: v for k, v in o.attributes.items() if k != "rows"}
             o.attributes = dict(sorted({**attrs, "slot": slots[u], "extents": extents[u]}.items()))
