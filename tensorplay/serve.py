@@ -112,7 +112,7 @@ class BatchLayout:
         if batch_dim is not None:
             symbols = {s: axes for s, axes in symbols.items() if str(s) == batch_dim}
         if len(symbols) != 1:
-            raise ValueError(_no_batch_message(program, self.inputs, self.metas, outputs, symbols, batch_dim))
+            raise ValueError(_no_batch_message(self.inputs, self.metas, outputs, symbols, batch_dim))
         ((self.symbol, axes),) = symbols.items()
         self.input_axes, self.output_axes = axes[:len(self.inputs)], axes[len(self.inputs):]
         bounds = program.range_constraints.get(str(self.symbol), {})
@@ -188,14 +188,15 @@ class BatchLayout:
     def groups(self, requests: list[list[np.ndarray]]) -> list[list[int]]:
         """Request indices to run together: same dtypes and non-batch extents, at most ``max_rows`` rows."""
         by_key: dict[tuple, list[list[int]]] = {}
+        filled: dict[tuple, int] = {}  # rows in the last chunk of each key
         for index, arrays in enumerate(requests):
             key = tuple((a.dtype.str, a.shape[:axis] + a.shape[axis + 1:])
                         for a, axis in zip(arrays, self.input_axes, strict=True))
             chunks = by_key.setdefault(key, [[]])
             rows = self.rows(arrays)
-            if chunks[-1] and self.max_rows is not None and \
-                    sum(self.rows(requests[i]) for i in chunks[-1]) + rows > self.max_rows:
+            if chunks[-1] and self.max_rows is not None and filled[key] + rows > self.max_rows:
                 chunks.append([])
+            filled[key] = (filled[key] if chunks[-1] else 0) + rows
             chunks[-1].append(index)
         return [chunk for chunks in by_key.values() for chunk in chunks]
 
@@ -228,8 +229,7 @@ def _batch_symbols(shapes: list) -> dict[Any, list[int]]:
     return found or {}
 
 
-def _no_batch_message(program: Any, inputs: list, metas: list, outputs: list, symbols: dict,
-                      batch_dim: str | None) -> str:
+def _no_batch_message(inputs: list, metas: list, outputs: list, symbols: dict, batch_dim: str | None) -> str:
     shapes = ", ".join(f"{n}: {list(m.shape)}" for n, m in zip(inputs, metas, strict=True))
     shapes += "; outputs: " + ", ".join(str(list(m.shape)) for m in outputs)
     if symbols:

