@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...graph.proxy import SymProxy
 from ...ops import REGISTRY as R
 
 _MAX = 2 ** 63 - 1  # torch's "to the end" slice bound
@@ -55,6 +56,14 @@ def expand(self: Any, size: Any, *, implicit: bool = False) -> Any:
     return R["expand"](self, tuple(size))
 
 
+def _from_end(bound: Any, extent: Any) -> Any:
+    """A symbolic slice bound that is negative for every size as ``extent + bound`` (tensorplay's shape rules
+    cannot decide the sign of a size expression; torch's range analysis could)."""
+    if isinstance(bound, SymProxy) and bound.tracer.shape_env.implied(bound.expr < 0) is True:
+        return bound + extent
+    return bound
+
+
 def slice_tensor(self: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
     """``self[..., start:end:step]`` along ``dim`` (torch's ``2**63 - 1`` end means "to the end")."""
     dim = _dim(dim, _rank(self))
@@ -62,6 +71,7 @@ def slice_tensor(self: Any, dim: int = 0, start: Any = None, end: Any = None, st
         end = None
     if start == 0:
         start = None
+    start, end = _from_end(start, self.shape[dim]), _from_end(end, self.shape[dim])
     key = (slice(None),) * dim + (slice(start, end, None if step == 1 else step),)
     return R["getitem"](self, key)
 

@@ -4,8 +4,8 @@ exported by ``torch.export`` (its default ATen IR), imported, run and compared w
 and bools; dtypes equal).
 
 The default run exports the samples in groups (one torch program calling a group's samples side by
-side: torch.export's own time dominates), once with static sizes and once with the leading axis of
-every input ``Dim.AUTO``; it imports each program (every node's shape and dtype is checked against
+side: torch.export's own time dominates), once with static sizes and once with the axis of extent ``n``
+of every input ``Dim.AUTO``; it imports each program (every node's shape and dtype is checked against
 torch's while importing) and runs it on tensorplay's graph interpreter, the dynamic one at two sizes.
 ``-m slow`` does the same per op and compiles each program to native code (``strict``).
 """
@@ -95,7 +95,7 @@ def _check_program(keys: list[str], dynamic: bool, native: bool, deferred: bool)
     samples = [SAMPLES[k] for k in keys]
     inner = _Samples(keys)
     module = _named(inner, sum(len(s.makers) for s in samples))
-    spec = tuple({0: torch.export.Dim.AUTO} if m.dynamic else None for s in samples for m in s.makers) \
+    spec = tuple({m.axis: torch.export.Dim.AUTO} if m.dynamic else None for s in samples for m in s.makers) \
         if dynamic else None
     ep = torch.export.export(module, _inputs(samples, SIZES[0]), dynamic_shapes=spec,
                              prefer_deferred_runtime_asserts_over_guards=deferred)

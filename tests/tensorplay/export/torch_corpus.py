@@ -214,7 +214,7 @@ class RunningStats(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.fc = nn.Linear(6, 6)
-        self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("calls", torch.zeros(1, dtype=torch.int64))
         self.register_buffer("mean", torch.zeros(6))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -19,17 +19,25 @@ N = "n"  # the dynamic leading extent in a maker's shape
 @dataclasses.dataclass
 class Maker:
     shape: tuple
-    kind: str = "float"  # float | positive | int | bool | special | unit
+    kind: str = "float"  # float | positive | unit | special | int | distinct | bool
     high: int = 5
 
     @property
     def dynamic(self) -> bool:
         return N in self.shape
 
+    @property
+    def axis(self) -> int:
+        """The axis of extent ``n``."""
+        return self.shape.index(N)
+
     def __call__(self, n: int, generator: torch.Generator) -> torch.Tensor:
         shape = tuple(n if d == N else d for d in self.shape)
         if self.kind == "int":
             return torch.randint(0, self.high, shape, generator=generator)
+        if self.kind == "distinct":  # ints in [0, high), no repeats along the last axis
+            keys = torch.rand((*shape[:-1], self.high), generator=generator)
+            return keys.argsort(-1)[..., :shape[-1]].clone()  # not a view: torch would guard on its base
         if self.kind == "bool":
             return torch.rand(shape, generator=generator) > 0.5
         u = torch.rand(shape, generator=generator)
@@ -58,6 +66,10 @@ def unit(*shape: object) -> Maker:
 
 def i(*shape: object, high: int = 5) -> Maker:
     return Maker(shape, "int", high)
+
+
+def d(*shape: object, high: int = 5) -> Maker:
+    return Maker(shape, "distinct", high)
 
 
 def b(*shape: object) -> Maker:
@@ -239,7 +251,8 @@ SAMPLES.update({
     "aten.type_as.default": S(aten.type_as.default, f(N, 4), i(4)),
     "aten.repeat.default": S(lambda x: aten.repeat.default(x, [2, 1, 3]), f(N, 2)),
     "aten.flip.default": S(lambda x: aten.flip.default(x, [0, 1]), f(N, 4)),
-    "aten.roll.default": S(lambda x: aten.roll.default(x, [1, -2], [0, 1]) + aten.roll.default(x, [3]), f(N, 4)),
+    "aten.roll.default": S(lambda x: aten.roll.default(x, [1, -2], [1, 2]) + aten.roll.default(x, [3], [2]),
+                           f(N, 4, 3)),
     "aten.constant_pad_nd.default": S(lambda x: aten.constant_pad_nd.default(x, [1, 2, 0, 1], 0.5), f(N, 4)),
     "aten.pad.default": S(lambda x: aten.pad.default(x, [2, 1], "reflect"), f(N, 3, 4)),
     "aten.tril.default": S(lambda x: aten.tril.default(x, 1), f(N, 4, 4)),
@@ -248,15 +261,15 @@ SAMPLES.update({
     # ------------------------------------------------------------------ indexing
     "aten.index.Tensor": S(lambda x, j: aten.index.Tensor(x, [None, j]) + aten.index.Tensor(x, [j[:, 0]])[:, :1],
                            f(N, 4), i(N, 2, high=3)),
-    "aten.index_put.default": S(lambda x, j, v: aten.index_put.default(x, [j], v), f(N, 4), i(2, high=3), f(2, 4)),
+    "aten.index_put.default": S(lambda x, j, v: aten.index_put.default(x, [j], v), f(N, 4), d(2, high=3), f(2, 4)),
     "aten.index_put_.default": S(lambda x, j, v: aten.index_put_.default(x * 1, [None, j], v, True), f(N, 4),
                                  i(3, high=4), f(N, 3)),
     "aten.index_select.default": S(lambda x, j: aten.index_select.default(x, 1, j), f(N, 4), i(5, high=4)),
     "aten.gather.default": S(lambda x, j: aten.gather.default(x, 1, j), f(N, 4), i(N, 3, high=4)),
-    "aten.scatter.src": S(lambda x, j, s: aten.scatter.src(x, 1, j, s), f(N, 4), i(N, 1, high=4), f(N, 1)),
-    "aten.scatter.value": S(lambda x, j: aten.scatter.value(x, 1, j, 2.5), f(N, 4), i(N, 2, high=4)),
-    "aten.scatter_.src": S(lambda x, j, s: aten.scatter_.src(x * 1, 1, j, s), f(N, 4), i(N, 1, high=4), f(N, 1)),
-    "aten.scatter_.value": S(lambda x, j: aten.scatter_.value(x * 1, 1, j, -1.0), f(N, 4), i(N, 1, high=4)),
+    "aten.scatter.src": S(lambda x, j, s: aten.scatter.src(x, 1, j, s), f(N, 4), d(N, 2, high=4), f(N, 2)),
+    "aten.scatter.value": S(lambda x, j: aten.scatter.value(x, 1, j, 2.5), f(N, 4), d(N, 2, high=4)),
+    "aten.scatter_.src": S(lambda x, j, s: aten.scatter_.src(x * 1, 1, j, s), f(N, 4), d(N, 3, high=4), f(N, 3)),
+    "aten.scatter_.value": S(lambda x, j: aten.scatter_.value(x * 1, 1, j, -1.0), f(N, 4), d(N, 2, high=4)),
     "aten.scatter_add.default": S(lambda x, j, s: aten.scatter_add.default(x, 1, j, s), f(N, 4), i(N, 3, high=4),
                                   f(N, 3)),
     "aten.scatter_add_.default": S(lambda x, j, s: aten.scatter_add_.default(x * 1, 0, j, s), f(N, 4),
