@@ -3,8 +3,9 @@ children, and with the address space laid out so that an object's code and data 
 
 The last case is the intermittent "Fatal Python error: Aborted" of the full suite (issue 17): MCJIT
 mapped an object's code, constants and GOT as separate blocks, and once they were more than 2 GiB
-apart LLVM's assertion ``isInt<32>(RealOffset)`` aborted the process in ``finalize_object``. It runs
-in a child process, which aborted with the MCJIT loader.
+apart LLVM's assertion ``isInt<32>(RealOffset)`` aborted the process in ``finalize_object``. Two child
+processes build such layouts, one by hand and one the way the suite did (libraries freed above the 2 GiB
+of stacks of 255 pool workers); both aborted with the MCJIT loader.
 
 Every program is checked against a numpy/Python formula of what it computes.
 """
@@ -26,27 +27,32 @@ import numpy as np
 import pytest
 
 from tensorplay.runtime.jit import CompileError, Library, compile_ir, compile_object, load_object, stats
+from tensorplay.runtime.threadpool import MAX_WORKERS, pool_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = np.arange(1.0, 9.0)  # @tab of every kernel, in .rodata
 FILL_N = 64  # elements a parallel fill program writes
 
 
-def kernel_ir(i: int) -> str:
-    """``dot_i(x, n) = exp(x[0]) + sum_j (x[j] * (i + 0.5) + TABLE[j % 8])`` (n >= 1), counting its calls in the
-    global ``calls``: code, read-only constants, writable data and a libc call (GOT) in one object. The
-    scale differs per ``i``, so each program is a compile of its own."""
+def kernel_ir(*indices: int) -> str:
+    """A module of ``dot_i(x, n) = exp(x[0]) + sum_j (x[j] * (i + 0.5) + TABLE[j % 8])`` (n >= 1) for each ``i``
+    of ``indices``, each counting its calls in the global ``calls_i``: code, read-only constants, writable
+    data and a libc call (GOT) in one object. The scale differs per ``i``, so each module is a compile of
+    its own."""
+    return "declare double @exp(double)\n" + "".join(_dot(i) for i in indices)
+
+
+def _dot(i: int) -> str:
     table = ", ".join(f"double {float(v)!r}" for v in TABLE)
     return f"""
-@tab = private unnamed_addr constant [8 x double] [{table}]
-@calls = global i64 0
-declare double @exp(double)
+@tab_{i} = private unnamed_addr constant [8 x double] [{table}]
+@calls_{i} = global i64 0
 
 define double @dot_{i}(ptr noalias %x, i64 %n) {{
 entry:
   %x0 = load double, ptr %x
   %e = call double @exp(double %x0)
-  %old = atomicrmw add ptr @calls, i64 1 seq_cst
+  %old = atomicrmw add ptr @calls_{i}, i64 1 seq_cst
   br label %loop
 loop:
   %j = phi i64 [0, %entry], [%j1, %loop]
@@ -54,7 +60,7 @@ loop:
   %px = getelementptr inbounds double, ptr %x, i64 %j
   %xj = load double, ptr %px
   %k = and i64 %j, 7
-  %pt = getelementptr inbounds [8 x double], ptr @tab, i64 0, i64 %k
+  %pt = getelementptr inbounds [8 x double], ptr @tab_{i}, i64 0, i64 %k
   %tj = load double, ptr %pt
   %m = fmul double %xj, {i + 0.5!r}
   %s = fadd double %m, %tj
@@ -86,7 +92,8 @@ define double @twice_{i}(ptr %x, i64 %n) {{
 
 
 def fill_ir(i: int) -> str:
-    """``fill_i(out)``: ``out[j] = j * (i + 3)`` for j < FILL_N, split over 4 chunks of the worker pool."""
+    """``fill_i(out, chunks)``: ``out[j] = j * (i + 3)`` for j < FILL_N, split over ``chunks`` chunks of the
+    worker pool (which starts ``chunks - 1`` workers, at most MAX_WORKERS)."""
     return f"""
 declare void @tp_parallel_for(ptr, ptr, i64)
 
@@ -111,8 +118,8 @@ done:
   ret void
 }}
 
-define void @fill_{i}(ptr %out) {{
-  call void @tp_parallel_for(ptr @fill_chunk, ptr %out, i64 4)
+define void @fill_{i}(ptr %out, i64 %chunks) {{
+  call void @tp_parallel_for(ptr @fill_chunk, ptr %out, i64 %chunks)
   ret void
 }}
 """
@@ -136,14 +143,14 @@ def check_twice(lib: Library, i: int, callee: int, rng: np.random.Generator) -> 
     assert got == pytest.approx(2 * dot_reference(callee, x) + i, rel=1e-12, abs=1e-9)
 
 
-def check_fill(lib: Library, i: int) -> None:
+def check_fill(lib: Library, i: int, chunks: int = 4) -> None:
     out = np.full(FILL_N, -1, np.int64)
-    lib.function(f"fill_{i}", None, ctypes.c_void_p)(out.ctypes.data)
+    lib.function(f"fill_{i}", None, ctypes.c_void_p, ctypes.c_int64)(out.ctypes.data, chunks)
     np.testing.assert_array_equal(out, np.arange(FILL_N) * (i + 3))
 
 
-def calls_counter(lib: Library) -> int:
-    return ctypes.c_int64.from_address(lib.address("calls")).value
+def calls_counter(lib: Library, i: int) -> int:
+    return ctypes.c_int64.from_address(lib.address(f"calls_{i}")).value
 
 
 def churn(first: int, count: int, rng: np.random.Generator, shared: Library, shared_index: int) -> None:
@@ -152,10 +159,10 @@ def churn(first: int, count: int, rng: np.random.Generator, shared: Library, sha
     for i in range(first, first + count):
         lib = compile_ir(kernel_ir(i), cache=False, name=f"dot_{i}")
         check_dot(lib, i, rng, calls=3)
-        assert calls_counter(lib) == 3
+        assert calls_counter(lib, i) == 3
         again = load_object(lib.object, name=f"again_{i}")
         check_dot(again, i, rng)
-        assert calls_counter(again) == 1 and calls_counter(lib) == 3  # each load has its own data
+        assert calls_counter(again, i) == 1 and calls_counter(lib, i) == 3  # each load has its own data
         caller = compile_ir(caller_ir(i, shared_index), cache=False, name=f"twice_{i}", link=[shared])
         assert caller.links == (shared,)
         check_twice(caller, i, shared_index, rng)
@@ -182,7 +189,7 @@ def run_threads(threads: int, per_thread: int, first: int = 1000) -> None:
         th.join()
     if errors:
         raise errors[0]
-    assert calls_counter(shared) == threads * per_thread
+    assert calls_counter(shared, first - 1) == threads * per_thread
 
 
 def test_threads_compile_load_link_and_unmap_concurrently():
@@ -319,9 +326,9 @@ def _fill_mmap_holes(libc: ctypes.CDLL) -> list[tuple[int, int]]:
     return filled
 
 
-def far_apart_child() -> None:
-    """Run in a child process: load programs with every free page of the mmap area more than 2 GiB above
-    the rest of the free address space; prints a JSON report."""
+def far_apart_child() -> dict:
+    """In a child process: load programs while every free page of the mmap area is more than 2 GiB above
+    the rest of the free address space."""
     rng = np.random.default_rng(0)
     objects = {i: compile_object(kernel_ir(i), cache=False)[0] for i in range(3)}
     fill_object = compile_object(fill_ir(0), cache=False)[0]
@@ -333,49 +340,82 @@ def far_apart_child() -> None:
     filled += _fill_mmap_holes(libc)  # the hole a 2 MiB-aligned reservation leaves above itself
     top = [r for r in filled if r[1] >= 8 * _PAGE]
     if reserved is None or not top:
-        print(json.dumps({"layout": False}))
-        return
+        return {"layout": False}
     start, size = max(top)
-    holes = [start + size - (2 * k + 1) * _PAGE for k in range(4)]
+    holes = [start + size - (2 * k + 1) * _PAGE for k in range(3)]
     libc.munmap(holes[0], _PAGE)
     probe = libc.mmap(None, _PAGE, mmap.PROT_READ, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
     libc.munmap(probe, _PAGE)
     if probe != holes[0] or holes[0] - reserved < _RESERVED:  # a page mapped now would not land in the hole
-        print(json.dumps({"layout": False}))
-        return
+        return {"layout": False}
     loaded = []
-    for k, (i, make) in enumerate([(1, lambda o: load_object(o, name="far1")),
-                                   (2, lambda o: load_object(o, name="far2", link=[callee])),
-                                   (0, None)]):
-        if k:
-            libc.munmap(holes[k], _PAGE)
-        if make is None:
-            lib = load_object(fill_object, name="far_fill")
+    for hole, (name, obj, i, link) in zip(holes, [("far1", objects[1], 1, ()), ("far2", objects[2], 2, (callee,)),
+                                                  ("far_fill", fill_object, None, ())]):
+        libc.munmap(hole, _PAGE)  # a fresh one-page hole at the top for each load
+        lib = load_object(obj, name=name, link=link)
+        if i is None:
             check_fill(lib, 0)
         else:
-            lib = make(objects[i])
             check_dot(lib, i, rng, calls=2)
-            assert calls_counter(lib) == 2
+            assert calls_counter(lib, i) == 2
         loaded.append(lib.name)
-    caller = compile_ir(caller_ir(3, 0), cache=False, name="far_caller", link=[callee])
-    check_twice(caller, 3, 0, rng)
-    print(json.dumps({"layout": True, "loaded": loaded}))
+    check_twice(compile_ir(caller_ir(3, 0), cache=False, name="far_caller", link=[callee]), 3, 0, rng)
+    return {"layout": True, "loaded": loaded}
 
 
-def run_far_apart_child() -> None:
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
-            "import tests.runtime.test_jit_stress as t; t.far_apart_child()")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-3000:]}"
+def workers_then_free_child(loads: int) -> dict:
+    """In a child process, the layout of the full suite: libraries of many sizes mapped near the top of the
+    address space, then 255 pool workers (2 GiB of thread stacks below them, as test_threadpool starts),
+    then the early libraries freed while ``loads`` more are mapped into the holes they leave."""
+    rng = np.random.default_rng(1)
+    groups = [(1,), (2, 3), (4, 5, 6), tuple(range(7, 12)), tuple(range(12, 20)), tuple(range(20, 33)),
+              tuple(range(33, 73))]
+    objects = [(g, compile_object(kernel_ir(*g), cache=False)[0]) for g in groups]
+    early = [load_object(objects[k % len(objects)][1], name=f"early{k}") for k in range(200)]
+    check_fill(compile_ir(fill_ir(0), cache=False, name="fill"), 0, chunks=1000)
+    arrays: list[np.ndarray] = []  # big arrays come and go (each its own mmap), as in any test
+    for r in range(loads):
+        if early and r % 2 == 0:
+            early.pop(int(rng.integers(len(early))))
+        if r % 3 == 0:
+            arrays.append(np.ones(int(rng.integers(1, 64)) << 18, np.uint8))
+            if len(arrays) > 30:
+                arrays.pop(int(rng.integers(len(arrays))))
+        group, obj = objects[r % len(objects)]
+        i = group[r % len(group)]
+        check_dot(load_object(obj, name=f"late{r}"), i, rng)
+    return {"layout": True, "workers": pool_stats()["workers"]}
+
+
+def run_child(function: str, *args: int) -> dict:
+    """Run this module's ``function(*args)`` in a new process; its report, after checking the process exited 0."""
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT)!r}); import tests.runtime.test_jit_stress as t; "
+            f"print(json.dumps(t.{function}(*{args!r})))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, f"{function}: the child exited with {proc.returncode}:\n{proc.stderr[-3000:]}"
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     if not report["layout"]:
         pytest.skip("this system's address space cannot be laid out for the test")
-    assert report["loaded"] == ["far1", "far2", "far_fill"]
+    return report
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="lays out a Linux address space")
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="lays out a Linux address space")
+
+
+@linux_only
 def test_code_and_data_gigabytes_apart_in_the_address_space_load_and_run():
-    run_far_apart_child()
+    assert run_child("far_apart_child")["loaded"] == ["far1", "far2", "far_fill"]
+
+
+@linux_only
+def test_libraries_freed_above_the_worker_stacks_make_room_for_new_ones():
+    assert run_child("workers_then_free_child", 150)["workers"] == MAX_WORKERS
+
+
+@pytest.mark.slow
+@linux_only
+def test_libraries_freed_above_the_worker_stacks_make_room_for_new_ones_long():
+    assert run_child("workers_then_free_child", 3000)["workers"] == MAX_WORKERS
 
 
 def test_unresolvable_symbol_is_an_error_not_an_abort():
