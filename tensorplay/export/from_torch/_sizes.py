@@ -47,8 +47,9 @@ SIZE_OPERATORS = {
     "_operator.add": operator.add, "_operator.sub": operator.sub, "_operator.mul": operator.mul,
     "_operator.floordiv": operator.floordiv, "_operator.truediv": operator.truediv, "_operator.mod": operator.mod,
     "_operator.pow": operator.pow, "_operator.neg": operator.neg, "_operator.eq": operator.eq,
-    "_operator.lt": operator.lt, "_operator.le": operator.le,
-}  # torch writes a > b as b < a and a != b as sym_not(a == b)
+    "_operator.lt": operator.lt, "_operator.le": operator.le, "_operator.gt": operator.gt,
+    "_operator.ge": operator.ge,
+}  # torch writes a != b as sym_not(a == b)
 
 
 # ----------------------------------------------------------------------------- assertions

@@ -366,32 +366,16 @@ class _Importer:
 
     def guard_assertions(self, paths: dict) -> None:
         """Runtime assertions for the size guards torch keeps beside the graph (``ep._guards_code``, e.g.
-        ``L['x'].size()[0] % 2 == 0`` where a reshape needs an even batch)."""
+        ``L['x'].size()[0] >= L['y'].size()[0]``): each size read is the input's extent (a tensorplay
+        expression such as ``2*s26``), so guards the declared shapes imply simplify away."""
         for text in getattr(self.ep, "_guards_code", None) or []:
-            sites: dict = {}
-            try:
-                fact = _guard_expr(ast.parse(text, mode="eval").body, paths, sites)
-            except (SyntaxError, KeyError, TypeError, ValueError) as exc:
-                raise UnsupportedTorchOpError(f"cannot check torch's guard {text!r} on the input sizes ({exc})") \
-                    from None
-            static = {sym: proxy.node.meta["val"].shape[axis] for sym, (proxy, axis, _) in sites.items()}
-            fact = sympy.sympify(fact).subs({sym: size for sym, size in static.items() if isinstance(size, int)})
             label = re.sub(r"L\['(\w+)'\]", r"\1", text)
-            if fact is sympy.true:
-                continue
-            if fact is sympy.false:
-                raise UnsupportedTorchOpError(f"torch's guard {label} does not hold for the example inputs")
-            syms = sorted(fact.free_symbols, key=str)
-            values: list = []
-            src = []
-            for sym in syms:
-                proxy, axis, where = sites[sym]
-                if proxy.node not in values:
-                    values.append(proxy.node)
-                src.append((values.index(proxy.node), axis, 1, 0, where))
-            index = {sym: i for i, sym in enumerate(syms)}
-            self.tracer.graph.call_function(assertions.assert_guard, (tuple(values), tuple(src), encode(fact, index),
-                                                                      label))
+            try:
+                fact = _guard_expr(ast.parse(text, mode="eval").body, paths)
+            except (SyntaxError, KeyError, TypeError, ValueError) as exc:
+                raise UnsupportedTorchOpError(f"cannot check torch's guard {label!r} on the input sizes ({exc})") \
+                    from None
+            self.assert_fact(sympy.simplify(fact), label)
 
     # ------------------------------------------------------------------ replay
     def replay(self) -> Any:
@@ -506,7 +490,10 @@ class _Importer:
     # ------------------------------------------------------------------ helpers for converters
     def assert_sizes(self, fact: Any, text: str) -> None:
         """A runtime assertion that ``fact`` (over torch's symbols) holds for the input sizes."""
-        fact = sympy.sympify(self.tp_expr(fact))
+        self.assert_fact(sympy.sympify(self.tp_expr(fact)), text)
+
+    def assert_fact(self, fact: Any, text: str) -> None:
+        """A runtime assertion that ``fact`` (over tensorplay's symbols) holds for the input sizes."""
         if fact is sympy.true:
             return
         syms = sorted(fact.free_symbols, key=str)
@@ -542,30 +529,26 @@ _COMPARE = {ast.Eq: sympy.Eq, ast.NotEq: sympy.Ne, ast.Lt: sympy.Lt, ast.LtE: sy
             ast.GtE: sympy.Ge}
 
 
-def _guard_expr(node: ast.AST, paths: dict, sites: dict) -> Any:
-    """A torch guard (Python over ``L[...].size()[i]``) as a sympy fact; ``sites`` gets one symbol per size
-    read: ``symbol -> (input proxy, axis, label)``."""
+def _guard_expr(node: ast.AST, paths: dict) -> Any:
+    """A torch guard (Python over ``L[...].size()[i]``) as a sympy fact over the inputs' extents."""
     if isinstance(node, ast.Constant) and isinstance(node.value, bool | int):
         return sympy.true if node.value is True else sympy.false if node.value is False else sympy.Integer(node.value)
     if isinstance(node, ast.BoolOp):
-        parts = [_guard_expr(v, paths, sites) for v in node.values]
+        parts = [_guard_expr(v, paths) for v in node.values]
         return sympy.And(*parts) if isinstance(node.op, ast.And) else sympy.Or(*parts)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not | ast.USub):
-        inner = _guard_expr(node.operand, paths, sites)
+        inner = _guard_expr(node.operand, paths)
         return sympy.Not(inner) if isinstance(node.op, ast.Not) else -inner
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        return _BINARY[type(node.op)](_guard_expr(node.left, paths, sites), _guard_expr(node.right, paths, sites))
+        return _BINARY[type(node.op)](_guard_expr(node.left, paths), _guard_expr(node.right, paths))
     if isinstance(node, ast.Compare):
-        values = [_guard_expr(v, paths, sites) for v in (node.left, *node.comparators)]
+        values = [_guard_expr(v, paths) for v in (node.left, *node.comparators)]
         return sympy.And(*(_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, values, values[1:], strict=False)))
     size = node.value if isinstance(node, ast.Subscript) else None
     if isinstance(size, ast.Call) and isinstance(size.func, ast.Attribute) and size.func.attr == "size" \
             and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, int):
-        path = ast.unparse(size.func.value)
-        proxy, axis = paths[path], node.slice.value
-        sym = sympy.Symbol(f"_size{len(sites)}", integer=True, nonnegative=True)
-        sites[sym] = (proxy, axis, re.sub(r"L\['(\w+)'\]", r"\1", path) + f".size()[{axis}]")
-        return sym
+        extent = paths[ast.unparse(size.func.value)].node.meta["val"].shape[node.slice.value]
+        return sympy.Integer(extent) if isinstance(extent, int) else extent
     raise ValueError(f"unexpected {ast.unparse(node)!r}")
 
 

@@ -411,6 +411,7 @@ def _checked(fn: Callable) -> Callable:
 for _key, _check in {
     "_operator.le": lambda a, b: torch._check(b <= a), "_operator.lt": lambda a, b: torch._check(b - 1 < a),
     "_operator.eq": lambda a, b: torch._check(a % 2 == b % 2), "torch.sym_not": lambda a, b: torch._check(a + 1 != b),
+    "_operator.ge": lambda a, b: torch._check(a * b >= 7), "_operator.gt": lambda a, b: torch._check(a * b > 7),
 }.items():
     SAMPLES[_key] = S(_checked(_check), f(N, 4), Maker((N,)), sizes_only=True, deferred=True)
 SAMPLES["aten._assert_scalar.default"] = SAMPLES["_operator.le"]
