@@ -49,6 +49,7 @@ from .from_graph.program import program_to_tp
 from .fusion.fuse import FUSION_PIPELINE, fusion_stats
 from .microkernels.gemm_prepack import prepacker
 from .native_program import NativeProgram
+from .progress import LOGGER, CompileProgress
 
 if TYPE_CHECKING:
     from tensorplay.export.exported_program import ExportedProgram
@@ -125,47 +126,80 @@ def _dump(level: str, text: str, options: CompileOptions) -> None:
 
 
 def kernel_to_native(module: Module, num_outputs: int, options: CompileOptions, *, prefix: str = "tp_main",
-                     shape_error: type[Exception] = RuntimeError
+                     shape_error: type[Exception] = RuntimeError, progress: CompileProgress | None = None
                      ) -> tuple[Executable, Function, list[Dense | WeightRef]]:
     """The last stage: a kernel-level module (its one function's last ``num_outputs`` arguments are the
     outputs) as native code. Its weights and literals become arguments after the inputs; returns the
-    executable, the function compiled and what each of those arguments holds."""
+    executable, the function compiled and what each of those arguments holds. ``progress`` moves from
+    its ``llvm`` stage to ``link`` once the object code is there."""
     function, held = globals_to_args(module.functions[0], num_outputs=num_outputs)
     executable = compile_kernel_module(
         Module([function]), prefix=prefix, num_outputs=num_outputs, num_threads=options.num_threads,
         shape_error=shape_error, cache=options.cache, prefer_vector_width=options.prefer_vector_width,
-        profile=options.profile)
+        profile=options.profile, progress=progress)
     return executable, function, held
 
 
 def compile_program(program: ExportedProgram, options: CompileOptions | None = None, *,
-                    shape_error: type[Exception] = RuntimeError) -> FreshProgram:
-    """Compile an ``ExportedProgram`` to native code (raises if some op cannot be lowered)."""
+                    shape_error: type[Exception] = RuntimeError, progress: CompileProgress | None = None
+                    ) -> FreshProgram:
+    """Compile an ``ExportedProgram`` to native code (raises if some op cannot be lowered).
+
+    Each stage (decompose, lower, fuse, llvm, link) is reported through ``progress`` (default: a
+    :class:`~tensorplay.lowering.progress.CompileProgress` of its own) as it ends: an INFO record on the
+    ``tensorplay.compile`` logger, a step of the progress bar where one is shown; each pass's time is a
+    DEBUG record. ``stats["stage_seconds"]`` keeps the times."""
     options = options or CompileOptions.from_env()
+    progress = progress or CompileProgress(_program_label(program))
     start = time.perf_counter()
-    module, binding = program_to_tp(program)
-    PassManager(TP_PASSES).run(module)
-    tp_text = print_module(module)
-    _dump("tp", tp_text, options)
+    try:
+        progress.start("decompose")
+        module, binding = program_to_tp(program, progress=progress)
+        _run_passes(TP_PASSES, module)
+        tp_text = print_module(module)
+        _dump("tp", tp_text, options)
 
-    outputs = len(module.functions[0].result_types)
-    PassManager(FUSION_PIPELINE).run(module)
-    kernel_text = print_module(module)
-    _dump("kernel", kernel_text, options)
-    stats = fusion_stats(module.functions[0])
+        outputs = len(module.functions[0].result_types)
+        progress.advance("fuse", tp_ops=_count_ops(module))
+        _run_passes(FUSION_PIPELINE, module)
+        kernel_text = print_module(module)
+        _dump("kernel", kernel_text, options)
+        stats = fusion_stats(module.functions[0])
 
-    executable, function, held = kernel_to_native(module, outputs, options, shape_error=shape_error)
-    if "llvm" in options.dump_ir:  # the optimized IR text is computed on demand (cache hits skip O3)
-        _dump("llvm", executable.library.ir, options)
-    seconds = time.perf_counter() - start
-    summary = {
-        "kernels": len(stats.kernels),
-        "kernel_functions": executable.signature.meta.get("kernel_functions", 0),
-        "fused_ops_per_kernel": [k.compute_ops for k in stats.kernels],
-        "workspace_bytes": str(stats.workspace_bytes),
-        "compile_seconds": round(seconds, 4),
-    }
-    compiled = FreshProgram(executable, binding, held, {"tp": tp_text, "kernel": kernel_text}, summary)
-    compiled._prepack = prepacker(compiled, function)
+        progress.advance("llvm", kernels=len(stats.kernels))
+        executable, function, held = kernel_to_native(module, outputs, options, shape_error=shape_error,
+                                                      progress=progress)
+        if "llvm" in options.dump_ir:  # the optimized IR text is computed on demand (cache hits skip O3)
+            _dump("llvm", executable.library.ir, options)
+        summary = {
+            "kernels": len(stats.kernels),
+            "kernel_functions": executable.signature.meta.get("kernel_functions", 0),
+            "fused_ops_per_kernel": [k.compute_ops for k in stats.kernels],
+            "workspace_bytes": str(stats.workspace_bytes),
+        }
+        compiled = FreshProgram(executable, binding, held, {"tp": tp_text, "kernel": kernel_text}, summary)
+        compiled._prepack = prepacker(compiled, function)
+        progress.finish(object_bytes=len(executable.library.object))
+    finally:
+        progress.close()
+    summary["compile_seconds"] = round(time.perf_counter() - start, 4)
+    summary["stage_seconds"] = progress.seconds()
     return compiled
+
+
+def _program_label(program: ExportedProgram) -> str:
+    """The exported module's class name (``"GPT"``), or ``"program"`` for a function."""
+    root = program.graph_module.root
+    return "program" if isinstance(root, dict) else type(root).__name__
+
+
+def _run_passes(pipeline: str, module: Module) -> None:
+    manager = PassManager(pipeline)
+    manager.run(module)
+    for name, seconds, changed in manager.timings:
+        LOGGER.debug("pass %s: %.4f s%s", name, seconds, "" if changed else " (no change)")
+
+
+def _count_ops(module: Module) -> int:
+    return sum(1 for f in module.functions for op in f.walk() if op.name not in ("tp.return", "tp.constant"))
 

@@ -434,14 +434,16 @@ def compile_object(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bo
 
 def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool | CompileCache = True,
                name: str = "module", prefer_vector_width: int | None = None,
-               link: Iterable[SymbolSource] = (), resolvers: Mapping[str, Resolver] | None = None) -> Library:
+               link: Iterable[SymbolSource] = (), resolvers: Mapping[str, Resolver] | None = None,
+               on_compiled: Callable[[bool], None] | None = None) -> Library:
     """Optimize and compile LLVM IR for the host CPU, reusing cached object code when present.
 
     ``cache`` is True (the default cache, see :mod:`tensorplay.runtime.cache`), False, or a
     :class:`CompileCache`. ``prefer_vector_width`` (256 or 512) is passed to
     :func:`tensorplay.runtime.target.host_target_machine`. ``link`` and ``resolvers``: where symbols the IR
-    declares come from (see :func:`load_object`). Invalid IR, or code calling a symbol that resolves
-    nowhere, raises :class:`CompileError`.
+    declares come from (see :func:`load_object`). ``on_compiled(cached)`` is called between compiling
+    and loading (``cached``: the object came from the cache). Invalid IR, or code calling a symbol that
+    resolves nowhere, raises :class:`CompileError`.
 
     >>> import ctypes
     >>> f = compile_ir("define double @sq(double %x) { %y = fmul double %x, %x  ret double %y }")
@@ -450,6 +452,8 @@ def compile_ir(llvm_ir: str | llvmlite.ir.Module, *, opt: int = 3, cache: bool |
     """
     obj, optimized = compile_object(llvm_ir, opt=opt, cache=cache, name=name,
                                     prefer_vector_width=prefer_vector_width)
+    if on_compiled is not None:
+        on_compiled(optimized is None)
     lib = load_object(obj, name=name, ir=optimized, features=feature_string(prefer_vector_width), link=link,
                       resolvers=resolvers)
     if optimized is None:  # from the cache: recompute the optimized IR only if someone asks

@@ -12,7 +12,7 @@ decomposition); tensor methods and the functions below dispatch through that reg
 """
 from __future__ import annotations
 
-from . import _dtype
+from . import _dtype, _logging
 from ._dtype import (  # noqa: A004
     bfloat16,
     bool,
@@ -62,6 +62,7 @@ from .random import Generator, get_rng_state, initial_seed, manual_seed, seed, s
 from .serialization import load, save  # noqa: E402
 
 __version__ = "0.1.0"
+_logging.install()
 
 
 def _export_ops() -> None:
@@ -82,11 +83,12 @@ def numel(input: Tensor) -> int:
     return input.numel()
 
 
-def compile(program, **options):  # noqa: A001 - PyTorch's name
-    """Compile an exported program to native code; returns a ``tensorplay.lowering.api.CompiledProgram`` (see
-    :func:`tensorplay.export.native.compile`)."""
+def compile(target, **options):  # noqa: A001 - PyTorch's name
+    """Compile to native code, as ``torch.compile``: an exported program now (returns its
+    ``tensorplay.lowering.api.CompiledProgram``), a module or function on its first call (returns a callable,
+    ``tp.compile(model, dynamic=True)``); see :func:`tensorplay.export.native.compile`."""
     from .export.native import compile as compile_native
-    return compile_native(program, **options)
+    return compile_native(target, **options)
 
 
 def _assert(condition, message: str) -> None:

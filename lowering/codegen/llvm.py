@@ -72,6 +72,7 @@ from ..microkernels.gemm_parallel import ENV_TYPE as GEMM_ENV
 from ..microkernels.gemm_parallel import GRAIN as GEMM_GRAIN
 from ..microkernels.gemm_parallel import MAX_GEMM_THREADS, emit_split_gemm
 from ..microkernels.gemm_prepack import pack_sites, slot_symbol
+from ..progress import CompileProgress
 from ..resolvers import RESOLVERS
 from .expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .functions import KernelPlan, offset_symbol, plan_kernel
@@ -754,7 +755,7 @@ def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp
                           fastmath: Sequence[str] = ("contract",), num_threads: int | None = None,
                           shape_error: type[BaseException] = RuntimeError, opt: int = 3,
                           cache: bool = True, prefer_vector_width: int | None = None,
-                          profile: bool = False) -> Executable:
+                          profile: bool = False, progress: CompileProgress | None = None) -> Executable:
     """Compile a kernel-level function to native code behind the :mod:`tensorplay.runtime.abi` convention.
 
     Options as in :func:`emit_llvm`, plus ``num_threads`` (default
@@ -765,12 +766,16 @@ def compile_kernel_module(kernel_module: Module | Function, *, prefix: str = "tp
     :func:`tensorplay.lowering.microkernels.gemm_library.gemm_library`
     with the same options (compiled once per process and configuration); ``library.links`` holds them.
     Other symbols the code calls (random draws) resolve through :data:`tensorplay.lowering.resolvers.RESOLVERS`.
+    ``progress`` moves from its ``llvm`` stage to ``link`` once the object code is there.
     """
     from tensorplay.runtime.jit import compile_ir
     f = _function(kernel_module, function)
     text, sig = emit_llvm(f, prefix=prefix, num_outputs=num_outputs, fastmath=fastmath, profile=profile)
     links = gemm_libraries(gemm_configs(f), opt=opt, cache=cache, prefer_vector_width=prefer_vector_width)
+    on_compiled = None if progress is None else lambda cached: progress.advance(
+        "link", kernel_functions=sig.meta.get("kernel_functions", 0), gemm_libraries=len(links),
+        object_code="from the cache" if cached else "compiled")
     lib = compile_ir(text, opt=opt, cache=cache, name=prefix, prefer_vector_width=prefer_vector_width, link=links,
-                     resolvers=RESOLVERS)
+                     resolvers=RESOLVERS, on_compiled=on_compiled)
     return Executable(lib, prefix, sig, shape_error=shape_error, num_threads=num_threads)
 

@@ -31,6 +31,7 @@ from tensorplay.dialect import Module
 from tensorplay.export.exported_program import ExportedProgram
 from tensorplay.export.functionalize import functionalize_inputs
 
+from ..progress import CompileProgress
 from .binding import Write
 from .convert import Binding, graph_to_tp
 
@@ -40,14 +41,17 @@ _STATE_KINDS = ("PARAMETER", "BUFFER", "CONSTANT_TENSOR")
 
 
 def program_to_tp(program: ExportedProgram, *, name: str = "main", state_as: str = "constants",
-                  decompositions: bool = True) -> tuple[Module, Binding]:
-    """Convert an ``ExportedProgram`` (after its default decompositions) into a ``tp`` module."""
+                  decompositions: bool = True, progress: CompileProgress | None = None) -> tuple[Module, Binding]:
+    """Convert an ``ExportedProgram`` (after its default decompositions) into a ``tp`` module; ``progress``
+    moves from its ``decompose`` stage to ``lower`` between the two."""
     if not isinstance(program, ExportedProgram):
         raise TypeError(f"program_to_tp expects an ExportedProgram, got {type(program).__name__}")
     program = program.run_decompositions() if decompositions else copy.deepcopy(program)
     writes, appended, composite = functionalize_inputs(program)
     if composite and decompositions:  # a functional form (copy, fill, clamp ...) that decomposes further
         program = program.run_decompositions()
+    if progress is not None:
+        progress.advance("lower", graph_ops=sum(n.op == "call_function" for n in program.graph.nodes))
     values = {**program.state_dict, **program.constants}
     weights = {}
     for spec in program.graph_signature.input_specs:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import _dtype
+from .._logging import showing
 from .._tensor import Tensor
 from .dynamic_shapes import ConstraintsExceededError
 from .functionalize import Field, writes_inputs
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from tensorplay.dialect import Module
     from tensorplay.lowering.api import CompiledProgram
 
+    from .compile_module import CompiledModule
     from .exported_program import ExportedProgram
 
 __all__ = ["compile", "lower", "NativeRunner", "UnsupportedProgramWarning", "native_runner"]
@@ -120,17 +122,31 @@ def _aliased(targets: list, positions: list[int], values: list) -> bool:
     return False
 
 
-def compile(program: ExportedProgram, *, strict: bool = True,  # noqa: A001 - torch's name
-            **options: Any) -> CompiledProgram | None:
-    """Compile ``program`` to native code now and use it for every later call; returns the
+def compile(target: Any, *, strict: bool = True, dynamic: bool = False,  # noqa: A001 - torch's name
+            verbose: bool = False, **options: Any) -> CompiledProgram | CompiledModule | None:
+    """Compile to native code, as ``torch.compile`` does.
+
+    An ``ExportedProgram`` is compiled now and its native code used for every later call; returns the
     :class:`tensorplay.lowering.api.CompiledProgram` (inspect it with ``.ir("tp" | "kernel" | "llvm" | "asm")``
-    and ``.stats``).
+    and ``.stats``). A module or function returns a :class:`~tensorplay.export.compile_module.CompiledModule`
+    that exports and compiles on its first call and again when the input structure changes; ``dynamic=True``
+    makes dim 0 of every tensor input (the batch) dynamic.
 
     ``options`` are :class:`tensorplay.lowering.api.CompileOptions` fields (``num_threads``, ``cache``,
-    ``prefer_vector_width``, ``dump_ir``). With ``strict=False`` an unsupported program falls back to
-    the interpreter with a warning and ``None`` is returned.
+    ``prefer_vector_width``, ``dump_ir``, ``profile``). With ``strict=False`` an unsupported program falls
+    back to the interpreter with a warning (and ``None`` is returned for a program). ``verbose=True`` prints
+    each stage with its counts and time on stderr (a progress bar on a terminal with tqdm installed).
     """
-    runner = _build(program, strict=strict, options=options)
+    from .compile_module import CompiledModule
+    from .exported_program import ExportedProgram
+
+    if not isinstance(target, ExportedProgram):
+        return CompiledModule(target, dynamic=dynamic, strict=strict, verbose=verbose, options=options)
+    if dynamic:
+        raise ValueError("dynamic=True applies to modules and functions; an ExportedProgram's dynamic dims are "
+                         "the ones declared when it was exported (export(..., dynamic_shapes=...))")
+    with showing(verbose):
+        runner = _build(target, strict=strict, options=options)
     return None if runner is None else runner.compiled
 
 
