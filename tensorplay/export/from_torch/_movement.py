@@ -197,6 +197,48 @@ def index_put(self: Any, indices: Any, values: Any, accumulate: bool = False) ->
     return R["assign"](self, _index_key(indices), values, accumulate)
 
 
+def slice_scatter(self: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Any:
+    """``self`` with ``self[..., start:end:step] = src`` along ``dim`` (what torch makes of a slice assignment)."""
+    dim = _dim(dim, _rank(self))
+    if isinstance(end, int) and end >= _MAX:
+        end = None
+    start, end = _from_end(start, self.shape[dim]), _from_end(end, self.shape[dim])
+    return R["assign"](self, (slice(None),) * dim + (slice(start, end, None if step == 1 else step),), src)
+
+
+def select_scatter(self: Any, src: Any, dim: int, index: Any) -> Any:
+    """``self`` with ``self[..., index] = src`` along ``dim``."""
+    return R["assign"](self, (slice(None),) * _dim(dim, _rank(self)) + (index,), src)
+
+
+def sort(self: Any, dim: int = -1, descending: bool = False) -> tuple:
+    return tuple(R["sort"](self, dim, descending, True))
+
+
+def sort_stable(self: Any, *, stable: bool | None = None, dim: int = -1, descending: bool = False) -> tuple:
+    return tuple(R["sort"](self, dim, descending, True))
+
+
+def topk(self: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple:
+    return tuple(R["topk"](self, k, dim, largest, sorted))
+
+
+def argsort(self: Any, dim: int = -1, descending: bool = False) -> Any:
+    return sort(self, dim, descending)[1]
+
+
+def argsort_stable(self: Any, *, stable: bool, dim: int = -1, descending: bool = False) -> Any:
+    return sort(self, dim, descending)[1]
+
+
+def unfold(self: Any, dimension: int, size: int, step: int) -> Any:
+    return R["unfold"](self, dimension, size, step)
+
+
+def one_hot(self: Any, num_classes: int = -1) -> Any:
+    return R["one_hot"](self, num_classes)
+
+
 def index_select(self: Any, dim: int, index: Any) -> Any:
     return R["index_select"](self, dim, index)
 

@@ -40,10 +40,18 @@ def conv_transpose(input: Any, weight: Any, bias: Any = None, stride: Any = 1, p
                                _pair(dilation))
 
 
+def conv3d(input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+           groups: int = 1) -> Any:
+    return R["conv3d"](input, weight, bias, _pair(stride), padding if isinstance(padding, str) else _pair(padding),
+                       _pair(dilation), groups)
+
+
 def convolution(input: Any, weight: Any, bias: Any, stride: Any, padding: Any, dilation: Any, transposed: bool,
                 output_padding: Any, groups: int) -> Any:
+    if weight.dim() == 5 and not transposed:
+        return conv3d(input, weight, bias, stride, padding, dilation, groups)
     if weight.dim() not in (3, 4):
-        raise UnsupportedTorchOpError(f"{weight.dim() - 2}-d convolution (tensorplay has 1-d and 2-d)")
+        raise UnsupportedTorchOpError(f"{weight.dim() - 2}-d {'transposed ' if transposed else ''}convolution")
     if transposed:
         return conv_transpose(input, weight, bias, stride, padding, output_padding, groups, dilation)
     return conv(input, weight, bias, stride, padding, dilation, groups)
@@ -101,6 +109,13 @@ def native_group_norm(input: Any, weight: Any, bias: Any, N: Any, C: int, HxW: A
     grouped = R["reshape"](input, (N, group, -1))
     mean, rstd = _moments(grouped, (2,), eps)
     return (R["group_norm"](input, group, weight, bias, eps), R["squeeze"](mean, 2), R["squeeze"](rstd, 2))
+
+
+def instance_norm(input: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, use_input_stats: bool,
+                  momentum: float, eps: float, cudnn_enabled: bool = True) -> Any:
+    if not use_input_stats:
+        return R["batch_norm"](input, running_mean, running_var, weight, bias, False, momentum, eps)
+    return R["instance_norm"](input, weight, bias, eps)
 
 
 def rms_norm(input: Any, normalized_shape: Any, weight: Any = None, eps: float | None = None) -> Any:
@@ -173,6 +188,35 @@ def upsample_vec(mode: str):
                                 align_corners)
     convert.__name__ = f"upsample_{mode}"
     return convert
+
+
+def prelu(self: Any, weight: Any) -> Any:
+    return R["prelu"](self, weight)
+
+
+def prelu_kernel(self: Any, weight: Any) -> Any:
+    """``_prelu_kernel``: ``weight`` is already shaped to broadcast against ``self``."""
+    return R["where"](self > 0, self, weight * self)
+
+
+def glu(self: Any, dim: int = -1) -> Any:
+    return R["glu"](self, dim)
+
+
+def pixel_shuffle(self: Any, upscale_factor: int) -> Any:
+    return R["pixel_shuffle"](self, upscale_factor)
+
+
+def pixel_unshuffle(self: Any, downscale_factor: int) -> Any:
+    return R["pixel_unshuffle"](self, downscale_factor)
+
+
+def im2col(self: Any, kernel_size: Any, dilation: Any, padding: Any, stride: Any) -> Any:
+    return R["im2col"](self, _pair(kernel_size), _pair(dilation), _pair(padding), _pair(stride))
+
+
+def einsum(equation: str, tensors: Any, *, path: Any = None) -> Any:
+    return R["einsum"](equation, *tensors)
 
 
 def upsample_default(mode: str):

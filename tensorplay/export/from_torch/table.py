@@ -20,7 +20,7 @@ from . import _pointwise as P
 from . import _rnn, _sizes
 from ._pointwise import Same
 
-__all__ = ["ATEN_OPS", "INPLACE"]
+__all__ = ["ATEN_OPS", "INPLACE", "markdown"]
 
 _UNARY = ["abs", "neg", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
           "tanh", "sigmoid", "erf", "ceil", "floor", "trunc", "sign", "reciprocal", "relu", "silu", "mish",
@@ -48,7 +48,9 @@ ATEN_OPS: dict[str, Callable] = {
     "aten.lerp.Scalar": P.lerp, "aten.lerp.Tensor": P.lerp,
     "aten.gelu.default": P.gelu, "aten.leaky_relu.default": P.leaky_relu, "aten.hardtanh.default": P.hardtanh,
     "aten.relu6.default": P.relu6, "aten.elu.default": P.elu, "aten.celu.default": P.celu, "aten.selu.default": P.selu,
-    "aten.softplus.default": P.softplus,
+    "aten.softplus.default": P.softplus, "aten.prelu.default": N.prelu, "aten._prelu_kernel.default": N.prelu_kernel,
+    "aten.glu.default": N.glu, "aten.pixel_shuffle.default": N.pixel_shuffle,
+    "aten.pixel_unshuffle.default": N.pixel_unshuffle,
     # ------------------------------------------------------------------ reductions
     "aten.sum.default": P.sum_all, "aten.sum.dim_IntList": P.reduction("sum"),
     "aten.mean.default": P.mean_all, "aten.mean.dim": P.reduction("mean"),
@@ -89,6 +91,10 @@ ATEN_OPS: dict[str, Callable] = {
     "aten.gather.default": M.gather, "aten.scatter.src": M.scatter_src, "aten.scatter.value": M.scatter_value,
     "aten.scatter_add.default": M.scatter_add, "aten.index_add.default": M.index_add,
     "aten.embedding.default": M.embedding, "aten.copy.default": M.copy,
+    "aten.slice_scatter.default": M.slice_scatter, "aten.select_scatter.default": M.select_scatter,
+    "aten.sort.default": M.sort, "aten.sort.stable": M.sort_stable, "aten.topk.default": M.topk,
+    "aten.argsort.default": M.argsort, "aten.argsort.stable": M.argsort_stable, "aten.unfold.default": M.unfold,
+    "aten.one_hot.default": M.one_hot,
     # ------------------------------------------------------------------ factories
     "aten.zeros.default": M.zeros, "aten.ones.default": M.ones, "aten.empty.memory_format": M.empty,
     "aten.full.default": M.full, "aten.scalar_tensor.default": M.scalar_tensor,
@@ -105,13 +111,14 @@ ATEN_OPS: dict[str, Callable] = {
     "aten.conv1d.default": N.conv, "aten.conv2d.default": N.conv, "aten.conv1d.padding": N.conv,
     "aten.conv2d.padding": N.conv, "aten.convolution.default": N.convolution,
     "aten.conv_transpose1d.default": N.conv_transpose, "aten.conv_transpose2d.input": N.conv_transpose,
+    "aten.conv3d.default": N.conv3d, "aten.im2col.default": N.im2col, "aten.einsum.default": N.einsum,
     # ------------------------------------------------------------------ normalisation
     "aten.batch_norm.default": N.batch_norm,
     "aten._native_batch_norm_legit_no_training.default": N.batch_norm_no_training,
     "aten.native_batch_norm.default": N.native_batch_norm,
     "aten.layer_norm.default": N.layer_norm, "aten.native_layer_norm.default": N.native_layer_norm,
     "aten.group_norm.default": N.group_norm, "aten.native_group_norm.default": N.native_group_norm,
-    "aten.rms_norm.default": N.rms_norm,
+    "aten.rms_norm.default": N.rms_norm, "aten.instance_norm.default": N.instance_norm,
     # ------------------------------------------------------------------ attention, embeddings, recurrence
     "aten.scaled_dot_product_attention.default": N.sdpa,
     "aten._scaled_dot_product_flash_attention_for_cpu.default": N.sdpa_flash_cpu,
@@ -125,6 +132,7 @@ ATEN_OPS: dict[str, Callable] = {
     "aten.adaptive_max_pool1d.default": N.adaptive_max_pool, "aten.adaptive_max_pool2d.default": N.adaptive_max_pool,
     "aten.upsample_nearest2d.vec": N.upsample_vec("nearest"),
     "aten.upsample_bilinear2d.vec": N.upsample_vec("bilinear"),
+    "aten.upsample_bicubic2d.vec": N.upsample_vec("bicubic"),
     "aten.upsample_nearest2d.default": N.upsample_default("nearest"),
     "aten.upsample_bilinear2d.default": N.upsample_default("bilinear"),
     "aten.dropout.default": N.dropout, "aten.native_dropout.default": N.native_dropout,
@@ -153,3 +161,21 @@ INPLACE = {
     "aten.index_add_.default": "aten.index_add.default", "aten.lerp_.Scalar": "aten.lerp.Scalar",
 }
 ATEN_OPS.update({name: _sizes.inplace(ATEN_OPS[functional], name) for name, functional in INPLACE.items()})
+
+
+def markdown() -> str:
+    """The supported-op list of docs/torch-import.md: one row per ATen op with its overloads, then the
+    Python functions on sizes (``python -m tensorplay.export.from_torch.table`` prints it)."""
+    overloads: dict[str, list[str]] = {}
+    for key in sorted(ATEN_OPS):
+        if key.startswith("aten."):
+            _, op, overload = key.split(".")
+            overloads.setdefault(op, []).append(overload)
+    rows = ["| ATen op | overloads |", "| --- | --- |"]
+    rows += [f"| `aten.{op}` | {', '.join(f'`{o}`' for o in names)} |" for op, names in overloads.items()]
+    sizes = ", ".join(f"`{k}`" for k in sorted(ATEN_OPS) if not k.startswith("aten."))
+    return "\n".join(rows) + f"\n\nOn sizes (symbolic integers): {sizes}.\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

@@ -139,6 +139,11 @@ SAMPLES.update({
     "aten.celu.default": S(lambda x: aten.celu.default(x, 0.5), f(N, 4)),
     "aten.selu.default": S(aten.selu.default, f(N, 4)),
     "aten.softplus.default": S(lambda x: aten.softplus.default(x * 8, 2.0, 5.0), f(N, 4)),
+    "aten.prelu.default": S(aten.prelu.default, f(N, 3, 4), f(3)),
+    "aten._prelu_kernel.default": S(aten._prelu_kernel.default, f(N, 3, 4), f(3, 1)),
+    "aten.glu.default": S(lambda x: aten.glu.default(x, 1), f(N, 6)),
+    "aten.pixel_shuffle.default": S(lambda x: aten.pixel_shuffle.default(x, 2), f(N, 8, 2, 3)),
+    "aten.pixel_unshuffle.default": S(lambda x: aten.pixel_unshuffle.default(x, 2), f(N, 2, 4, 6)),
     # ------------------------------------------------------------------ binary
     "aten.maximum.default": S(aten.maximum.default, f(N, 4), f(N, 4)),
     "aten.minimum.default": S(aten.minimum.default, f(N, 4), f(4)),
@@ -281,6 +286,15 @@ SAMPLES.update({
     "aten.embedding.default": S(lambda w, j: aten.embedding.default(w, j), f(7, 4), i(N, 3, high=7)),
     "aten.copy.default": S(lambda x, y: aten.copy.default(x, y), f(N, 4), i(4)),
     "aten.copy_.default": S(lambda x, y: aten.copy_.default(x * 1, y), f(N, 4), f(4)),
+    "aten.slice_scatter.default": S(lambda x, v: aten.slice_scatter.default(x, v, 1, 1, 4, 2), f(N, 5), f(N, 2)),
+    "aten.select_scatter.default": S(lambda x, v: aten.select_scatter.default(x, v, 1, -1), f(N, 4), f(N)),
+    "aten.sort.default": S(lambda x: aten.sort.default(x, 1, True), f(N, 5)),
+    "aten.sort.stable": S(lambda x: aten.sort.stable(x, stable=True, dim=0), f(N, 5)),
+    "aten.topk.default": S(lambda x: aten.topk.default(x, 2, 1), f(N, 5)),
+    "aten.argsort.default": S(lambda x: aten.argsort.default(x, 1), f(N, 5)),
+    "aten.argsort.stable": S(lambda x: aten.argsort.stable(x, stable=True, dim=1, descending=True), f(N, 5)),
+    "aten.unfold.default": S(lambda x: aten.unfold.default(x, 1, 3, 2), f(N, 7)),
+    "aten.one_hot.default": S(lambda j: aten.one_hot.default(j, 6), i(N, 3, high=6)),
     # ------------------------------------------------------------------ factories
     "aten.zeros.default": S(lambda x: x + aten.zeros.default([4]), f(N, 4)),
     "aten.ones.default": S(lambda x: x + aten.ones.default([4], dtype=torch.float32), f(N, 4)),
@@ -329,6 +343,11 @@ SAMPLES.update({
                                        f(N, 3, 5), f(3, 2, 3), rtol=1e-4, atol=1e-5),
     "aten.conv_transpose2d.input": S(lambda x, w, c: aten.conv_transpose2d.input(x, w, c, [2, 1], [0, 1]),
                                      f(N, 3, 4, 4), f(3, 2, 2, 3), f(2), rtol=1e-4, atol=1e-5),
+    "aten.conv3d.default": S(lambda x, w: aten.conv3d.default(x, w, None, [1, 2, 1], [1, 0, 1]), f(N, 2, 4, 5, 4),
+                             f(3, 2, 2, 3, 3), rtol=1e-4, atol=1e-5),
+    "aten.im2col.default": S(lambda x: aten.im2col.default(x, [2, 3], [1, 1], [1, 0], [2, 1]), f(N, 2, 5, 6)),
+    "aten.einsum.default": S(lambda x, y: aten.einsum.default("bij,jk->bik", [x, y]), f(N, 2, 4), f(4, 3),
+                             rtol=1e-5, atol=1e-5),
     # ------------------------------------------------------------------ normalisation
     "aten.batch_norm.default": S(lambda x, w, c, m, v: aten.batch_norm.default(x, w, c, m, v, False, 0.1, 1e-5,
                                                                                False), f(N, 3, 4), f(3), f(3), f(3),
@@ -348,6 +367,9 @@ SAMPLES.update({
     "aten.native_group_norm.default": S(
         lambda x, w, c: aten.native_group_norm.default(x, w, c, x.shape[0], 4, 6, 2, 1e-5), f(N, 4, 2, 3), f(4),
         f(4), rtol=1e-4, atol=1e-5),
+    "aten.instance_norm.default": S(lambda x, w, c: aten.instance_norm.default(x, w, c, None, None, True, 0.1, 1e-5,
+                                                                               False), f(N, 3, 6), f(3), f(3),
+                                    rtol=1e-4, atol=1e-5),
     "aten.rms_norm.default": S(lambda x, w: aten.rms_norm.default(x, [4], w, 1e-6), f(N, 3, 4), f(4),
                                rtol=1e-4, atol=1e-5),
     # ------------------------------------------------------------------ attention and recurrence
@@ -379,6 +401,8 @@ SAMPLES.update({
     "aten.upsample_bilinear2d.vec": S(lambda x: aten.upsample_bilinear2d.vec(x, [5, 7], False, None)
                                       + aten.upsample_bilinear2d.vec(x, [5, 7], True, None), f(N, 2, 3, 4),
                                       rtol=1e-5, atol=1e-5),
+    "aten.upsample_bicubic2d.vec": S(lambda x: aten.upsample_bicubic2d.vec(x, [5, 6], False, None), f(N, 2, 3, 4),
+                                     rtol=1e-5, atol=1e-5),
     "aten.upsample_nearest2d.default": S(lambda x: aten.upsample_nearest2d.default(x, [6, 5]), f(N, 2, 3, 4)),
     "aten.upsample_bilinear2d.default": S(lambda x: aten.upsample_bilinear2d.default(x, [6, 6], False), f(N, 2, 3, 4),
                                           rtol=1e-5, atol=1e-5),
