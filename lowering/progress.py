@@ -143,7 +143,14 @@ class CompileProgress:
         from tqdm.contrib.logging import logging_redirect_tqdm
 
         self._redirect = contextlib.ExitStack()
-        # console handlers of tensorplay's and the root logger print above the bar instead of through it
-        self._redirect.enter_context(logging_redirect_tqdm([logging.getLogger(), logging.getLogger("tensorplay")]))
+        # loggers printing on the console (tensorplay's, the root's) print above the bar instead of through it
+        consoles = [logger for logger in (logging.getLogger("tensorplay"), logging.getLogger())
+                    if any(_is_console(h) for h in logger.handlers)]
+        if consoles:
+            self._redirect.enter_context(logging_redirect_tqdm(consoles))
         self._bar = tqdm(total=len(self.stages), desc=self.label, file=self._stream, unit="stage", leave=False,
-                         bar_format="{desc} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
+                         mininterval=0, bar_format="{desc} {bar} {n_fmt}/{total_fmt} [{elapsed}]")
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    return isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (sys.stdout, sys.stderr)
