@@ -8,9 +8,9 @@ here are assembled from the stage modules, where their logic lives:
 - lower it to the ``tp`` dialect only: :func:`lower_to_tp`;
 - run compiled code: a :class:`CompiledProgram`, implemented by :class:`FreshProgram` (compiled here)
   and :class:`LoadedProgram` (loaded from an archive); its binding's output leaves are :class:`Result`;
-- store and load compiled code: :func:`archive_entry`, :func:`map_code`, :func:`load_executable`,
-  :class:`RunnerPool`, :func:`load_program`, :func:`stored_weights`, the runtime's :class:`NativeArtifact`
-  and object blobs;
+- store and load compiled code: :func:`archive_entry`, :func:`check_native_code` (what trusted stored code
+  must pass), :func:`map_code`, :func:`load_executable`, :class:`RunnerPool`, :func:`load_program`,
+  :func:`stored_weights`, the runtime's :class:`NativeArtifact` and object blobs;
 - build a standalone C library: :func:`build_library`, :func:`write_bundle`, :func:`find_c_compiler`;
 - the runtime's knobs: ``NUM_THREADS_ENV`` (the environment variable naming the threads of native code);
 - errors: :class:`LoweringError`, the base of every stage's error (:mod:`.errors`).
@@ -43,7 +43,15 @@ from .codegen.profile import ProfileTable
 from .errors import CodegenError, ConversionError, FusionError, LoweringError, UnsupportedOp
 from .from_graph.binding import Binding, Result
 from .from_graph.program import program_to_tp
-from .loaded import LoadedProgram, NativeRecompileWarning, RunnerPool, load_executable, load_program, map_code
+from .loaded import (
+    LoadedProgram,
+    NativeRecompileWarning,
+    RunnerPool,
+    check_native_code,
+    load_executable,
+    load_program,
+    map_code,
+)
 from .pipeline import IR_LEVELS, CompileOptions, FreshProgram, compile_program
 
 if TYPE_CHECKING:
@@ -53,7 +61,7 @@ __all__ = [
     "CompileOptions", "CompiledProgram", "FreshProgram", "IR_LEVELS", "LoadedProgram", "compile_program",
     "lower_to_tp", "Binding", "Result",
     "NativeArtifact", "IncompatibleArtifact", "NativeRecompileWarning", "RunnerPool", "archive_entry", "load_program",
-    "load_executable", "map_code", "objects_from_bytes", "objects_to_bytes", "stored_weights",
+    "check_native_code", "load_executable", "map_code", "objects_from_bytes", "objects_to_bytes", "stored_weights",
     "build_library", "find_c_compiler", "write_bundle", "NUM_THREADS_ENV",
     "LoweringError", "ConversionError", "UnsupportedOp", "FusionError", "CodegenError",
 ]

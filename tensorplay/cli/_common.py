@@ -20,18 +20,25 @@ class CLIError(Exception):
 def add_archive(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", metavar="FILE.pt2", help="a tensorplay archive (tensorplay.export.save / package_pt2)")
     p.add_argument("--model", default=None, help="program name inside the archive (default: the only one)")
+    p.add_argument("--trust-native-code", action="store_true", default=None,
+                   help="run the archive's stored native code (default: compile the program here; also "
+                        "TENSORPLAY_TRUST_NATIVE_CODE=1)")
+    p.add_argument("--trusted-key", action="append", default=None, metavar="FILE",
+                   help="run stored native code signed with this key (repeatable; also TENSORPLAY_TRUSTED_KEYS)")
 
 
-def load_archive(path: str, **options: Any) -> Any:
-    """``load_pt2(path)`` with a one-line error for missing or malformed files."""
+def load_archive(args: argparse.Namespace, **options: Any) -> Any:
+    """``load_pt2(args.file)`` trusting what the command line says, with a one-line error for missing or
+    malformed files."""
     from tensorplay.export import load_pt2
 
+    path = args.file
     if not os.path.exists(path):
         raise CLIError(f"no such file: {path}")
     if os.path.isdir(path):
         raise CLIError(f"{path} is a directory, expected a .pt2 archive")
     try:
-        return load_pt2(path, **options)
+        return load_pt2(path, trust_native_code=args.trust_native_code, trusted_keys=args.trusted_key, **options)
     except (ValueError, KeyError, TypeError) as exc:
         raise CLIError(f"{path} is not a valid tensorplay archive: {exc}") from None
 

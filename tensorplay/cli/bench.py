@@ -32,12 +32,12 @@ def execute(args: argparse.Namespace) -> None:
 
     if args.iters < 1 or args.warmup < 0 or (args.threads is not None and args.threads < 1):
         raise CLIError("--iters and --threads must be >= 1 and --warmup >= 0")
-    contents = load_archive(args.file)
+    contents = load_archive(args)
     model = pick_model(contents, args.model, args.file)
     program = contents.exported_programs[model]
     inputs = make_inputs(program, parse_shapes(args.shape), args.seed)
     runners = contents.tp_runners.get(model)
-    if runners is not None and program.__dict__.get("_native"):
+    if runners is not None and any(c.trusted and c.incompatibility is None for c in runners.values()):
         executables = runners.pool.executables
     else:
         with progress(f"compiling {model!r}"):

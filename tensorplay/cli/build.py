@@ -19,7 +19,7 @@ def execute(args: argparse.Namespace) -> None:
     from tensorplay.lowering.api import build_library, find_c_compiler, write_bundle
 
     find_c_compiler()  # fail first, with what to install, before any work
-    contents = load_archive(args.file)
+    contents = load_archive(args)
     model = pick_model(contents, args.model, args.file)
     name = args.name or re.sub(r"\W", "_", model)
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", name):

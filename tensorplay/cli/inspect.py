@@ -40,15 +40,16 @@ def describe(name: str, program: Any, runners: Any) -> list[str]:
         for triple, code in runners.items():
             why = code.incompatibility
             art = code.artifact
+            use = "runs on this host" if why is None else f"not for this host ({why})"
             lines.append(f"    {triple} cpu={art.cpu_name} {len(art.object)} bytes: "
-                         + ("runs on this host" if why is None else f"not for this host ({why})"))
+                         + (use if code.trusted else "not trusted: the program compiles here instead"))
     else:
         lines.append("  native code: none (run `tensorplay compile` to add it)")
     return lines
 
 
 def execute(args: argparse.Namespace) -> None:
-    contents = load_archive(args.file)
+    contents = load_archive(args)
     names = [pick_model(contents, args.model, args.file)] if args.model or args.ir else sorted(
         contents.exported_programs)
     if not names:

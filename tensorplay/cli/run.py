@@ -25,7 +25,7 @@ def summary(a: np.ndarray) -> str:
 
 
 def execute(args: argparse.Namespace) -> None:
-    contents = load_archive(args.file)
+    contents = load_archive(args)
     model = pick_model(contents, args.model, args.file)
     program = contents.exported_programs[model]
     inputs = make_inputs(program, parse_shapes(args.shape), args.seed, args.inputs)

@@ -280,7 +280,8 @@ class ExportedProgram:
         return plan
 
     def _bind_user(self, args: tuple, kwargs: dict) -> list:
-        """User args in user-placeholder order (kwargs by name, gaps from example_inputs)."""
+        """User args in user-placeholder order (kwargs by name; an input left out takes its captured value only if
+        it had a default, else TypeError as eager Python raises)."""
         names = self._user_input_names()
         if len(args) > len(names):
             raise TypeError(f"exported program expected at most {len(names)} positional arguments, got "
@@ -293,9 +294,10 @@ class ExportedProgram:
             if key in bound:
                 raise TypeError(f"exported program got multiple values for argument {key!r}")
             bound[key] = value
+        defaults = {n.name for n in self.graph.placeholders if n.args}  # inputs with a default at capture
         for name in names:
             if name not in bound:
-                if name not in self.example_inputs:
+                if name not in defaults or name not in self.example_inputs:
                     raise TypeError(f"missing required export input {name!r}")
                 bound[name] = self.example_inputs[name]
         return [bound[name] for name in names]

@@ -1,28 +1,32 @@
 """Native code in ``.pt2`` archives: storing compiled programs and running them back without compiling.
 
 ``save`` of a program that has been compiled (``tp.compile(program)`` or a first call) stores its
-object code under ``data/native/<name>/<triple>/``; ``load`` puts a runner on the loaded program so
-its first call maps that code into the JIT instead of compiling. ``load_pt2(...).tp_runners[name]`` is
-a :class:`ModelRunners`: a mapping ``{triple: NativeCode}`` that is also callable like the program.
+object code under ``data/native/<name>/<triple>/``. ``load`` uses that code only when the caller trusts
+it (:mod:`tensorplay.export.trust`): then a runner on the loaded program maps it on the first call
+instead of compiling. Untrusted code is never mapped; the program compiles from its exported graph
+(through the compile cache, so a program compiled before on this machine costs milliseconds).
+``load_pt2(...).tp_runners[name]`` is a :class:`ModelRunners`: a mapping ``{triple: NativeCode}`` that is
+also callable like the program.
 
 >>> import io, tensorplay as tp
 >>> from tensorplay.export import export, load, save
 >>> prog = export(tp.nn.Linear(3, 2), tp.ones(4, 3))
 >>> _ = tp.compile(prog)
 >>> buf = io.BytesIO(); save(prog, buf)
->>> loaded = load(buf)
+>>> loaded = load(buf, trust_native_code=True)
 >>> tuple(loaded(tp.ones(4, 3)).shape), loaded.__dict__["_native"][1].compiled.stats
 ((4, 2), {'loaded_from_archive': True})
 
-Object code runs with full rights: only load archives you trust. Code built for a CPU this host
-cannot run is never mapped: the runner recompiles from the stored dialect text (one
-:class:`NativeRecompileWarning`), or raises ``IncompatibleArtifact`` when no text was stored. Mapping,
-recompiling and binding the code to its program is the compiler's part
-(:mod:`tensorplay.lowering.loaded`, through :mod:`tensorplay.lowering.api`).
+Trusted code built for a CPU this host cannot run is never mapped: the program compiles instead (one
+:class:`NativeRecompileWarning`); runners without a program recompile from the stored dialect text
+(after the verifier), or raise ``IncompatibleArtifact`` when no text was stored. Checking, mapping,
+recompiling and binding the code to its program is the compiler's part (:mod:`tensorplay.lowering.loaded`,
+through :mod:`tensorplay.lowering.api`).
 """
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +86,7 @@ def native_files_of(programs: Mapping[str, ExportedProgram]) -> dict[str, list]:
         if isinstance(runner, NativeRunner):
             files[name] = [native_entry(runner.compiled)]
         elif isinstance(runner, _ArchiveRunner):
-            files[name] = [(code.artifact, code.dialect, code.kernels) for code in runner.runners.values()]
+            files[name] = [(code.artifact, code.dialect, code.kernels, code.seal) for code in runner.runners.values()]
     return files
 
 
@@ -92,9 +96,11 @@ class ModelRunners(Mapping):
     """One model's native code per target triple (a mapping to ``NativeCode``), callable like the model.
 
     With the archive's program beside it, ``runners(*args)`` takes the program's inputs and returns its
-    outputs; without one it takes every argument of the native signature as numpy arrays (weights
-    included) and returns the flat list of outputs. The code is mapped on the first call, never compiled
-    unless the host cannot run it (then it is compiled from the stored dialect text, with one warning).
+    outputs (through the program: stored code when trusted, else compiled). Without one it takes every
+    argument of the native signature as numpy arrays (weights included) and returns the flat list of
+    outputs: this runs stored code, so it needs trusted code (ValueError otherwise). The code is mapped on
+    the first use of :attr:`pool`, never compiled unless the host cannot run it (then, without a program,
+    it is compiled from the stored dialect text, with one warning).
     """
 
     def __init__(self, runners: Mapping[str, NativeCode], program: ExportedProgram | None = None, *,
@@ -128,7 +134,12 @@ class ModelRunners(Mapping):
                     from tensorplay.lowering import api
 
                     from .dynamic_shapes import ConstraintsExceededError
-                    code, library = api.map_code(self.runners.values())
+                    trusted = [code for code in self.runners.values() if code.trusted]
+                    if not trusted:
+                        raise ValueError("this archive's native code is not trusted, so it is not run: load it "
+                                         "with trust_native_code=True or a trusted key that signed it "
+                                         "(docs/deployment.md, Trust)")
+                    code, library = api.map_code(trusted, recompile_dialect=self.program is None)
                     pool = api.RunnerPool(library, code.artifact.prefix, code.artifact.signature,
                                           num_runners=self.num_runners, num_threads=self.num_threads,
                                           shape_error=ConstraintsExceededError)
@@ -153,13 +164,13 @@ class ModelRunners(Mapping):
 
 def bundle_parts(runners: ModelRunners) -> tuple[Any, dict[str, np.ndarray], list[bytes]] | None:
     """``(artifact, weights by signature name, kernel objects)`` for a standalone bundle
-    (``tensorplay.lowering.api.write_bundle``) from stored code that runs on this host, or None when there is
-    none (or no program for the weights)."""
+    (``tensorplay.lowering.api.write_bundle``) from trusted stored code that runs on this host, or None when
+    there is none (or no program for the weights)."""
     program = runners.program
     if program is None:
         return None
     for code in runners.values():
-        if code.incompatibility is not None:
+        if not code.trusted or code.incompatibility is not None:
             continue
         from tensorplay.lowering import api
         weights = api.stored_weights(code.artifact.signature, program)
@@ -168,7 +179,8 @@ def bundle_parts(runners: ModelRunners) -> tuple[Any, dict[str, np.ndarray], lis
 
 
 class _ArchiveRunner:
-    """Stands in ``program._native`` for a loaded program; maps its archive code on the first call."""
+    """Stands in ``program._native`` for a loaded program with trusted code; maps it on the first call, or
+    compiles the program (one ``NativeRecompileWarning``) when no stored code can run on this CPU."""
 
     def __init__(self, runners: ModelRunners) -> None:
         self.runners = runners
@@ -180,16 +192,25 @@ class _ArchiveRunner:
 
     def __call__(self, program: ExportedProgram, flat_args: list) -> Any:
         if self._inner is None:
+            from tensorplay.lowering.api import IncompatibleArtifact
+
+            from .exported_program import _run_program
             from .native import NativeRunner
-            self._inner = NativeRunner(program, self.runners.compiled)
+            try:
+                self._inner = NativeRunner(program, self.runners.compiled)
+            except IncompatibleArtifact as exc:
+                warnings.warn(f"stored native code cannot run here ({exc}); compiling the program instead",
+                              NativeRecompileWarning, stacklevel=4)
+                program.__dict__.pop("_native", None)
+                return _run_program(program, flat_args)
         return self._inner(program, flat_args)
 
 
 def attach_runners(contents: Any, *, num_runners: int = 1, run_single_threaded: bool = False) -> None:
-    """Turn ``contents.tp_runners`` into :class:`ModelRunners` and let each loaded program use its code."""
+    """Turn ``contents.tp_runners`` into :class:`ModelRunners` and let each loaded program use its trusted code."""
     for model, entries in list(contents.tp_runners.items()):
         program = contents.exported_programs.get(model)
         runners = ModelRunners(entries, program, num_runners=num_runners, run_single_threaded=run_single_threaded)
         contents.tp_runners[model] = runners
-        if program is not None and any(c.incompatibility is None or c.dialect is not None for c in entries.values()):
+        if program is not None and any(code.trusted for code in entries.values()):
             program.__dict__["_native"] = (program.graph_module.code, _ArchiveRunner(runners))

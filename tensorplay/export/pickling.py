@@ -60,8 +60,10 @@ def runners_from_archive(data: bytes, num_runners: int, run_single_threaded: boo
 
 
 def _stored_native(runners: Any) -> list[tuple]:
-    """``tp_files`` entries of the native code a ``ModelRunners`` (or a ``{triple: NativeCode}``) holds."""
-    return [(code.artifact, code.dialect, getattr(code, "kernels", None)) for code in runners.values()]
+    """``tp_files`` entries of the native code a ``ModelRunners`` (or a ``{triple: NativeCode}``) holds, with their
+    seals (a signature travels; whether to trust it is the receiving process's decision)."""
+    return [(code.artifact, code.dialect, getattr(code, "kernels", None), getattr(code, "seal", None))
+            for code in runners.values()]
 
 
 def _runner_options(runners: Any) -> tuple[int, bool]:

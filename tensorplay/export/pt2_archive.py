@@ -552,16 +552,19 @@ def is_pt2_package(f: Any) -> bool:
 @dataclass
 class NativeCode:
     """Native code found in an archive for one target: the artifact (a ``NativeArtifact``), the dialect text
-    it came from and the object code of the GEMM kernels it calls (None in older archives).
+    it came from, the object code of the GEMM kernels it calls (None in older archives), its ``seal``
+    (``seal.json``: the digest of these files, maybe signed; None in older archives) and whether the loader
+    trusts it (:mod:`tensorplay.export.trust`).
 
-    Loading an archive never maps this code. :meth:`load` does, and it refuses code built for
-    another CPU (``tensorplay.lowering.api.IncompatibleArtifact``), so a caller recompiles from
-    ``dialect`` instead. Mapped code runs with full rights: only load archives you trust.
+    Loading an archive never maps this code. :meth:`load` does, only when ``trusted``, and it refuses code
+    built for another CPU (``tensorplay.lowering.api.IncompatibleArtifact``).
     """
 
     artifact: Any
     dialect: str | None = None
     kernels: list[bytes] | None = None
+    seal: dict[str, str] | None = None
+    trusted: bool = False
 
     @property
     def incompatibility(self) -> str | None:

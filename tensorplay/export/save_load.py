@@ -31,6 +31,7 @@ from ..graph._pytree import TreeSpec
 from . import serde
 from .pt2_archive import (
     ExtraFiles,
+    NativeCode,
     PT2ArchiveContents,
     PT2ArchiveReader,
     PT2ArchiveWriter,
@@ -54,13 +55,13 @@ from .serde import (
     is_state_path,
     malformed,
 )
+from .trust import NATIVE_FILES, SEAL_FILE, Trust, make_seal, read_key, verify_seal
 
 __all__ = ["document_to_program", "load", "load_pt2", "package_pt2", "program_to_document", "save"]
 
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
 _TRIPLE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 NATIVE_FORMAT = "tensorplay.native.v1"
-_NATIVE_FILES = ("manifest.json", "artifact.bin", "program.tp", "kernels.tpo")
 
 
 def _exported_program_type() -> type:
@@ -431,14 +432,20 @@ def save(ep: Any, f: Any, *, extra_files: dict[str, Any] | None = None, opset_ve
 
 def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
                 extra_files: dict[str, Any] | None = None, opset_version: dict[str, int] | None = None,
-                pickle_protocol: int = 4, executorch_files: dict[str, bytes] | None = None) -> Any:
+                pickle_protocol: int = 4, executorch_files: dict[str, bytes] | None = None,
+                sign_key: bytes | str | os.PathLike[str] | None = None) -> Any:
     """Write programs, native code and extra files into one archive at ``f``; returns ``f`` (rewound).
 
     ``exported_programs`` is one program (named ``"model"``) or a dict name -> program.
     ``tp_files`` maps a model name to compiled native code: a ``NativeArtifact`` (``tensorplay.lowering.api``),
-    an ``(artifact, dialect_text)`` pair, or a list of them (one per target). Each is stored under
+    an ``(artifact, dialect_text)`` pair, an ``(artifact, dialect_text, kernel objects[, seal])`` tuple, a
+    ``NativeCode`` read from an archive, or a list of them (one per target). Each is stored under
     ``data/native/<name>/<triple>/`` as ``artifact.bin``, ``manifest.json`` (triple, CPU name,
-    feature string, llvmlite version) and ``program.tp`` (the dialect text it was built from).
+    feature string, llvmlite version), ``program.tp`` (the dialect text it was built from), ``kernels.tpo``
+    and ``seal.json``: the digest of those files, signed with HMAC-SHA256 under ``sign_key`` (the key, or
+    the path of a key file) when given, so that loaders trusting that key run the code
+    (:mod:`tensorplay.export.trust`). Sign only code you trust: every entry written gets the signature. A
+    ``NativeCode`` keeps its signature when its files are unchanged.
     """
     ep_type = _exported_program_type()
     _check_opset(opset_version, "opset_version")
@@ -461,7 +468,9 @@ def package_pt2(f: Any, *, exported_programs: Any = None, tp_files: Any = None,
             raise ValueError(f"model name {name!r}: expected letters, digits, '_', '.', '-' (no '/')")
         if not isinstance(program, ep_type):
             raise TypeError(f"exported_programs[{name!r}] must be an ExportedProgram, got {type(program).__name__}")
-    native = _check_tp_files(tp_files)
+    if sign_key is not None and not isinstance(sign_key, bytes):
+        sign_key = read_key(sign_key)
+    native = _check_tp_files(tp_files, sign_key)
     extras = _check_extra_files(extra_files)
     documents = {name: program_to_document(p, opset_version) for name, p in programs.items()}
     if isinstance(f, str | os.PathLike):
@@ -502,9 +511,10 @@ def _check_extra_files(extra_files: Any) -> dict[str, bytes]:
             for name, value in extra_files.items()}
 
 
-def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
+def _check_tp_files(tp_files: Any, sign_key: bytes | None = None) -> dict[str, bytes]:
     """``tp_files``: model name -> NativeArtifact, ``(NativeArtifact, dialect_text)``,
-    ``(NativeArtifact, dialect_text, kernel objects)`` or a list of those."""
+    ``(NativeArtifact, dialect_text, kernel objects[, seal])``, ``NativeCode`` or a list of those; the archive
+    entries of each, sealed (and signed under ``sign_key``)."""
     if tp_files is None:
         return {}
     if not isinstance(tp_files, dict):
@@ -517,8 +527,10 @@ def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
         if not isinstance(name, str) or not _MODEL_NAME.match(name):
             raise ValueError(f"tp_files model name {name!r}: expected letters, digits, '_', '.', '-'")
         for item in items if isinstance(items, list) else [items]:
-            item = item if isinstance(item, tuple) and len(item) in (2, 3) else (item, None)
-            artifact, dialect, kernels = (*item, None) if len(item) == 2 else item
+            if isinstance(item, NativeCode):
+                item = (item.artifact, item.dialect, item.kernels, item.seal)
+            item = item if isinstance(item, tuple) and len(item) in (2, 3, 4) else (item, None)
+            artifact, dialect, kernels, seal = (*item, None, None, None)[:4]
             if not isinstance(artifact, NativeArtifact) or not isinstance(dialect, str | None):
                 raise TypeError(f"tp_files[{name!r}] must hold NativeArtifact or (NativeArtifact, dialect text), "
                                 f"got {type(item).__name__}")
@@ -529,25 +541,31 @@ def _check_tp_files(tp_files: Any) -> dict[str, bytes]:
                 raise ValueError(f"tp_files[{name!r}] has two artifacts for target {artifact.triple!r}")
             manifest = {"format": NATIVE_FORMAT, "triple": artifact.triple, "cpu_name": artifact.cpu_name,
                         "features": artifact.features, "llvmlite": artifact.llvmlite}
-            out[f"{base}manifest.json"] = json.dumps(manifest, indent=1).encode()
-            out[f"{base}artifact.bin"] = artifact.to_bytes()
-            if dialect is not None:
-                out[f"{base}program.tp"] = dialect.encode("utf-8")
+            files = {"manifest.json": json.dumps(manifest, indent=1).encode(), "artifact.bin": artifact.to_bytes(),
+                     "program.tp": None if dialect is None else dialect.encode("utf-8"), "kernels.tpo": None}
             if kernels:
                 from .native_archive import kernels_to_bytes
-                out[f"{base}kernels.tpo"] = kernels_to_bytes(kernels)
+                files["kernels.tpo"] = kernels_to_bytes(kernels)
+            new = make_seal(files, sign_key)
+            if sign_key is None and seal and "hmac_sha256" in seal and seal.get("sha256") == new["sha256"]:
+                new = dict(seal)  # unchanged files keep their signature
+            files[SEAL_FILE] = json.dumps(new, indent=1).encode()
+            out.update({f"{base}{file}": data for file, data in files.items() if data is not None})
     return out
 
 
 # ------------------------------------------------------------------------------------ reading
 
 def load(f: Any, *, extra_files: dict[str, Any] | None = None,
-         expected_opset_version: dict[str, int] | None = None) -> Any:
+         expected_opset_version: dict[str, int] | None = None, trust_native_code: bool | None = None,
+         trusted_keys: list[Any] | None = None) -> Any:
     """Load the program written by :func:`save`; ``extra_files`` (a dict) is updated in place with the
-    archive's extra files (``str``; ``bytes`` when not UTF-8). ``ValueError`` when the archive holds no program."""
+    archive's extra files (``str``; ``bytes`` when not UTF-8). ``ValueError`` when the archive holds no program.
+    ``trust_native_code`` and ``trusted_keys`` decide whether stored native code may run (see :func:`load_pt2`)."""
     if extra_files is not None and not isinstance(extra_files, dict):
         raise TypeError(f"extra_files must be a dict (filled in place), got {type(extra_files).__name__}")
-    contents = load_pt2(f, expected_opset_version=expected_opset_version)
+    contents = load_pt2(f, expected_opset_version=expected_opset_version, trust_native_code=trust_native_code,
+                        trusted_keys=trusted_keys)
     if extra_files is not None:
         extra_files.update(contents.extra_files)
     programs = contents.exported_programs
@@ -562,11 +580,19 @@ def load(f: Any, *, extra_files: dict[str, Any] | None = None,
 
 
 def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, run_single_threaded: bool = False,
-             num_runners: int = 1, device_index: int = -1, load_weights_from_disk: bool = False) -> PT2ArchiveContents:
+             num_runners: int = 1, device_index: int = -1, load_weights_from_disk: bool = False,
+             trust_native_code: bool | None = None, trusted_keys: list[Any] | None = None) -> PT2ArchiveContents:
     """Read every program, native-code entry and extra file of a ``.pt2`` archive, validating all of it.
 
     ``load_weights_from_disk=True`` memory-maps (copy-on-write) the payloads of a file-backed
     archive instead of reading them into memory. A malformed archive raises ``ValueError``.
+
+    Stored native code runs only when trusted (docs/deployment.md, "Trust"): ``trust_native_code=True``
+    trusts every entry, ``trusted_keys`` (paths of key files) trusts entries signed by one of them; None
+    reads ``TENSORPLAY_TRUST_NATIVE_CODE`` and ``TENSORPLAY_TRUSTED_KEYS``. Untrusted code is never mapped:
+    programs compile from their exported graph (through the local compile cache). Trusted code is checked
+    first (seal digest, signature, called symbols, its signature against the program): ``ValueError`` if
+    anything disagrees.
     """
     _check_opset(expected_opset_version, "expected_opset_version")
     for name, value in (("run_single_threaded", run_single_threaded), ("load_weights_from_disk",
@@ -577,6 +603,7 @@ def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, ru
         raise ValueError(f"num_runners must be a positive int, got {num_runners!r}")
     if type(device_index) is not int or device_index < -1:
         raise ValueError(f"device_index must be -1 (CPU) or a device number, got {device_index!r}")
+    trust = Trust.resolve(trust_native_code, trusted_keys)
     with PT2ArchiveReader(f) as reader:
         contents = PT2ArchiveContents()
         names = reader.names()
@@ -593,11 +620,12 @@ def load_pt2(f: Any, *, expected_opset_version: dict[str, int] | None = None, ru
                     raise ValueError(f"archive entry {name!r} belongs to no model")
             elif name.startswith("data/native/"):
                 _, _, model, triple, *rest = name.split("/")
-                if len(rest) != 1 or rest[0] not in _NATIVE_FILES or not _TRIPLE.match(triple):
+                if len(rest) != 1 or rest[0] not in (*NATIVE_FILES, SEAL_FILE) or not _TRIPLE.match(triple):
                     raise ValueError(f"unexpected native-code entry {name!r}; expected data/native/<model>/"
-                                     f"<triple>/{{{', '.join(_NATIVE_FILES)}}}")
+                                     f"<triple>/{{{', '.join((*NATIVE_FILES, SEAL_FILE))}}}")
                 if rest[0] == "manifest.json":
-                    contents.tp_runners.setdefault(model, {})[triple] = _load_native(reader, model, triple)
+                    contents.tp_runners.setdefault(model, {})[triple] = _load_native(
+                        reader, model, triple, trust, contents.exported_programs.get(model))
             elif name.startswith("extra/"):
                 extras[name[len("extra/"):]] = reader.deferred(name)
         contents.extra_files = ExtraFiles(extras)
@@ -639,31 +667,60 @@ def _load_model(reader: PT2ArchiveReader, model: str, expected_opset: dict[str, 
     return document_to_program(doc, tensors)
 
 
-def _load_native(reader: PT2ArchiveReader, model: str, triple: str) -> Any:
-    from tensorplay.lowering.api import NativeArtifact
-
-    from .pt2_archive import NativeCode
+def _load_native(reader: PT2ArchiveReader, model: str, triple: str, trust: Trust, program: Any) -> Any:
+    """The native code under ``data/native/<model>/<triple>/``, trusted when ``trust`` says so and it passes every
+    check (:mod:`tensorplay.export.trust`)."""
+    from tensorplay.lowering.api import NativeArtifact, check_native_code
 
     base = f"data/native/{model}/{triple}/"
-    manifest = serde.parse_json(reader.read_bytes(f"{base}manifest.json", limit=1 << 20), f"{base}manifest.json")
+    names = set(reader.names())
+    files = {file: reader.read_bytes(f"{base}{file}") if f"{base}{file}" in names else None for file in NATIVE_FILES}
+    manifest = serde.parse_json(files["manifest.json"], f"{base}manifest.json") \
+        if len(files["manifest.json"]) <= 1 << 20 else None
     keys = ("triple", "cpu_name", "features", "llvmlite")
     if not isinstance(manifest, dict) or manifest.get("format") != NATIVE_FORMAT or not all(
             isinstance(manifest.get(k), str) for k in keys):
         raise ValueError(f"{base}manifest.json: expected {{format: {NATIVE_FORMAT!r}, {', '.join(keys)}}}")
-    if f"{base}artifact.bin" not in reader.names():
+    if files["artifact.bin"] is None:
         raise ValueError(f"{base}: the manifest has no artifact.bin beside it")
     try:
-        artifact = NativeArtifact.from_bytes(reader.read_bytes(f"{base}artifact.bin"))
+        artifact = NativeArtifact.from_bytes(files["artifact.bin"])
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"{base}artifact.bin is not a valid native artifact: {exc}") from None
     if manifest["triple"] != triple or any(getattr(artifact, k) != manifest[k] for k in keys):
         raise ValueError(f"{base}: the manifest and the artifact disagree on the target they were built for")
-    dialect = reader.read_string(f"{base}program.tp") if f"{base}program.tp" in reader.names() else None
+    dialect = None
+    if files["program.tp"] is not None:
+        try:
+            dialect = files["program.tp"].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"archive entry {base}program.tp is not UTF-8 text: {exc}") from None
     kernels = None
-    if f"{base}kernels.tpo" in reader.names():
+    if files["kernels.tpo"] is not None:
         from .native_archive import kernels_from_bytes
-        kernels = kernels_from_bytes(reader.read_bytes(f"{base}kernels.tpo"), f"{base}kernels.tpo")
-    return NativeCode(artifact, dialect, kernels)
+        kernels = kernels_from_bytes(files["kernels.tpo"], f"{base}kernels.tpo")
+    seal = None
+    if f"{base}{SEAL_FILE}" in names:
+        seal = serde.parse_json(reader.read_bytes(f"{base}{SEAL_FILE}", limit=4096), f"{base}{SEAL_FILE}")
+    code = NativeCode(artifact, dialect, kernels, seal if isinstance(seal, dict) else None)
+    if not trust.everything and not trust.keys:
+        return code  # never used: nothing to check
+    if seal is None:
+        if trust.everything:
+            raise ValueError(f"{base}: the stored native code has no {SEAL_FILE} (an archive from an older "
+                             "tensorplay?): it cannot be checked, so it is not run; compile the archive again")
+        return code
+    verify_seal(files, seal, base)
+    try:
+        code.trusted = trust.trusts(seal)
+    except ValueError as exc:
+        raise ValueError(f"{base}: {exc}") from None
+    if code.trusted:
+        try:
+            check_native_code(code, program)
+        except ValueError as exc:
+            raise ValueError(f"{base}: {exc}") from None
+    return code
 
 
 def _payload_getter(reader: PT2ArchiveReader, prefix: str, entries: list, from_disk: bool) -> Any:

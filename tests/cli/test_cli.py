@@ -63,7 +63,9 @@ def test_inspect_shows_inputs_ranges_parameters_and_native_code(archives, capsys
     count = sum(a.size for a in w.values())
     nbytes = sum(a.nbytes for a in w.values())
     assert f"{len(w)} tensors, {count} values, {nbytes} bytes" in out
-    assert "runs on this host" in out
+    assert "not trusted: the program compiles here instead" in out
+    code, out, _ = run_cli(capsys, "inspect", native, "--trust-native-code")
+    assert code == 0 and "runs on this host" in out
     code, out, _ = run_cli(capsys, "inspect", plain)
     assert code == 0 and "native code: none" in out
     code, out, _ = run_cli(capsys, "inspect", native, "--ir", "kernel")
@@ -81,6 +83,25 @@ def test_compile_adds_native_code_that_loads_without_compiling(archives, tmp_pat
     y = np.asarray(load(str(out_path))(tp.tensor(x))._data)
     assert stats()["compiles"] == before
     np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
+
+
+def test_compile_signs_native_code_that_loaders_trusting_the_key_run(archives, tmp_path, capsys):
+    plain, _, w = archives
+    key, other = tmp_path / "key", tmp_path / "other"
+    key.write_bytes(b"k" * 32)
+    other.write_bytes(b"o" * 32)
+    signed = tmp_path / "signed.pt2"
+    code, out, _ = run_cli(capsys, "compile", plain, "-o", signed, "--sign-key", key)
+    assert code == 0 and "native code signed" in out
+    x = np.full((3, 6), 0.5, np.float32)
+    for keys, runs_stored in (([key], True), ([other], False), ([], False)):
+        program = load(str(signed), trusted_keys=keys)
+        np.testing.assert_allclose(np.asarray(program(tp.tensor(x))._data), reference(w, x), rtol=1e-5, atol=1e-5)
+        assert program.__dict__["_native"][1].compiled.stats.get("loaded_from_archive", False) is runs_stored
+    code, out, _ = run_cli(capsys, "run", signed, "--trusted-key", key)
+    assert code == 0 and "output 0" in out
+    code, _, err = run_cli(capsys, "compile", plain, "-o", signed, "--sign-key", tmp_path / "no-such-key")
+    assert code == 1 and "key file" in err
 
 
 def test_run_with_npz_inputs_and_random_inputs(archives, tmp_path, capsys):
@@ -105,7 +126,7 @@ def test_bench_prints_percentiles_and_throughput(archives, capsys):
 def test_build_writes_library_header_and_weights(archives, tmp_path, capsys):
     plain, native, w = archives
     before = stats()["compiles"]
-    code, out, _ = run_cli(capsys, "build", native, "-o", tmp_path / "b", "--name", "mlp")
+    code, out, _ = run_cli(capsys, "build", native, "-o", tmp_path / "b", "--name", "mlp", "--trust-native-code")
     assert code == 0 and "no compilation" in out and stats()["compiles"] == before
     assert {p.name for p in (tmp_path / "b").iterdir()} >= {"libmlp.so", "mlp.h", "mlp.tpw", "mlp.tpo"}
     code, out, _ = run_cli(capsys, "build", plain, "-o", tmp_path / "c")

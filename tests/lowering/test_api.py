@@ -47,7 +47,7 @@ def fresh_and_loaded():
     fresh = tp.compile(prog, profile=True)
     buf = io.BytesIO()
     save(prog, buf)
-    loaded_prog = load(buf)
+    loaded_prog = load(buf, trust_native_code=True)
     loaded_prog(tp.ones(2, 6))  # maps the archive's code
     return prog, w, fresh, loaded_prog, loaded_prog.__dict__["_native"][1].compiled
 

@@ -50,7 +50,7 @@ def test_save_of_compiled_program_loads_and_runs_without_compiling(compiled):
     buf = io.BytesIO()
     save(prog, buf)
     before = stats()
-    loaded = load(buf)
+    loaded = load(buf, trust_native_code=True)
     x = np.random.default_rng(1).standard_normal((7, 6)).astype(np.float32)
     out = loaded(tp.tensor(x))
     after = stats()
@@ -74,7 +74,7 @@ def test_archive_loads_without_compiling_in_a_fresh_process_with_an_empty_cache(
         _trampoline()  # the runtime's call helper shared by every program (60 ms, once per cache)
         pool_library()  # the process-wide worker pool of parallel loops (20 ms, once per cache)
         before = stats()
-        y = load({str(path)!r})(tp.ones(3, 6))
+        y = load({str(path)!r}, trust_native_code=True)(tp.ones(3, 6))
         after = stats()
         print(json.dumps({{"y": np.asarray(y._data).tolist(), "compiles": after["compiles"] - before["compiles"],
                           "loads": after["loads"] - before["loads"]}}))
@@ -99,7 +99,7 @@ def test_save_of_uncompiled_program_stores_no_native_code():
 def test_runner_pool_serves_concurrent_callers_like_sequential_runs(compiled):
     prog, w, item = compiled
     buf = package_pt2(io.BytesIO(), exported_programs={"model": prog}, tp_files={"model": item})
-    runners = load_pt2(buf, num_runners=3).tp_runners["model"]
+    runners = load_pt2(buf, num_runners=3, trust_native_code=True).tp_runners["model"]
     assert isinstance(runners, ModelRunners) and len(runners.pool.executables) == 3
     rng = np.random.default_rng(2)
     xs = [rng.standard_normal((int(rng.integers(1, 40)), 6)).astype(np.float32) for _ in range(48)]
@@ -124,7 +124,7 @@ def test_single_threaded_runners_and_weights_from_disk(compiled, tmp_path):
     prog, w, item = compiled
     path = tmp_path / "m.pt2"
     package_pt2(str(path), exported_programs={"model": prog}, tp_files={"model": item})
-    contents = load_pt2(str(path), run_single_threaded=True, load_weights_from_disk=True)
+    contents = load_pt2(str(path), run_single_threaded=True, load_weights_from_disk=True, trust_native_code=True)
     runners = contents.tp_runners["model"]
     assert all(exe.num_threads == 1 for exe in runners.pool.executables)
     weight = contents.exported_programs["model"].state_dict["0.weight"]._data
@@ -136,27 +136,30 @@ def test_single_threaded_runners_and_weights_from_disk(compiled, tmp_path):
 def test_runners_without_program_take_flat_arrays(compiled):
     prog, w, item = compiled
     buf = package_pt2(io.BytesIO(), tp_files={"model": item})
-    runners = load_pt2(buf).tp_runners["model"]
+    with pytest.raises(ValueError, match="not trusted"):
+        load_pt2(buf).tp_runners["model"](np.ones((3, 6), np.float32))  # only trusted code runs
+    runners = load_pt2(buf, trust_native_code=True).tp_runners["model"]
     x = np.full((3, 6), 0.5, np.float32)
     args = [x, w["0.weight"], w["0.bias"], w["2.weight"], w["2.bias"]]
     (y,) = runners(*args)
     np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
 
 
-def _with_foreign_features(buf: io.BytesIO, keep_dialect: bool) -> io.BytesIO:
+def _with_foreign_features(buf: io.BytesIO, keep_dialect: bool, with_program: bool = True) -> io.BytesIO:
     contents = load_pt2(buf)
     (code,) = contents.tp_runners["model"].values()
     features = code.artifact.features + ",+tp-no-such-feature"
     art = dataclasses.replace(code.artifact, cpu_name="futurecpu", features=features)
-    item = (art, code.dialect) if keep_dialect else art
-    return package_pt2(io.BytesIO(), exported_programs=contents.exported_programs, tp_files={"model": item})
+    item = (art, code.dialect, code.kernels) if keep_dialect else art
+    programs = contents.exported_programs if with_program else None
+    return package_pt2(io.BytesIO(), exported_programs=programs, tp_files={"model": item})
 
 
-def test_code_for_an_incompatible_cpu_is_recompiled_from_dialect_with_one_warning(compiled):
+def test_trusted_code_for_an_incompatible_cpu_compiles_the_program_with_one_warning(compiled):
     prog, w, item = compiled
     buf = _with_foreign_features(package_pt2(io.BytesIO(), exported_programs={"model": prog},
                                              tp_files={"model": item}), keep_dialect=True)
-    runners = load_pt2(buf).tp_runners["model"]
+    runners = load_pt2(buf, trust_native_code=True).tp_runners["model"]
     (code,) = runners.values()
     assert "tp-no-such-feature" in code.incompatibility
     x = np.ones((5, 6), np.float32)
@@ -164,17 +167,28 @@ def test_code_for_an_incompatible_cpu_is_recompiled_from_dialect_with_one_warnin
         warnings.simplefilter("always")
         first = runners(tp.tensor(x))
         second = runners(tp.tensor(2 * x))
-    assert [str(c.message) for c in caught if c.category is NativeRecompileWarning] and len(
-        [c for c in caught if c.category is NativeRecompileWarning]) == 1
+    messages = [str(c.message) for c in caught if c.category is NativeRecompileWarning]
+    assert len(messages) == 1 and "compiling the program instead" in messages[0]
     np.testing.assert_allclose(np.asarray(first._data), reference(w, x), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(second._data), reference(w, 2 * x), rtol=1e-5, atol=1e-5)
+
+
+def test_runners_without_a_program_recompile_incompatible_code_from_dialect_with_one_warning(compiled):
+    prog, w, item = compiled
+    buf = _with_foreign_features(package_pt2(io.BytesIO(), exported_programs={"model": prog},
+                                             tp_files={"model": item}), keep_dialect=True, with_program=False)
+    runners = load_pt2(buf, trust_native_code=True).tp_runners["model"]
+    x = np.full((3, 6), 0.5, np.float32)
+    with pytest.warns(NativeRecompileWarning, match="recompiling it from the stored dialect text"):
+        (y,) = runners(x, w["0.weight"], w["0.bias"], w["2.weight"], w["2.bias"])
+    np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
 
 
 def test_code_for_an_incompatible_cpu_without_dialect_is_refused(compiled):
     prog, _, item = compiled
     buf = _with_foreign_features(package_pt2(io.BytesIO(), tp_files={"model": item},
                                              exported_programs={"model": prog}), keep_dialect=False)
-    runners = load_pt2(buf).tp_runners["model"]
+    runners = load_pt2(buf, trust_native_code=True).tp_runners["model"]
     with pytest.raises(IncompatibleArtifact, match="tp-no-such-feature"):
         runners.pool  # noqa: B018 - mapping the code is what is refused
 
@@ -197,14 +211,14 @@ def test_malformed_kernel_entry_is_a_clear_value_error(compiled):
             load_pt2(io.BytesIO(out.getvalue()))
 
 
-def test_damaged_object_code_is_recompiled_from_dialect(compiled):
+def test_damaged_object_code_is_refused_when_trusted_and_ignored_otherwise(compiled):
     prog, w, (artifact, dialect, kernels) = compiled
     damaged = dataclasses.replace(artifact, object=b"\x7fELF" + b"\0" * 60)
     buf = package_pt2(io.BytesIO(), exported_programs={"model": prog}, tp_files={"model": (damaged, dialect, kernels)})
-    runners = load_pt2(buf).tp_runners["model"]
+    with pytest.raises(ValueError, match="malformed ELF object"):
+        load_pt2(buf, trust_native_code=True)
     x = np.ones((2, 6), np.float32)
-    with pytest.warns(NativeRecompileWarning, match="does not load"):
-        y = runners(tp.tensor(x))
+    y = load(buf)(tp.tensor(x))  # untrusted: the program compiles here, the damaged code is never read
     np.testing.assert_allclose(np.asarray(y._data), reference(w, x), rtol=1e-5, atol=1e-5)
 
 
@@ -214,7 +228,7 @@ def test_loaded_archive_packs_constant_weights_once_and_repacks_on_update(tmp_pa
     prog = export(model, tp.randn(3, 48))
     tp.compile(prog)
     save(prog, str(tmp_path / "m.pt2"))
-    loaded = load(str(tmp_path / "m.pt2"))
+    loaded = load(str(tmp_path / "m.pt2"), trust_native_code=True)
     x = np.random.default_rng(4).standard_normal((3, 48)).astype(np.float32)
 
     def want():

@@ -133,7 +133,8 @@ def test_example_inputs_include_defaults():
     assert prog.graph_signature.user_inputs == ("x", 2.0, 5.0)  # non-tensor inputs are constants
     assert arr(prog(tp.ones(3))).tolist() == [7.0, 7.0, 7.0]
     assert arr(prog(x=tp.zeros(3))).tolist() == [5.0, 5.0, 5.0]
-    assert arr(prog()).tolist() == [7.0, 7.0, 7.0]  # missing inputs come from example_inputs
+    with pytest.raises(TypeError, match="missing required export input 'x'"):  # no default: as eager Python
+        prog()
 
 
 def test_call_binding_errors():
