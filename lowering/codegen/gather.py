@@ -2,7 +2,7 @@
 
 A ``load_at`` / ``store_at`` address adds the runtime position to entry ``axis`` of the index and clamps it
 into ``[0, dim)``, so nothing is read or written out of bounds. A failed ``kernel.check_index`` stores its
-code (:data:`INDEX_ERROR`) in a word after the planned workspace (:class:`ErrorWord`); ``<p>_run`` returns
+code (:data:`INDEX_ERROR`) in the workspace plan's ``index_error`` word (:class:`ErrorWord`); ``<p>_run`` returns
 that code, which Python raises as ``IndexError("index out of range ...")``. What produces these ops:
 :mod:`tensorplay.lowering.fusion.gather`.
 """
@@ -51,18 +51,14 @@ INDEX_ERROR = Assertion("index", "index out of range: a gather, index_select, em
 class ErrorWord:
     """The workspace word where native ``kernel.check_index`` failures are recorded, and its code.
 
-    ``offset`` is None when the function has no check; else the word sits after the workspace ``size``.
+    ``offset``: the word's byte offset in the workspace (the plan's ``index_error`` entry, placed by
+    :mod:`tensorplay.lowering.fusion.memory_plan`), None when the function has no check.
     """
 
-    __slots__ = ("offset", "code", "size")
+    __slots__ = ("offset", "code")
 
-    def __init__(self, f: Any, size: sympy.Expr, code: int):
-        self.code = code
-        if any(o.name == "kernel.check_index" for o in f.walk()):
-            self.offset: sympy.Expr | None = sympy.ceiling(sympy.sympify(size) / 8) * 8
-            self.size = self.offset + 8
-        else:
-            self.offset, self.size = None, sympy.sympify(size)
+    def __init__(self, offset: sympy.Expr | None, code: int):
+        self.offset, self.code = offset, code
 
     def _ptr(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> ir.Value:
         return b.gep(ws, [em.emit(self.offset)], inbounds=True, source_etype=ir.IntType(8))

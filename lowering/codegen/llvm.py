@@ -20,7 +20,7 @@ How ops are lowered:
   :mod:`tensorplay.lowering.codegen.vector_math`;
 * ``kernel.gemm`` calls the external function of its :class:`tensorplay.lowering.microkernels.gemm_library.GemmConfig`
   (compiled once per process into a shared library that :func:`compile_kernel_module` links
-  against), its packing scratch placed after the planned workspace; a float32 product big enough is
+  against), its packing scratch at the workspace plan's ``gemm_scratch`` entry; a float32 product big enough is
   split by rows or columns over the worker pool, one packing scratch per thread
   (:mod:`tensorplay.lowering.microkernels.gemm_parallel`);
 * ``kernel.alloc`` is the workspace pointer plus the slot's byte offset.
@@ -66,11 +66,10 @@ from tensorplay.runtime.abi import Executable, Signature, TensorSpec
 from tensorplay.runtime.threadpool import CHUNK_FN, declare_parallel_for
 
 from ..dtypes import SIGNATURE_NAMES, to_storage
-from ..microkernels.gemm import DEFAULT_SHAPE
+from ..fusion.memory_plan import GEMM_SCRATCH, INDEX_ERROR_WORD, gemm_scratch_expr, gemm_splittable, runtime_areas
 from ..microkernels.gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
 from ..microkernels.gemm_parallel import ENV_TYPE as GEMM_ENV
-from ..microkernels.gemm_parallel import GRAIN as GEMM_GRAIN
-from ..microkernels.gemm_parallel import MAX_GEMM_THREADS, emit_split_gemm
+from ..microkernels.gemm_parallel import emit_split_gemm
 from ..microkernels.gemm_prepack import pack_sites, slot_symbol
 from ..progress import CompileProgress
 from ..resolvers import RESOLVERS
@@ -94,31 +93,6 @@ PARALLEL_GRAIN = 1 << 15
 _ALIGN = 64
 _FASTMATH = {"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
 _UNARY = frozenset(name for name, *_ in UNARY_OPS)
-
-
-def gemm_scratch_expr(m: Any, n: Any, k: Any, threads: int = 1) -> sympy.Expr:
-    """:func:`tensorplay.lowering.microkernels.gemm.scratch_bytes` as a sympy expression of symbolic ``m, n, k``; with
-    ``threads > 1``
-    that many 64-byte aligned copies (:func:`tensorplay.lowering.microkernels.gemm_parallel.thread_scratch_bytes`).
-
-    >>> from tensorplay.lowering.microkernels.gemm import scratch_bytes
-    >>> int(gemm_scratch_expr(100, 70, 33)) == scratch_bytes(100, 70, 33)
-    True
-    >>> from tensorplay.lowering.microkernels.gemm_parallel import thread_scratch_bytes
-    >>> int(gemm_scratch_expr(100, 70, 33, threads=3)) == thread_scratch_bytes(3, 100, 70, 33)
-    True
-    """
-    s = DEFAULT_SHAPE
-    m, n, k = (sympy.sympify(x) for x in (m, n, k))
-    kc = sympy.Min(s.kc, k)
-    a = sympy.ceiling(sympy.Min(m, s.mc) / s.mr) * s.mr * kc
-    bf = sympy.ceiling(sympy.Min(n, s.nc) / s.nr) * s.nr * kc
-    one = sympy.Max(4 * (sympy.ceiling(a / 16) * 16 + bf), 4 * k) + 2 * _ALIGN
-    return one if threads == 1 else threads * _round_up(one, _ALIGN)
-
-
-def _round_up(e: sympy.Expr, m: int) -> sympy.Expr:
-    return sympy.ceiling(sympy.sympify(e) / m) * m
 
 
 class _Scope:
@@ -148,8 +122,6 @@ class _Codegen:
                 if not sympy.sympify(d).free_symbols <= bound:
                     raise CodegenError(f"output '{f.args[self.nin + i].name}' has dimension {d} whose symbols are "
                                        "not determined by the input sizes")
-        self.gemm_sizes: list[sympy.Expr] = []
-        gemm_mnk: set[tuple[sympy.Expr, sympy.Expr, sympy.Expr, int]] = set()
         self.par_count = 0
         for op in f.walk():
             if op.name == "kernel.gemm":
@@ -157,19 +129,14 @@ class _Codegen:
                 if any(s not in bound for x in (a.m, a.n, a.k) for s in x.free_symbols):
                     raise CodegenError("kernel.gemm: m, n and k must depend only on header symbols, got "
                                        f"m={a.m}, n={a.n}, k={a.k}")
-                mnk = (a.m, a.n, a.k, MAX_GEMM_THREADS if _splittable(op) else 1)
-                if mnk not in gemm_mnk:  # sympy.Max over many equal sizes is quadratic (an unrolled LSTM: 128)
-                    gemm_mnk.add(mnk)
-                    self.gemm_sizes.append(gemm_scratch_expr(*mnk))
         if f.workspace is None and any(op.name == "kernel.alloc" for op in f.body.ops):
             raise CodegenError(f"@{f.name}: workspace slots have no offsets: run plan-memory")
-        plan_size = f.workspace.size if f.workspace is not None else sympy.Integer(0)
-        self.scratch_offset = _round_up(plan_size, _ALIGN)
-        # unevaluated: simplifying a Max of symbolic sizes costs seconds and the emitter takes it as it is
-        scratch = sympy.Max(*self.gemm_sizes, evaluate=False) if self.gemm_sizes else sympy.Integer(0)
-        self.workspace_size = self.scratch_offset + scratch if self.gemm_sizes else sympy.sympify(plan_size)
-        self.index_error = ErrorWord(f, self.workspace_size, len(self.plan.assertions) + 1)  # kernel.check_index
-        self.workspace_size = self.index_error.size
+        # the plan-memory layout; areas it has not placed (kernel IR written by hand or stored before it placed
+        # them) where it would place them
+        workspace = runtime_areas(f, f.workspace)
+        self.workspace_size = workspace.size
+        self.scratch_offset = dict(workspace.offsets).get(GEMM_SCRATCH)
+        self.index_error = ErrorWord(dict(workspace.offsets).get(INDEX_ERROR_WORD), len(self.plan.assertions) + 1)
         self.counts_offset, self.counts_meta = counts_layout(f)  # where plan-memory put the nonzero counts
         # top-level kernels: one internal function per distinct key (see tensorplay.lowering.codegen.functions)
         self.kernel_fns: dict[Hashable, ir.Function] = {}
@@ -628,10 +595,10 @@ class _Codegen:
         """``call(gemm_fn, args, packed_b)``: a plain call, or one split over the worker pool
         (:mod:`tensorplay.lowering.microkernels.gemm_parallel`) when the product may be big enough (its scratch
         was sized for it)."""
-        if sc.in_parallel or not _splittable(op):
+        if sc.in_parallel or not gemm_splittable(op):
             return lambda fn, args, packed_b: sc.b.call(fn, args)
         a = op.attr
-        stride = sc.em.emit(_round_up(gemm_scratch_expr(a.m, a.n, a.k), _ALIGN))
+        stride = sc.em.emit(sympy.ceiling(gemm_scratch_expr(a.m, a.n, a.k) / _ALIGN) * _ALIGN)
         envs = self.__dict__.setdefault("_gemm_envs", {})  # one per function: its GEMMs run one after another
         slot = envs.get(sc.fn)
         if slot is None:
@@ -660,14 +627,6 @@ _EMIT: dict[str, Callable[[_Codegen, _Scope, Operation], None]] = {
     "kernel.load": _Codegen._load, "kernel.store": _Codegen._store, "kernel.constant": _Codegen._constant,
     "kernel.where": _Codegen._where, "kernel.cast": _Codegen._cast,
 }
-
-
-def _splittable(op: Operation) -> bool:
-    """Whether a ``kernel.gemm`` may be split over threads: float32 and not statically under two grains."""
-    if op.operands[0].type.dtype.name != "f32":
-        return False
-    macs = sympy.sympify(op.attr.m * op.attr.n * op.attr.k)
-    return not (macs.is_Integer and int(macs) < 2 * GEMM_GRAIN)
 
 
 def _opaque(slot: ir.Instruction) -> ir.Instruction:

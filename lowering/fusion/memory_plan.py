@@ -20,16 +20,19 @@ one after the other. The layout is recorded on the function:
 ... '''
 >>> m = parse(text)
 >>> _ = PassManager("plan-fusion,fuse,plan-memory{reuse=false}").run(m)  # one slot after the other
->>> print(m.functions[0].workspace)
-workspace {size = 256*s0, t0 = 0, t1 = 64*s0, t2 = 128*s0, t3 = 192*s0}
+>>> print(m.functions[0].workspace)  # doctest: +ELLIPSIS
+workspace {size = 256*s0 + ..., t0 = 0, t1 = 64*s0, t2 = 128*s0, t3 = 192*s0, gemm_scratch = 256*s0}
 >>> m = parse(text)
 >>> _ = PassManager("plan-fusion,fuse,plan-memory").run(m)  # t2 and t3 reuse the bytes of t0 and t1
->>> print(m.functions[0].workspace)
-workspace {size = 128*s0, t0 = 0, t1 = 64*s0, t2 = 0, t3 = 64*s0}
+>>> print(m.functions[0].workspace)  # doctest: +ELLIPSIS
+workspace {size = 128*s0 + ..., t0 = 0, t1 = 64*s0, t2 = 0, t3 = 64*s0, gemm_scratch = 128*s0}
 
 Every slot is 64-byte aligned. A function with ``kernel.nonzero`` ops also gets its row counts (one i64
 per ``slot``) at the start of the workspace, entry ``counts = 0``, where the code generator writes them
-and :class:`tensorplay.runtime.abi.Executable` reads them.
+and :class:`tensorplay.runtime.abi.Executable` reads them. After the slots come the areas the native code
+uses on its own (:func:`runtime_areas`): ``gemm_scratch``, the packing scratch of the ``kernel.gemm`` ops
+(64-byte aligned, as big as the biggest GEMM's, as in the examples), and ``index_error``, the word where a
+failed ``kernel.check_index`` stores its code (8-byte aligned).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import sympy
 
@@ -48,11 +52,85 @@ from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.symbolic import Facts
 from tensorplay.dialect.types import BufferType
 
-__all__ = ["ALIGN", "COUNTS", "SlotInfo", "slot_lifetimes", "plan_memory", "PlanMemory"]
+from ..microkernels.gemm import DEFAULT_SHAPE
+from ..microkernels.gemm_parallel import GRAIN as GEMM_GRAIN
+from ..microkernels.gemm_parallel import MAX_GEMM_THREADS
+
+__all__ = ["ALIGN", "COUNTS", "GEMM_SCRATCH", "INDEX_ERROR_WORD", "SlotInfo", "gemm_scratch_expr", "gemm_splittable",
+           "slot_lifetimes", "runtime_areas", "plan_memory", "PlanMemory"]
 
 ALIGN = 64
 #: the workspace entry of the nonzero row counts
 COUNTS = "counts"
+#: the workspace entry of the GEMM packing scratch
+GEMM_SCRATCH = "gemm_scratch"
+#: the workspace entry of the word a failed ``kernel.check_index`` stores its code in
+INDEX_ERROR_WORD = "index_error"
+
+
+def gemm_scratch_expr(m: Any, n: Any, k: Any, threads: int = 1) -> sympy.Expr:
+    """:func:`tensorplay.lowering.microkernels.gemm.scratch_bytes` as a sympy expression of symbolic ``m, n, k``;
+    with ``threads > 1`` that many 64-byte aligned copies
+    (:func:`tensorplay.lowering.microkernels.gemm_parallel.thread_scratch_bytes`).
+
+    >>> from tensorplay.lowering.microkernels.gemm import scratch_bytes
+    >>> int(gemm_scratch_expr(100, 70, 33)) == scratch_bytes(100, 70, 33)
+    True
+    >>> from tensorplay.lowering.microkernels.gemm_parallel import thread_scratch_bytes
+    >>> int(gemm_scratch_expr(100, 70, 33, threads=3)) == thread_scratch_bytes(3, 100, 70, 33)
+    True
+    """
+    s = DEFAULT_SHAPE
+    m, n, k = (sympy.sympify(x) for x in (m, n, k))
+    kc = sympy.Min(s.kc, k)
+    a = sympy.ceiling(sympy.Min(m, s.mc) / s.mr) * s.mr * kc
+    bf = sympy.ceiling(sympy.Min(n, s.nc) / s.nr) * s.nr * kc
+    one = sympy.Max(4 * (sympy.ceiling(a / 16) * 16 + bf), 4 * k) + 2 * ALIGN
+    return one if threads == 1 else threads * _round_up(one, ALIGN)
+
+
+def _round_up(e: sympy.Expr, m: int) -> sympy.Expr:
+    return sympy.ceiling(sympy.sympify(e) / m) * m
+
+
+def gemm_splittable(op: Operation) -> bool:
+    """Whether a ``kernel.gemm`` may be split over threads: float32 and not statically under two grains."""
+    if op.operands[0].type.dtype.name != "f32":
+        return False
+    macs = sympy.sympify(op.attr.m * op.attr.n * op.attr.k)
+    return not (macs.is_Integer and int(macs) < 2 * GEMM_GRAIN)
+
+
+def runtime_areas(f: Function, plan: WorkspacePlan | None) -> WorkspacePlan:
+    """``plan`` (None: an empty one) with the areas ``f``'s native code uses on its own placed after it, where
+    missing: :data:`GEMM_SCRATCH` (64-byte aligned; :data:`~tensorplay.lowering.microkernels.gemm_parallel.
+    MAX_GEMM_THREADS` scratches for a GEMM that may be split over threads) and :data:`INDEX_ERROR_WORD` (8-byte
+    aligned). Kernel IR that did not go through ``plan-memory`` (written by hand, or stored before these
+    entries were planned) gets the layout ``plan-memory`` would give it."""
+    plan = plan if plan is not None else WorkspacePlan(sympy.Integer(0))
+    names = {k for k, _ in plan.offsets}
+    sizes: list[sympy.Expr] = []
+    seen: set[tuple[sympy.Expr, sympy.Expr, sympy.Expr, int]] = set()
+    check = False
+    for op in f.walk():
+        if op.name == "kernel.gemm" and GEMM_SCRATCH not in names:
+            a = op.attr
+            mnk = (a.m, a.n, a.k, MAX_GEMM_THREADS if gemm_splittable(op) else 1)
+            if mnk not in seen:  # sympy.Max over many equal sizes is quadratic (an unrolled LSTM: 128)
+                seen.add(mnk)
+                sizes.append(gemm_scratch_expr(*mnk))
+        check |= op.name == "kernel.check_index"
+    size, offsets = plan.size, list(plan.offsets)
+    if sizes and GEMM_SCRATCH not in names:
+        at = _round_up(size, ALIGN)
+        offsets.append((GEMM_SCRATCH, at))
+        # unevaluated: simplifying a Max of symbolic sizes costs seconds and the code generator takes it as it is
+        size = at + sympy.Max(*sizes, evaluate=False)
+    if check and INDEX_ERROR_WORD not in names:
+        at = sympy.ceiling(sympy.sympify(size) / 8) * 8
+        offsets.append((INDEX_ERROR_WORD, at))
+        size = at + 8
+    return plan if len(offsets) == len(plan.offsets) else WorkspacePlan(size, tuple(offsets))
 
 
 def aligned_bytes(t: BufferType) -> sympy.Expr:
@@ -120,7 +198,7 @@ def _apply(f: Function, slots: list[SlotInfo], offsets: dict[str, sympy.Expr], t
     for s in slots:
         for op in s.ops:
             op.attributes["offset"] = offsets[s.slot]
-    f.workspace = WorkspacePlan(total, tuple((s.slot, offsets[s.slot]) for s in slots))
+    f.workspace = runtime_areas(f, WorkspacePlan(total, tuple((s.slot, offsets[s.slot]) for s in slots)))
 
 
 def _sequential(slots: list[SlotInfo]) -> tuple[dict[str, sympy.Expr], sympy.Expr]:
@@ -330,7 +408,8 @@ def _fits(at: sympy.Expr, size: sympy.Expr, live: list[tuple[SlotInfo, sympy.Exp
 
 def plan_memory(f: Function, reuse: bool = True) -> None:
     """Lay out the workspace of a kernel-level function: the nonzero counts first (when there are any),
-    then every slot, at offsets reused by liveness (greedy; ``reuse=False``: one after the other)."""
+    then every slot, at offsets reused by liveness (greedy; ``reuse=False``: one after the other), then the
+    GEMM scratch and the index-error word (:func:`runtime_areas`)."""
     slots = slot_lifetimes(f)
     counts = _counts_slot(f)
     if counts is not None:

@@ -127,7 +127,8 @@ def test_fusion_stats_of_a_two_layer_model():
     st = fusion_stats(m.functions[0])
     # tanh rides in the second gemm's epilogue
     assert [(k.compute_ops, k.origins) for k in st.kernels] == [(1, ("mm1",)), (1, ("sin",)), (1, ("mm2",))]
-    assert str(st.workspace_bytes) == "128*s0"  # two [s0, 16] f32 slots live together
+    assert st.workspace_bytes == m.functions[0].workspace.size
+    assert str(m.functions[0].workspace.offset("gemm_scratch")) == "128*s0"  # two [s0, 16] f32 slots live together
 
 
 def test_reshaped_and_transposed_operands_read_the_buffer_in_place():
