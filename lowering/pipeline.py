@@ -3,8 +3,9 @@
 ``compile_program`` runs every stage and keeps each level's text for inspection::
 
     ExportedProgram --run_decompositions--> primitives-only graph
-        --to_tp--> tp module --canonicalize,cse,dce--> tp module
-        --fuse,plan-memory (tp -> kernel, workspace by liveness)--> kernel module
+        --to_tp--> tp module --canonicalize,cse,dce,batch-matmuls (TP_PASSES)--> tp module
+        --expand,pad-unbacked,plan-fusion,fuse,stash-reduced-values,reciprocal-divisions,split-div-mod-loops,
+          plan-memory (FUSION_PIPELINE: tp -> kernel loop nests, kernel rewrites, one workspace layout)--> kernel module
         --codegen--> LLVM IR --llvmlite JIT (host CPU, O3, disk cache)--> Executable
 
 The result, a :class:`FreshProgram` (one implementation of the front end's
