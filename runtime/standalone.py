@@ -326,8 +326,8 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
             kernels.append(f"kernel{i}.o")
         (Path(tmp) / "exports.map").write_text(
             "{ global: " + " ".join(f"{name}_{f};" for f in _API) + " local: *; };\n", encoding="utf-8")
-        cmd = [cc, "-O2", "-fPIC", "-shared", "-pthread", "-o", str(paths["library"]), f"{name}.c", "program.o",
-               *kernels, "-lm", "-Wl,--version-script=exports.map"]
+        cmd = [cc, "-O2", "-fPIC", "-shared", "-pthread", "-o", str(paths["library"].absolute()), f"{name}.c",
+               "program.o", *kernels, "-lm", "-Wl,--version-script=exports.map"]
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"building lib{name}.so failed ({' '.join(cmd)}):\n{proc.stderr.strip()}")

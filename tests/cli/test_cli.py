@@ -137,6 +137,18 @@ def test_build_writes_library_header_and_weights(archives, tmp_path, capsys):
         np.testing.assert_allclose(StandaloneModel.load(d, name)(x)[0], reference(w, x), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler (cc)")
+def test_build_into_a_relative_folder(archives, tmp_path, capsys, monkeypatch):
+    _, native, w = archives
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli(capsys, "build", native, "-o", "out/", "--trust-native-code")
+    assert code == 0, err
+    assert (tmp_path / "out" / "libmodel.so").is_file()
+    from tensorplay.runtime.standalone import StandaloneModel
+    x = np.full((4, 6), 0.25, np.float32)
+    np.testing.assert_allclose(StandaloneModel.load("out", "model")(x)[0], reference(w, x), rtol=1e-5, atol=1e-5)
+
+
 def test_build_without_a_c_compiler_says_what_to_install(archives, tmp_path, capsys, monkeypatch):
     _, native, _ = archives
     monkeypatch.setenv("CC", "tp-no-such-cc")
