@@ -18,8 +18,8 @@ the op's decomposition one level, so ``run_decompositions`` repeats rounds until
 >>> bool(((flat(x) - prog(x)).abs() < 1e-6).all())
 True
 >>> table = default_decompositions()
->>> "gelu" in table, "silu" in table, table.remove("gelu"), "gelu" in table
-(True, False, None, False)
+>>> "gelu" in table, "silu" in table, callable(table.remove("gelu")), "gelu" in table
+(True, False, True, False)
 """
 from __future__ import annotations
 
@@ -219,18 +219,21 @@ class CustomDecompTable(dict):
             for key, builder in dict(other).items():
                 self[key] = builder
 
-    def setdefault(self, key: Any, default: Callable | None = None) -> Any:
+    def setdefault(self, key: Any, default: Callable | None = None, /) -> Any:
         if key not in self:
             self[key] = default
         return self[key]
 
-    def remove(self, key: Any) -> None:
-        """Drop ``key`` (an explicit entry, and the built-in rule of that name); KeyError if absent."""
-        if key not in self:
-            raise KeyError(f"CustomDecompTable has no entry for {key!r}")
-        super().pop(key, None)
-        if key in self._defaults:
-            self._masked.add(key)
+    def remove(self, target: Any) -> Callable:
+        """Drop ``target`` (an explicit entry, and the built-in rule of that name) so the op is kept;
+        returns the builder it had. KeyError if absent."""
+        if target not in self:
+            raise KeyError(f"CustomDecompTable has no entry for {target!r}")
+        builder = self[target]
+        super().pop(target, None)
+        if target in self._defaults:
+            self._masked.add(target)
+        return builder
 
     def __delitem__(self, key: Any) -> None:
         self.remove(key)
@@ -241,9 +244,7 @@ class CustomDecompTable(dict):
             if default is _MISSING:
                 raise KeyError(f"CustomDecompTable has no entry for {key!r}")
             return default
-        builder = self[key]
-        self.remove(key)
-        return builder
+        return self.remove(key)
 
     def clear(self) -> None:
         super().clear()

@@ -27,6 +27,7 @@ from ..graph import Graph, GraphCaptureError, GraphModule
 from ..graph._pytree import _NODE_DEFS, TreeSpec, _context_equal, _flatten_one, tree_unflatten
 from ..nn import Module
 from ..ops import TensorMeta
+from . import assertions
 from .dynamic_shapes import ConstraintsExceededError
 from .graph_signature import (
     ConstantArgument,
@@ -157,6 +158,13 @@ def _resolve(root: Any, target: str) -> Any:
     return obj
 
 
+def _assertion_dep_token(graph: Graph, signature: ExportGraphSignature) -> dict[int, str] | None:
+    """``{position after the outputs: last runtime assertion node}``, or None without assertions."""
+    checks = [n.name for n in graph.nodes
+              if n.op == "call_function" and getattr(n.target, "__module__", None) == assertions.__name__]
+    return {len(signature.output_specs): checks[-1]} if checks else None
+
+
 @dataclass(eq=False)
 class ExportedProgram:
     """A captured program (fields as API-SPEC 1.6); call it like the model it came from.
@@ -169,11 +177,11 @@ class ExportedProgram:
     graph_module: GraphModule
     graph_signature: ExportGraphSignature
     example_inputs: dict = field(default_factory=dict)
-    dynamic_shapes: dict = field(default_factory=dict)
+    dynamic_shapes: Any = None
     module_call_graph: list = field(default_factory=list)
     range_constraints: dict = field(default_factory=dict)
     equality_constraints: list = field(default_factory=list)
-    verifier: Verifier = field(default_factory=Verifier)
+    verifier: Verifier | None = None
     _unlifted: GraphModule | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -192,6 +200,7 @@ class ExportedProgram:
         self.equality_constraints = list(self.equality_constraints or [])
         if self.verifier is None:
             self.verifier = Verifier()
+        self.graph_signature.assertion_dep_token = _assertion_dep_token(self.graph, self.graph_signature)
 
     # ------------------------------------------------------------------ views
     @property

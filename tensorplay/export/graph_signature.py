@@ -201,6 +201,7 @@ class ExportGraphSignature:
                 raise TypeError(f"ExportGraphSignature: expected OutputSpec items, got {type(spec).__name__}")
         self.input_specs = list(input_specs)
         self.output_specs = list(output_specs)
+        self._assertion_dep_token: dict[int, str] | None = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ExportGraphSignature):
@@ -302,8 +303,18 @@ class ExportGraphSignature:
         return [s.arg.name for s in self.output_specs if s.kind is OutputKind.TOKEN]
 
     @property
-    def assertion_dep_token(self) -> dict | None:
-        return None
+    def assertion_dep_token(self) -> dict[int, str] | None:
+        """``{position: name}`` when the graph holds runtime assertions, else None: the position is the
+        one after the last flat output (where the outputs' ordering dependency on the assertions stands)
+        and the name is the last assertion node's, which runs before any output is returned.
+        :class:`~tensorplay.export.ExportedProgram` fills it from its graph."""
+        return None if self._assertion_dep_token is None else dict(self._assertion_dep_token)
+
+    @assertion_dep_token.setter
+    def assertion_dep_token(self, value: dict[int, str] | None) -> None:
+        if value is not None and not all(isinstance(k, int) and isinstance(v, str) for k, v in dict(value).items()):
+            raise TypeError(f"assertion_dep_token: expected a mapping of int positions to str names, got {value!r}")
+        self._assertion_dep_token = None if value is None else dict(value)
 
     def is_param(self, name: str) -> bool:
         """Whether placeholder ``name`` is a lifted parameter."""
@@ -314,13 +325,9 @@ class ExportGraphSignature:
         return name in self.inputs_to_buffers
 
     def get_param_to_buffer(self) -> dict:
-        """Parameter target -> buffer target for parameters whose placeholder feeds a buffer mutation."""
-        param_names = {v: k for k, v in self.inputs_to_parameters.items()}
-        result = {}
-        for target in self.parameters_to_mutate.values():
-            if target in param_names:
-                result[target] = target
-        return result
+        """Parameter target -> name of the graph value holding its gradient, one pair per
+        ``GRADIENT_TO_PARAMETER`` output of a joint program (empty for a forward-only program)."""
+        return {s.target: s.arg.name for s in self.output_specs if s.kind is OutputKind.GRADIENT_TO_PARAMETER}
 
     def get_replace_hook(self, replace_inputs: bool = False) -> Callable:
         """A callback ``hook(old_node, new_name, user)`` that renames ``old_node`` in the specs."""
@@ -344,8 +351,10 @@ class ExportGraphSignature:
         """An independent copy: specs and argument objects are new."""
         def copy_spec(spec):
             return dataclasses.replace(spec, arg=dataclasses.replace(spec.arg))
-        return ExportGraphSignature([copy_spec(s) for s in self.input_specs],
-                                    [copy_spec(s) for s in self.output_specs])
+        clone = ExportGraphSignature([copy_spec(s) for s in self.input_specs],
+                                     [copy_spec(s) for s in self.output_specs])
+        clone.assertion_dep_token = self._assertion_dep_token
+        return clone
 
     def __deepcopy__(self, memo: dict) -> ExportGraphSignature:
         return self.clone()
@@ -363,10 +372,10 @@ class GraphSignature:
     ('x',)
     """
 
-    parameters: tuple = ()
-    buffers: tuple = ()
-    non_persistent_buffers: tuple = ()
-    user_inputs: tuple = ()
+    parameters: tuple
+    buffers: tuple
+    non_persistent_buffers: tuple
+    user_inputs: tuple
 
     def to_export_signature(self) -> ExportGraphSignature:
         """The equivalent :class:`ExportGraphSignature` (inputs only; no outputs)."""

@@ -117,10 +117,11 @@ class UnflattenedModule(Module):
     go to ``root``, so ``view.block.proj.weight`` works.
     """
 
-    def __init__(self, program: Any, adapter: FlatArgsAdapter | None = None):
+    def __init__(self, export_module: Any, flat_args_adapter: FlatArgsAdapter | None = None):
         from .exported_program import ExportedProgram
 
         super().__init__()
+        program, adapter = export_module, flat_args_adapter
         if not isinstance(program, ExportedProgram):
             raise TypeError(f"UnflattenedModule expects an ExportedProgram, got {type(program).__name__}")
         if adapter is not None and not isinstance(adapter, FlatArgsAdapter):
@@ -203,13 +204,14 @@ class UnflattenedModule(Module):
         return self.graph_module.print_readable(print_output=print_output)
 
 
-def unflatten(program: Any, flat_args_adapter: FlatArgsAdapter | None = None,
-              preserve_ops: tuple = ()) -> UnflattenedModule:
-    """View ``program`` as a module; with recorded child calls (and no adapter), as the original hierarchy.
+def unflatten(module: Any, flat_args_adapter: FlatArgsAdapter | None = None,
+              preserve_ops: Any = ()) -> UnflattenedModule:
+    """View the exported program ``module`` as a module; with recorded child calls (and no adapter), as
+    the original hierarchy.
 
     ``preserve_ops`` is accepted for API compatibility; no op is rewritten here, so every op is kept.
     """
-    return UnflattenedModule(program, flat_args_adapter)
+    return UnflattenedModule(module, flat_args_adapter)
 
 
 # --- rebuilding the hierarchy ------------------------------------------------------------------------------
