@@ -94,6 +94,7 @@ class Op:
         self.decomposition: Callable | None = None
         self.out_names = out_names
         self._tuple_type = collections.namedtuple(f"{name}_result", out_names) if out_names else None
+        self._plans: dict[tuple, _Plan] = {}  # eager calls' meta results by argument signature (see run_eager)
         self.__name__ = name
         self.__qualname__ = name
         self.__module__ = "tensorplay"
@@ -254,10 +255,68 @@ def _is_operand(v) -> bool:
     return isinstance(v, list | tuple) and bool(v) and all(isinstance(x, TensorMeta) for x in v)
 
 
-def run_eager(op: Op, args: tuple, kwargs: dict):
-    """Execute ``op`` on concrete tensors: meta rule, input conversion, impl, output wrapping."""
-    if op.inplace_of is not None:
-        return _run_inplace(op, args, kwargs)
+#: Plans kept per op (a bound on memory for programs calling an op on many shapes); past it they are dropped.
+PLAN_LIMIT = 512
+_NUMBERS = (int, float, bool)
+_SIGNATURE_SCALARS = frozenset({int, float, bool, str, type(None), type(Ellipsis), _dtype.dtype})
+
+
+class _Plan:
+    """What an eager call needs besides its values, worked out once per argument signature: the meta rule's
+    result, the compute dtype and the shapes the outputs must have (None: check against the meta rule)."""
+
+    __slots__ = ("out_meta", "common", "shapes", "convert")
+
+    def __init__(self, out_meta, common, view: bool):
+        self.out_meta = out_meta
+        self.common = common
+        self.convert = _raw_storage if view else _values if common is None else _converter(common)
+        metas = (out_meta,) if isinstance(out_meta, TensorMeta) else out_meta
+        self.shapes = tuple(tuple(m.shape) if all(type(d) is int for d in m.shape) else None for m in metas)
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple | None:
+    """What the meta rule and the compute dtype of a call depend on: each tensor's shape and dtype, the
+    other arguments' types and values, the default dtype; None when some argument is not simple enough
+    (then the call is planned afresh)."""
+    key: list = [_dtype.get_default_dtype()]
+    tensors = False
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        t = type(value)
+        if t is _Tensor:
+            key.append(value._data.shape)
+            key.append(value.dtype)
+            tensors = True
+        elif t in _SIGNATURE_SCALARS:
+            key.append(t)
+            key.append(value)
+        elif t is tuple or t is list or isinstance(value, tuple):  # Size too
+            key.append(t)
+            for v in value:
+                vt = type(v)
+                if vt is _Tensor:
+                    key.append(v._data.shape)
+                    key.append(v.dtype)
+                    tensors = True
+                elif vt in _SIGNATURE_SCALARS:
+                    key.append(vt)
+                    key.append(v)
+                else:
+                    return None
+            key.append(len(value))
+        elif t is slice:
+            key.append(t)
+            key.append((value.start, value.stop, value.step))
+        else:
+            return None
+    if not tensors:  # factories: their arguments are sizes and data, planned afresh
+        return None
+    if kwargs:
+        key.append(tuple(kwargs))
+    return tuple(key)
+
+
+def _plan(op: Op, args: tuple, kwargs: dict) -> _Plan:
     meta_args = tuple(_map(a, to_meta) for a in args)
     meta_kwargs = {k: _map(v, to_meta) for k, v in kwargs.items()}
     try:
@@ -265,32 +324,54 @@ def run_eager(op: Op, args: tuple, kwargs: dict):
     except TypeError as exc:
         _explain_torch_arguments(op, args, kwargs, exc)
         raise
-
-    if op.view:
-        convert = _raw_storage
-    else:
-        common = compute_dtype(op, meta_args, meta_kwargs)
-        convert = _values if common is None else _converter(common)
-        if common is not None:
-            args = tuple(_scalar_to(a, common) for a in args)
-            kwargs = {k: _scalar_to(v, common) for k, v in kwargs.items()}
-    arr_args = tuple(_map(a, convert) for a in args)
-    arr_kwargs = {k: _map(v, convert) for k, v in kwargs.items()}
-    result = op.impl(*arr_args, **arr_kwargs)
-
-    if isinstance(out_meta, TensorMeta):
-        out = _wrap(op, result, out_meta, args)
-        outputs = (out,)
-    elif isinstance(out_meta, tuple) and out_meta and all(isinstance(m, TensorMeta) for m in out_meta):
-        outputs = tuple(_wrap(op, r, m, args) for r, m in zip(result, out_meta, strict=True))
-        out = op._tuple_type(*outputs) if op._tuple_type else outputs
-    elif isinstance(out_meta, list):
-        outputs = tuple(_wrap(op, r, m, args) for r, m in zip(result, out_meta, strict=True))
-        out = list(outputs)
-    else:
+    if not (isinstance(out_meta, TensorMeta) or (isinstance(out_meta, tuple | list)
+                                                  and (out_meta or isinstance(out_meta, list))
+                                                  and all(isinstance(m, TensorMeta) for m in out_meta))):
         raise TypeError(f"meta rule of {op.name} returned {type(out_meta).__name__}, expected TensorMeta(s)")
+    return _Plan(out_meta, None if op.view else compute_dtype(op, meta_args, meta_kwargs), op.view)
 
-    if kwargs.get("requires_grad") is True and isinstance(out, _Tensor):
+
+def run_eager(op: Op, args: tuple, kwargs: dict):
+    """Execute ``op`` on concrete tensors: meta rule, input conversion, impl, output wrapping.
+
+    The meta rule's result and the compute dtype depend only on the arguments' signature (tensor shapes and
+    dtypes, other values), so they are planned once per signature (:func:`_signature`) and reused.
+    """
+    if op.inplace_of is not None:
+        return _run_inplace(op, args, kwargs)
+    key = _signature(args, kwargs)
+    plan = None if key is None else op._plans.get(key)
+    if plan is None:
+        plan = _plan(op, args, kwargs)
+        if key is not None:
+            if len(op._plans) >= PLAN_LIMIT:
+                op._plans.clear()
+            op._plans[key] = plan
+
+    common, convert = plan.common, plan.convert
+    if common is not None:
+        args = tuple([_scalar_to(a, common) if type(a) in _NUMBERS else a for a in args])
+        if kwargs:
+            kwargs = {k: _scalar_to(v, common) if type(v) in _NUMBERS else v for k, v in kwargs.items()}
+    arr_args = [convert(a) if type(a) is _Tensor else _map(a, convert) for a in args]
+    if kwargs:
+        result = op.impl(*arr_args, **{k: _map(v, convert) for k, v in kwargs.items()})
+    else:
+        result = op.impl(*arr_args)
+
+    out_meta = plan.out_meta
+    if isinstance(out_meta, TensorMeta):
+        out = _wrap(op, result, out_meta, args, plan.shapes[0])
+        outputs = (out,)
+    else:
+        outputs = tuple(_wrap(op, r, m, args, shape)
+                        for r, m, shape in zip(result, out_meta, plan.shapes, strict=True))
+        if isinstance(out_meta, list):
+            out = list(outputs)
+        else:
+            out = op._tuple_type(*outputs) if op._tuple_type else outputs
+
+    if kwargs and kwargs.get("requires_grad") is True and isinstance(out, _Tensor):
         out.requires_grad_(True)  # factories: tp.randn(3, requires_grad=True)
     hook = autograd_hook
     if hook is not None and op.backward is not None and is_grad_enabled():
@@ -376,9 +457,10 @@ def _values(t):
 
 def _converter(common: _dtype.dtype):
     target = common.compute
+    from_storage = _dtype.from_storage
 
     def convert(t):
-        values = _dtype.from_storage(t._data, t.dtype)
+        values = from_storage(t._data, t.dtype)
         return values if values.dtype == target else values.astype(target)
     return convert
 
@@ -393,22 +475,24 @@ def _scalar_to(value, common: _dtype.dtype):
     return value
 
 
-def _wrap(op: Op, value, meta: TensorMeta, args):
+def _wrap(op: Op, value, meta: TensorMeta, args, shape: tuple | None = None):
+    """The impl's result as a Tensor of ``meta``'s dtype; its shape is checked against the meta rule
+    (``shape``: the meta rule's shape when it is all ints)."""
     Tensor = _Tensor
     if op.view:
         t = Tensor._from_storage(value, meta.dtype)
         base = args[0] if args and isinstance(args[0], Tensor) else None
         if base is not None and np.may_share_memory(value, base._data):
             t._base = base._base if base._base is not None else base
-        _check_shape(op, t.shape, meta)
-        return t
-    arr = np.asarray(value)
-    if meta.dtype is _dtype.bfloat16:
-        storage = _dtype.float32_to_bfloat16_bits(arr).reshape(arr.shape)
     else:
-        storage = arr if arr.dtype == meta.dtype.storage else arr.astype(meta.dtype.storage)
-    t = Tensor._from_storage(storage, meta.dtype)
-    _check_shape(op, t.shape, meta)
+        arr = value if type(value) is np.ndarray else np.asarray(value)
+        if meta.dtype is _dtype.bfloat16:
+            storage = _dtype.float32_to_bfloat16_bits(arr).reshape(arr.shape)
+        else:
+            storage = arr if arr.dtype == meta.dtype.storage else arr.astype(meta.dtype.storage)
+        t = Tensor._from_storage(storage, meta.dtype)
+    if t._data.shape != shape:
+        _check_shape(op, t._data.shape, meta)
     return t
 
 

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from .. import _dtype
+from ._native_math import native
 from ._registry import REGISTRY, Op, register, register_inplace
 from ._shapes import TensorMeta, broadcast_shapes
 
@@ -127,8 +128,8 @@ UNARY: dict[str, tuple] = {
     "cos": (np.cos, "float", {}),
     "tan": (np.tan, "float", {}),
     "tanh": (np.tanh, "float", {}),
-    "sigmoid": (_sigmoid, "float", {}),
-    "erf": (_erf, "float", {}),
+    "sigmoid": (native("sigmoid", _sigmoid), "float", {}),
+    "erf": (native("erf", _erf), "float", {}),
     "floor": (np.floor, "common", {}),
     "ceil": (np.ceil, "common", {}),
     "trunc": (np.trunc, "common", {}),
@@ -146,7 +147,7 @@ _PRIMITIVE_UNARY = set(UNARY)
 
 
 def _declare_unary(name: str, fn, rule: str, options: dict) -> Op:
-    impl = _quiet(fn)
+    impl = fn if getattr(fn, "quiet", False) else _quiet(fn)
     impl.__doc__ = f"Elementwise {name}."
     promote = "float" if rule == "float" else "common"
     op = register(name, impl, elementwise_meta(name, rule, **options), method=True, promote=promote,

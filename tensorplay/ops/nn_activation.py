@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from .. import _dtype
+from ._native_math import native
 from ._nn_util import backward_from_decomposition, floordiv, require_float, torch_type_name, tp
 from ._registry import Op, register, register_inplace
 from ._shapes import TensorMeta, normalize_dim, sym_eq
@@ -47,10 +48,20 @@ def _np_hardtanh(x, min_val=-1.0, max_val=1.0):
     return np.minimum(np.maximum(x, min_val), max_val)
 
 
-def _np_gelu(x, approximate="none"):
-    if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+def _np_gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x ** 3)))
+
+
+def _np_gelu_erf(x):
     return 0.5 * x * (1 + _np_erf(x / math.sqrt(2.0)))
+
+
+_GELU = {"none": native("gelu", _np_gelu_erf), "tanh": native("gelu_tanh", _np_gelu_tanh)}
+_SILU = native("silu", lambda x: x * _np_sigmoid(x))
+
+
+def _np_gelu(x, approximate="none"):
+    return _GELU[approximate](x)
 
 
 def _np_elu(x, alpha=1.0):
@@ -211,7 +222,7 @@ ACTIVATIONS: dict[str, tuple] = {
     "selu": (lambda x: SELU_SCALE * _np_elu(x, SELU_ALPHA), _selu, _d_selu, True, True),
     "celu": (_np_celu, _celu, _d_celu, True, True),
     "gelu": (_np_gelu, _gelu, _d_gelu, True, False),
-    "silu": (lambda x: x * _np_sigmoid(x), _silu, _d_silu, True, False),
+    "silu": (_SILU, _silu, _d_silu, True, False),
     "mish": (lambda x: x * np.tanh(_np_softplus(x)), _mish, _d_mish, True, False),
     "hardsigmoid": (lambda x: np.clip(x + 3, 0, 6) / 6, _hardsigmoid, _d_hardsigmoid, True, False),
     "hardswish": (lambda x: x * np.clip(x + 3, 0, 6) / 6, _hardswish, _d_hardswish, True, False),

@@ -1,0 +1,58 @@
+"""Eager math numpy does slowly, run as native code: ``erf``, ``gelu``, ``sigmoid``, ``silu``.
+
+numpy has no ``erf`` ufunc (a Python call per element: 1M floats took 250 ms), and ``sigmoid`` written
+branch-free costs it three exponentials. These ops call the compiler's vector-math kernels instead
+(:func:`tensorplay.lowering.api.eager_unary`: the code compiled programs run, compiled once per (function,
+dtype) and cached on disk), at numpy-ufunc speed. The compiler is imported on the first such call, so
+``import tensorplay`` stays light. Arrays of a dtype without a kernel (float64 ``erf``), or every array
+when ``TENSORPLAY_EAGER_NATIVE=0``, take the numpy formula.
+
+>>> import numpy as np
+>>> sigmoid = native("sigmoid", lambda x: 1 / (1 + np.exp(-x)))
+>>> sigmoid(np.array([0.0, 2.0], dtype=np.float32)).round(4).tolist()
+[0.5, 0.8808000087738037]
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["ENV", "native"]
+
+ENV = "TENSORPLAY_EAGER_NATIVE"
+_MISSING = object()
+#: (function name, numpy dtype) -> the kernel, or None where the numpy formula runs
+_KERNELS: dict[tuple[str, np.dtype], Callable | None] = {}
+
+
+def _kernel(name: str, dtype: np.dtype) -> Callable | None:
+    if os.environ.get(ENV, "1") == "0":
+        return None
+    try:
+        from tensorplay.lowering.api import eager_unary
+        return eager_unary(name, dtype)
+    except Exception as exc:  # no native code here (llvmlite missing or broken): numpy still works
+        warnings.warn(f"eager {name} runs its numpy formula: the native kernel is not available ({exc})",
+                      RuntimeWarning, stacklevel=4)
+        return None
+
+
+def native(name: str, formula: Callable[..., np.ndarray]) -> Callable[..., np.ndarray]:
+    """``fn(x)`` computing math function ``name`` of an array natively where a kernel exists for its
+    dtype, else with ``formula(x)`` (floating-point warnings silenced, as for every eager math op)."""
+    def run(x: np.ndarray) -> np.ndarray:
+        key = (name, x.dtype)
+        kernel = _KERNELS.get(key, _MISSING)
+        if kernel is _MISSING:
+            kernel = _KERNELS[key] = _kernel(name, x.dtype)
+        if kernel is not None:
+            return kernel(x)
+        with np.errstate(all="ignore"):
+            return formula(x)
+    run.__name__ = name
+    run.__doc__ = f"Elementwise {name} (native kernel, else {getattr(formula, '__name__', 'a numpy formula')})."
+    run.quiet = True  # warnings are handled here: no errstate around it
+    return run
