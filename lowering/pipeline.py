@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tensorplay.dialect import Function, Module, print_module
+from tensorplay.dialect import Function, Module, parse, print_module
 from tensorplay.dialect.attrs import Dense, WeightRef
 from tensorplay.dialect.passes import PassManager
 from tensorplay.runtime.abi import Executable
@@ -98,8 +98,12 @@ class CompileOptions:
 
 
 class FreshProgram(NativeProgram):
-    """Native code compiled in this process for one exported program, plus the IR of every level it went
-    through (the call path is :class:`tensorplay.lowering.native_program.NativeProgram`'s)."""
+    """Native code compiled in this process for one exported program (or restored from the compile cache,
+    :mod:`.program_cache`), plus the IR of every level it went through (the call path is
+    :class:`tensorplay.lowering.native_program.NativeProgram`'s)."""
+
+    #: the options of code restored from the cache (its LLVM IR is produced again on demand)
+    _options: CompileOptions | None = None
 
     def __init__(self, executable: Executable, binding: Binding, held: list[Dense | WeightRef],
                  texts: dict[str, str], stats: dict[str, Any]):
@@ -110,12 +114,27 @@ class FreshProgram(NativeProgram):
         super().__init__(executable, executable, binding, held, literals, stats)
         self._texts = texts
 
+    @classmethod
+    def restored(cls, executable: Executable, binding: Binding, held: list[WeightRef | None],
+                 literals: list[np.ndarray | None], texts: dict[str, str], stats: dict[str, Any],
+                 options: CompileOptions) -> FreshProgram:
+        """A program whose code came from the compile cache (:mod:`.program_cache`): bound arguments as an
+        archive records them (:func:`tensorplay.lowering.aot.decode_held`), the ``tp`` and kernel texts kept
+        with the code, ``options`` to produce its LLVM IR again on demand."""
+        program = cls.__new__(cls)
+        NativeProgram.__init__(program, executable, executable, binding, held, literals, stats)
+        program._texts = texts
+        program._options = options
+        return program
+
     def ir(self, level: str = "tp") -> str:
         """The program at ``level``: ``"tp"``, ``"kernel"``, ``"llvm"`` (optimized) or ``"asm"``."""
-        if level == "llvm":
-            return self.executable.library.ir
-        if level == "asm":
-            return self.executable.library.asm()
+        if level in ("llvm", "asm"):
+            library = self.executable.library
+            if not library.ir and self._options is not None:  # restored from the cache: compile the text again
+                library = kernel_to_native(parse(self._texts["kernel"]), len(self.signature.outputs),
+                                           self._options, prefix=self.executable.prefix)[0].library
+            return library.ir if level == "llvm" else library.asm()
         if level not in self._texts:
             raise ValueError(f"unknown IR level {level!r}; expected one of {IR_LEVELS}")
         return self._texts[level]
@@ -149,10 +168,23 @@ def compile_program(program: ExportedProgram, options: CompileOptions | None = N
     Each stage (decompose, lower, fuse, llvm, link) is reported through ``progress`` (default: a
     :class:`~tensorplay.lowering.progress.CompileProgress` of its own) as it ends: an INFO record on the
     ``tensorplay.compile`` logger, a step of the progress bar where one is shown; each pass's time is a
-    DEBUG record. ``stats["stage_seconds"]`` keeps the times."""
+    DEBUG record. ``stats["stage_seconds"]`` keeps the times.
+
+    With ``options.cache`` a program compiled before on this host (the same graph, shapes, options and
+    compiler) comes back from the compile cache without any of these stages (:mod:`.program_cache`)."""
+    from .program_cache import program_key, restore, store  # it reads archive records (.aot imports this module)
+
     options = options or CompileOptions.from_env()
-    progress = progress or CompileProgress(_program_label(program))
     start = time.perf_counter()
+    key = program_key(program, options) if options.cache else None
+    if key is not None:
+        cached = restore(key, program, options, shape_error=shape_error)
+        if cached is not None:
+            for level in ("tp", "kernel", "llvm"):
+                if level in options.dump_ir:
+                    _dump(level, cached.ir(level), options)
+            return cached
+    progress = progress or CompileProgress(_program_label(program))
     try:
         progress.start("decompose")
         module, binding = program_to_tp(program, progress=progress)
@@ -185,6 +217,8 @@ def compile_program(program: ExportedProgram, options: CompileOptions | None = N
         progress.close()
     summary["compile_seconds"] = round(time.perf_counter() - start, 4)
     summary["stage_seconds"] = progress.seconds()
+    if key is not None:
+        store(key, compiled, program)
     return compiled
 
 

@@ -223,7 +223,7 @@ def _generator_digest() -> str:
 
 _DIGEST = _generator_digest()
 _LIBRARIES: dict[tuple[GemmConfig, int, str], Library] = {}
-_PENDING: dict[tuple[GemmConfig, int, str], threading.Lock] = {}
+_PENDING: dict[tuple[GemmConfig, int, str], threading.RLock] = {}
 _LOCK = threading.Lock()
 
 
@@ -341,8 +341,8 @@ def gemm_library(config: GemmConfig, *, opt: int = 3, cache: bool | CompileCache
     if lib is not None:
         return lib
     with _LOCK:
-        pending = _PENDING.setdefault(key, threading.Lock())
-    with pending:  # one thread compiles a configuration; others wait for it
+        pending = _PENDING.setdefault(key, threading.RLock())
+    with pending:  # one thread compiles a configuration; others wait for it (reentrant: never a self-deadlock)
         lib = _LIBRARIES.get(key)
         if lib is None:
             obj, optimized = _object(config, opt, features, prefer_vector_width, _store(cache))

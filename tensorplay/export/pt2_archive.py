@@ -51,6 +51,7 @@ __all__ = [
     "ARCHIVE_FORMAT", "ARCHIVE_VERSION", "ExtraFiles", "NativeCode", "NativeRecompileWarning", "PT2ArchiveContents",
     "PT2ArchiveReader", "PT2ArchiveWriter",
     "WeightType", "bundle_payloads", "check_entry_name", "check_tensor_entry", "decode_tensor", "encode_tensor",
+    "tensor_entry",
     "group_weights", "is_pt2_package", "load_multimodal_pt2", "save_multimodal_pt2", "unbundle_payloads",
     "weight_type_of",
 ]
@@ -149,26 +150,36 @@ def check_entry_name(name: Any, what: str = "archive entry") -> str:
 
 # ------------------------------------------------------------------------------------ tensor payloads
 
+def tensor_entry(t: Tensor) -> dict[str, Any]:
+    """The index entry of ``t`` as :func:`encode_tensor` writes it (dtype, shape, strides in elements, nbytes),
+    without copying its bytes.
+
+    >>> import tensorplay as tp
+    >>> tensor_entry(tp.zeros(2, 3))
+    {'dtype': 'float32', 'shape': [2, 3], 'strides': [3, 1], 'nbytes': 24, 'requires_grad': False}
+    """
+    if not isinstance(t, Tensor):
+        raise TypeError(f"expected a Tensor payload, got {type(t).__name__}")
+    shape = [int(d) for d in t._data.shape]
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.insert(0, step)
+        step *= max(d, 1)
+    return {"dtype": t.dtype.name, "shape": shape, "strides": strides,
+            "nbytes": math.prod(shape) * t._data.dtype.itemsize, "requires_grad": bool(t.requires_grad)}
+
+
 def encode_tensor(t: Tensor) -> tuple[dict[str, Any], bytes]:
-    """Index entry (dtype, shape, strides in elements, nbytes) and little-endian bytes of ``t``.
+    """Index entry (:func:`tensor_entry`) and little-endian bytes of ``t``.
 
     >>> import tensorplay as tp
     >>> entry, data = encode_tensor(tp.tensor([1, 2], dtype=tp.int16))
     >>> entry, data
     ({'dtype': 'int16', 'shape': [2], 'strides': [1], 'nbytes': 4, 'requires_grad': False}, b'\\x01\\x00\\x02\\x00')
     """
-    if not isinstance(t, Tensor):
-        raise TypeError(f"expected a Tensor payload, got {type(t).__name__}")
+    entry = tensor_entry(t)
     arr = np.ascontiguousarray(t._data).reshape(t._data.shape)  # ascontiguousarray makes a 0-d array 1-d
-    data = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
-    shape = [int(d) for d in arr.shape]
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.insert(0, step)
-        step *= max(d, 1)
-    entry = {"dtype": t.dtype.name, "shape": shape, "strides": strides, "nbytes": len(data),
-             "requires_grad": bool(t.requires_grad)}
-    return entry, data
+    return entry, arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
 def check_tensor_entry(entry: Any, where: str) -> tuple[_dtype.dtype, tuple[int, ...], tuple[int, ...], int]:

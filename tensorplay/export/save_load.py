@@ -39,6 +39,7 @@ from .pt2_archive import (
     check_tensor_entry,
     decode_tensor,
     encode_tensor,
+    tensor_entry,
     weight_type_of,
 )
 from .serde import (
@@ -152,7 +153,7 @@ def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) ->
     }
     doc["symbols"] = symbols.to_json()
     groups = {g: tables[g].tensors for g in GROUPS}
-    doc["payloads"] = {g: [encode_tensor(t)[0] for t in groups[g]] for g in GROUPS}
+    doc["payloads"] = {g: [tensor_entry(t) for t in groups[g]] for g in GROUPS}
     return doc, groups
 
 

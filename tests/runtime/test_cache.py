@@ -140,3 +140,76 @@ def _target():
 
     cpu = host_cpu()
     return cpu.name, feature_string(), cpu.llvmlite, 3
+
+
+def test_an_entry_stored_under_another_key_is_refused(tmp_path):
+    cache = CompileCache(tmp_path)
+    a, b = "a" * 64, "b" * 64
+    cache.put(a, b"object of a")
+    cache.put(b, b"object of b")
+    pa, pb = cache.path(a), cache.path(b)
+    da, db = pa.read_bytes(), pb.read_bytes()
+    pa.write_bytes(db)  # two valid entries swapped
+    pb.write_bytes(da)
+    assert cache.get(a) is None and cache.get(b) is None
+    assert cache.stats().corrupt == 2
+
+
+def test_only_regular_files_of_this_user_are_read(tmp_path):
+    cache = CompileCache(tmp_path / "c")
+    key = "c" * 64
+    cache.put("d" * 64, b"payload")
+    target = cache.path("d" * 64)
+    cache.path(key).symlink_to(target)  # never followed
+    assert cache.get(key) is None
+    cache.path(key).unlink()
+    os.mkfifo(cache.path(key))  # never opened blocking: a FIFO with no writer would hang a plain open()
+    assert cache.get(key) is None
+    cache.path(key).unlink()
+    cache.path(key).mkdir()
+    assert cache.get(key) is None
+    assert cache.stats().errors == 3 and cache.get("d" * 64) == b"payload"
+
+
+def test_entries_past_the_size_cap_are_neither_stored_nor_read(tmp_path):
+    cache = CompileCache(tmp_path, max_entry_bytes=100)
+    cache.put("e" * 64, b"x" * 101)
+    assert not cache.path("e" * 64).exists()
+    cache.put("f" * 64, b"x" * 100)
+    assert cache.get("f" * 64) == b"x" * 100
+    assert CompileCache(tmp_path, max_entry_bytes=50).get("f" * 64) is None
+
+
+def test_past_max_bytes_the_least_recently_used_entries_are_evicted(tmp_path):
+    cache = CompileCache(tmp_path, max_bytes=1200)  # four entries of 272 bytes fit, five do not
+    keys = [f"{i:064x}" for i in range(5)]
+    for i, key in enumerate(keys[:4]):
+        cache.put(key, bytes(200))
+        os.utime(cache.path(key), (1000 + i, 1000 + i))  # distinct use times, oldest first
+    assert cache.get(keys[0]) == bytes(200)  # used now: the most recent
+    cache.put(keys[4], bytes(200))  # down to 90% of the cap, least recently used first
+    assert [cache.path(k).exists() for k in keys] == [True, False, False, True, True]
+    assert sum(p.stat().st_size for p in tmp_path.iterdir()) <= 1080
+
+
+def test_xdg_cache_home_is_honoured(tmp_path, monkeypatch):
+    from tensorplay.runtime.cache import default_directory
+
+    monkeypatch.delenv("TENSORPLAY_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache().directory == default_directory() == tmp_path / "xdg" / "tensorplay"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # the spec says to ignore relative paths
+    assert default_directory() == Path.home() / ".cache" / "tensorplay"
+    monkeypatch.setenv("TENSORPLAY_CACHE_DIR", str(tmp_path / "own"))
+    assert default_directory() == tmp_path / "own"
+
+
+def test_the_gemm_library_lock_is_reentrant():
+    from tensorplay.lowering.microkernels import gemm_library as gl
+
+    config = gl.GemmConfig(trans_b=True)
+    key = (config, 3, gl.feature_string(None))
+    with gl._LOCK:
+        pending = gl._PENDING.setdefault(key, gl.threading.RLock())
+    with pending:  # a thread already building this configuration asks for it again (it must not deadlock)
+        assert gl.gemm_library(config).address(config.symbol) > 0

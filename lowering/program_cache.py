@@ -1,0 +1,163 @@
+"""Warm starts: compiled programs in the on-disk cache, keyed on the exported program before any lowering.
+
+The object cache (:mod:`tensorplay.runtime.cache`) is keyed on LLVM IR, so a process that finds a
+program's object there has already run the whole lowering (decompositions, conversion, fusion,
+codegen). This cache sits in front of it: :func:`program_key` hashes the exported program's serialized
+form (graph, signature, range constraints, example and weight shapes and dtypes; the bytes only of graph
+constants, which the compiler may bake into the code as literals; never the weights, which the code reads
+on every call), the compile options, the host CPU and a fingerprint of the compiler's own files.
+:func:`store` keeps everything a loader needs (the archive record of
+:func:`tensorplay.lowering.aot.archive_entry`, the ``tp`` and kernel texts, the stats); :func:`restore`
+maps it back as a :class:`tensorplay.lowering.pipeline.FreshProgram` without lowering anything.
+
+>>> import tensorplay as tp
+>>> from tensorplay.export import export
+>>> prog = export(tp.nn.Linear(3, 2), tp.ones(4, 3))
+>>> from tensorplay.lowering.pipeline import CompileOptions
+>>> len(program_key(prog, CompileOptions())) == 64, program_key(prog, CompileOptions()) == program_key(
+...     export(tp.nn.Linear(3, 2), tp.ones(4, 3)), CompileOptions())   # other weights, same code
+(True, True)
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import struct
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tensorplay.runtime.abi import Executable
+from tensorplay.runtime.artifact import NativeArtifact
+from tensorplay.runtime.cache import CompileCache, default_cache
+from tensorplay.runtime.jit import undefined_symbols
+from tensorplay.runtime.standalone import load_objects
+from tensorplay.runtime.target import feature_string, host_cpu
+
+from .aot import BINDING_KEY, archive_entry, decode_binding, decode_held, decode_pack_sites
+from .microkernels.gemm_prepack import Prepacker
+from .resolvers import RESOLVERS, check_external_symbols
+
+if TYPE_CHECKING:
+    from tensorplay.export.exported_program import ExportedProgram
+
+    from .pipeline import CompileOptions, FreshProgram
+
+__all__ = ["KIND", "program_key", "restore", "store"]
+
+#: The cache entries of compiled programs (the object cache's are ``"o"``).
+KIND = "program"
+_MAGIC = b"TPPROG01"
+_U64 = struct.Struct("<Q")
+_fingerprint: list[bytes] = []
+
+
+def _compiler_fingerprint() -> bytes:
+    """sha256 over the path, size and modification time of every source file of tensorplay (front end,
+    dialect, lowering, runtime): any change to the compiler is a new key. Computed once per process."""
+    if not _fingerprint:
+        h = hashlib.sha256()
+        packages = ("tensorplay", "tensorplay.dialect", "tensorplay.lowering", "tensorplay.runtime")
+        for top in sorted({os.path.dirname(importlib.util.find_spec(p).origin) for p in packages}):
+            for root, subdirs, files in os.walk(top):
+                subdirs[:] = sorted(d for d in subdirs if d != "__pycache__")
+                for name in sorted(files):
+                    if name.endswith((".py", ".lark", ".in")):
+                        st = os.stat(os.path.join(root, name))
+                        h.update(f"{root}/{name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        _fingerprint.append(h.digest())
+    return _fingerprint[0]
+
+
+def program_key(program: ExportedProgram, options: CompileOptions) -> str:
+    """Hex sha256 naming the compiled code of ``program`` under ``options`` on this host (see the module
+    docstring for what it covers)."""
+    from tensorplay.export.save_load import program_to_document
+
+    doc, groups = program_to_document(program)
+    cpu = host_cpu()
+    h = hashlib.sha256(_compiler_fingerprint())
+    for part in (cpu.triple, cpu.name, feature_string(options.prefer_vector_width), cpu.llvmlite,
+                 f"profile={options.profile}", json.dumps(doc, sort_keys=True, default=repr)):
+        data = part.encode()
+        h.update(_U64.pack(len(data)) + data)
+    state = {rec["ref"] for rec in doc["state"] if rec["group"] == "constants"}
+    for i, t in enumerate(groups["constants"]):  # graph constants: maybe literals in the code
+        if i not in state:
+            h.update(np.ascontiguousarray(t._data).tobytes())
+    return h.hexdigest()
+
+
+def store(key: str, compiled: FreshProgram, program: ExportedProgram, cache: CompileCache | None = None) -> None:
+    """Keep ``compiled`` under ``key``: its archive record, kernel objects, IR texts and stats. Skipped when a
+    loader could not bind the code to ``program`` from the record alone (no stored binding: state or fixed
+    inputs; a bound graph constant that is no placeholder)."""
+    artifact, kernel_text, kernels = archive_entry(compiled)
+    placeholders = {n.name for n in program.graph.placeholders}
+    if artifact.signature.meta[BINDING_KEY].get("binding") is None or any(
+            literal is None and ref.name not in placeholders
+            for ref, literal in zip(compiled._held, compiled._literals, strict=True)):
+        return
+    try:
+        head = json.dumps({"tp": compiled.ir("tp"), "kernel": kernel_text, "stats": compiled.stats}).encode()
+    except (TypeError, ValueError):  # stats JSON cannot hold
+        return
+    blobs = [head, artifact.to_bytes(), *kernels]
+    (cache or default_cache()).put(key, _MAGIC + _U64.pack(len(blobs)) + b"".join(
+        _U64.pack(len(b)) + b for b in blobs), kind=KIND)
+
+
+def _blobs(data: bytes) -> list[bytes] | None:
+    if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + _U64.size:
+        return None
+    (count,) = _U64.unpack_from(data, len(_MAGIC))
+    pos, out = len(_MAGIC) + _U64.size, []
+    for _ in range(count):
+        if pos + _U64.size > len(data):
+            return None
+        (n,) = _U64.unpack_from(data, pos)
+        pos += _U64.size
+        if n > len(data) - pos:
+            return None
+        out.append(data[pos:pos + n])
+        pos += n
+    return out if pos == len(data) and len(out) >= 2 else None
+
+
+def restore(key: str, program: ExportedProgram, options: CompileOptions, *,
+            shape_error: type[BaseException] = RuntimeError, cache: CompileCache | None = None
+            ) -> FreshProgram | None:
+    """The program cached under ``key``, mapped and bound to ``program`` without lowering; None on a miss (or an
+    entry that does not load, which the next :func:`store` replaces)."""
+    from .pipeline import FreshProgram
+
+    start = time.perf_counter()
+    data = (cache or default_cache()).get(key, kind=KIND)
+    blobs = _blobs(data) if data is not None else None
+    if blobs is None:
+        return None
+    try:
+        head = json.loads(blobs[0])
+        artifact = NativeArtifact.from_bytes(blobs[1])
+        kernels = blobs[2:]
+        for obj in (artifact.object, *kernels):
+            check_external_symbols(undefined_symbols(obj), "a cached program")
+        library = load_objects(kernels, artifact, resolvers=RESOLVERS)
+        signature = artifact.signature
+        n_user, held, literals = decode_held(signature)
+        binding = decode_binding(signature.meta[BINDING_KEY]["binding"])
+        executable = Executable(library, artifact.prefix, signature, shape_error=shape_error,
+                                num_threads=options.num_threads)
+        stats = {**head["stats"], "compile_seconds": round(time.perf_counter() - start, 4), "from_cache": True}
+        compiled = FreshProgram.restored(executable, binding, held, literals, {"tp": head["tp"],
+                                         "kernel": head["kernel"]}, stats, options)
+    except (ValueError, KeyError, TypeError, RuntimeError):  # a damaged or foreign entry: compile again
+        return None
+    sites = decode_pack_sites(signature.meta[BINDING_KEY])
+    if sites:
+        packer = Prepacker(library, artifact.prefix, dict(enumerate(sites)), n_user, held, literals)
+        compiled._prepack = packer if packer else None
+    return compiled

@@ -1,0 +1,148 @@
+"""Warm starts: a program compiled before comes back from the compile cache, keyed before any lowering.
+
+References are numpy formulas over each program's own weights.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay.export import Dim, export
+from tensorplay.lowering import program_cache
+from tensorplay.lowering.api import CompileOptions, compile_program
+from tensorplay.runtime.cache import CompileCache
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Net(tp.nn.Module):
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        tp.manual_seed(seed)
+        self.fc1, self.fc2 = tp.nn.Linear(6, 16), tp.nn.Linear(16, 3)
+        self.register_buffer("shift", tp.randn(3))
+
+    def forward(self, x):
+        return self.fc2(tp.relu(self.fc1(x))) + self.shift
+
+
+def program(seed: int = 0, batch: int = 4):
+    model = Net(seed).eval()
+    prog = export(model, tp.randn(batch, 6), dynamic_shapes={"x": {0: Dim("n", min=1, max=64)}})
+    w = {k: np.asarray(v.detach()._data, np.float64) for k, v in model.state_dict().items()}
+    return prog, w
+
+
+def reference(w, x):
+    h = np.maximum(x @ w["fc1.weight"].T + w["fc1.bias"], 0)
+    return h @ w["fc2.weight"].T + w["fc2.bias"] + w["shift"]
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORPLAY_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_the_key_covers_graph_shapes_and_options_but_not_weight_values():
+    options = CompileOptions()
+    key = program_cache.program_key(program(0)[0], options)
+    assert program_cache.program_key(program(1)[0], options) == key  # other weights: the same code
+    assert program_cache.program_key(program(0, batch=5)[0], options) != key  # another example shape
+    assert program_cache.program_key(program(0)[0], CompileOptions(profile=True)) != key
+    other = export(lambda x: tp.relu(x) * 2, tp.randn(4, 6))
+    assert program_cache.program_key(other, options) != key
+
+
+def test_a_second_compile_restores_without_lowering_and_reads_its_own_weights(cache_dir, monkeypatch):
+    first, w0 = program(0)
+    fresh = compile_program(first)
+    assert not fresh.stats.get("from_cache")
+    second, w1 = program(1)
+    from tensorplay.lowering import pipeline
+    monkeypatch.setattr(pipeline, "program_to_tp", lambda *a, **k: pytest.fail("lowered on a cache hit"))
+    restored = compile_program(second)
+    assert restored.stats["from_cache"] and restored.stats["kernels"] == fresh.stats["kernels"]
+    x = np.random.default_rng(0).standard_normal((9, 6)).astype(np.float32)
+    for compiled, prog, w in ((fresh, first, w0), (restored, second, w1)):
+        (y,) = compiled.run({"x": tp.tensor(x), **compiled.state_of(prog)})
+        np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
+    assert restored.ir("tp") == fresh.ir("tp") and restored.ir("kernel") == fresh.ir("kernel")
+    assert "define" in restored.ir("llvm")  # produced again from the kernel text on demand
+
+
+def test_a_restored_program_saves_its_code_like_a_compiled_one(cache_dir, tmp_path):
+    from tensorplay.export import load, save
+
+    compile_program(program(0)[0])
+    prog, w = program(2)
+    tp.compile(prog)  # restored from the cache
+    assert prog.__dict__["_native"][1].compiled.stats["from_cache"]
+    save(prog, str(tmp_path / "m.pt2"))
+    loaded = load(str(tmp_path / "m.pt2"), trust_native_code=True)
+    x = np.ones((3, 6), np.float32)
+    np.testing.assert_allclose(loaded(tp.tensor(x)).numpy(), reference(w, x), rtol=1e-5, atol=1e-5)
+    assert loaded.__dict__["_native"][1].compiled.stats == {"loaded_from_archive": True}
+
+
+def test_damaged_or_swapped_entries_compile_again(cache_dir):
+    prog, w = program(0)
+    key = program_cache.program_key(prog, CompileOptions())
+    compile_program(prog)
+    path = CompileCache(cache_dir).path(key, program_cache.KIND)
+    good = path.read_bytes()
+    x = np.full((2, 6), 0.5, np.float32)
+    other = export(lambda x: x * 3, tp.randn(4, 6))
+    compile_program(other)
+    swapped = CompileCache(cache_dir).path(program_cache.program_key(other, CompileOptions()), program_cache.KIND)
+    for bad in (good[:-7], good[:50], good[:80] + bytes(len(good) - 80), swapped.read_bytes()):
+        path.write_bytes(bad)
+        compiled = compile_program(prog)
+        assert not compiled.stats.get("from_cache")
+        (y,) = compiled.run({"x": tp.tensor(x), **compiled.state_of(prog)})
+        np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
+    assert compile_program(prog).stats["from_cache"]  # the last compile wrote a good entry again
+
+
+def test_no_cache_option_neither_reads_nor_writes(cache_dir):
+    compile_program(program(0)[0], CompileOptions(cache=False))
+    assert not cache_dir.exists() or not list(cache_dir.glob(f"*.{program_cache.KIND}"))
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys, time
+    import numpy as np, tensorplay as tp
+    from tensorplay.export import load
+    import tensorplay.lowering.api
+    program = load(sys.argv[1])
+    start = time.perf_counter()
+    compiled = tp.compile(program)
+    seconds = time.perf_counter() - start
+    y = program(tp.ones(3, 6)).numpy()
+    print(json.dumps({"from_cache": bool(compiled.stats.get("from_cache")), "seconds": seconds, "y": y.tolist()}))
+""")
+
+
+def test_a_new_process_finds_the_program_compiled_by_another(tmp_path):
+    from tensorplay.export import save
+
+    prog, w = program(3)
+    save(prog, str(tmp_path / "m.pt2"))
+    env = {**os.environ, "TENSORPLAY_CACHE_DIR": str(tmp_path / "cache")}
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "m.pt2")], capture_output=True,
+                              text=True, env=env, timeout=300, cwd=str(REPO))
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert [r["from_cache"] for r in runs] == [False, True]
+    for r in runs:
+        np.testing.assert_allclose(np.array(r["y"]), reference(w, np.ones((3, 6))), rtol=1e-5, atol=1e-5)
