@@ -114,6 +114,43 @@ def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runn
                   "its dynamic-shape program) + first call")
 
 
+_IMPORTED: dict[tuple, tuple[Any, dict]] = {}
+
+
+def tensorplay_imported(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
+    """The PyTorch instance (the one the torch columns run) exported by ``torch.export`` with the same
+    dynamic axis, imported by ``tensorplay.export.from_torch`` and compiled as "tensorplay compiled" is
+    (once per model and thread count); setup is export + import + compile + first call."""
+    import torch
+
+    import tensorplay
+    from tensorplay.export import from_torch
+
+    t0 = time.perf_counter()
+    args = tuple(tensorplay.from_numpy(x) for x in case.inputs)
+    axis = DYNAMIC_AXIS.get(case.model)
+    key = (case.model, "dyn" if axis is not None else case.label, threads)
+    try:
+        if key not in _IMPORTED:
+            torch_args = tuple(_torch_inputs(case))
+            if axis is not None and torch_args[0].shape[axis] == 1:  # torch would make an extent-1 example static
+                torch_args = (torch.cat([torch_args[0]] * 2, axis), *torch_args[1:])
+            def spec(size: Any) -> Any:
+                return None if axis is None else ({axis: size},) + (None,) * (len(torch_args) - 1)
+            try:  # Dim.AUTO would leave out size 1 (torch's "0/1 specialization")
+                program = from_torch(pair[0], torch_args, dynamic_shapes=spec(torch.export.Dim("size", min=1)))
+            except torch._dynamo.exc.UserError:  # the model needs more than 1 along the axis (GPT's sequence)
+                program = from_torch(pair[0], torch_args, dynamic_shapes=spec(torch.export.Dim.AUTO))
+            compiled = tensorplay.compile(program, num_threads=threads)
+            _IMPORTED[key] = program, dict(getattr(compiled, "stats", None) or {})
+        program, stats = _IMPORTED[key]
+        program(*args)
+    except Exception as exc:  # an unsupported model is a result: show why
+        raise Unavailable(error_text(exc)) from exc
+    return Runner(lambda: _as_array(program(*args)), time.perf_counter() - t0, info={"compiler_stats": stats},
+                  note="setup = torch.export + from_torch + compile (once per model and thread count) + first call")
+
+
 def torch_eager(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
     import torch
 
@@ -207,6 +244,7 @@ def numpy_forward(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
 BACKENDS: dict[str, Callable[[Case, tuple[Any, Any], int], Runner]] = {
     "tensorplay eager": tensorplay_eager,
     "tensorplay compiled": tensorplay_compiled,
+    "tensorplay imported": tensorplay_imported,
     "torch eager": torch_eager,
     "torch.compile": torch_compile,
     "onnxruntime": onnxruntime,
