@@ -180,6 +180,8 @@ def compile_program(program: ExportedProgram, options: CompileOptions | None = N
     if key is not None:
         cached = restore(key, program, options, shape_error=shape_error)
         if cached is not None:
+            LOGGER.info("%s: from the compile cache (nothing lowered), %.3f s", _program_label(program),
+                        cached.stats["compile_seconds"])
             for level in ("tp", "kernel", "llvm"):
                 if level in options.dump_ir:
                     _dump(level, cached.ir(level), options)

@@ -72,12 +72,16 @@ def _compiler_fingerprint() -> bytes:
     return _fingerprint[0]
 
 
-def program_key(program: ExportedProgram, options: CompileOptions) -> str:
+def program_key(program: ExportedProgram, options: CompileOptions) -> str | None:
     """Hex sha256 naming the compiled code of ``program`` under ``options`` on this host (see the module
-    docstring for what it covers)."""
+    docstring for what it covers); None for a program with no serialized form (nothing an archive can hold:
+    it is compiled every time)."""
     from tensorplay.export.save_load import program_to_document
 
-    doc, groups = program_to_document(program)
+    try:
+        doc, groups = program_to_document(program)
+    except (ValueError, TypeError):
+        return None
     cpu = host_cpu()
     h = hashlib.sha256(_compiler_fingerprint())
     for part in (cpu.triple, cpu.name, feature_string(options.prefer_vector_width), cpu.llvmlite,

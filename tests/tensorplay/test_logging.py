@@ -28,7 +28,7 @@ def _stage_records(caplog):
 
 def test_compiling_a_program_reports_every_stage_in_order(caplog):
     with caplog.at_level(logging.INFO, logger="tensorplay"):
-        compiled = tp.compile(_program())
+        compiled = tp.compile(_program(), cache=False)  # the program cache would skip every stage
     records = _stage_records(caplog)
     assert [r.stage for r in records] == STAGES
     assert all(r.name == "tensorplay.compile" and r.levelno == logging.INFO for r in records)
@@ -52,7 +52,7 @@ def test_compiling_a_module_reports_the_capture_first(caplog):
 
 def test_pass_times_are_debug_records(caplog):
     with caplog.at_level(logging.DEBUG, logger="tensorplay"):
-        tp.compile(_program())
+        tp.compile(_program(), cache=False)
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
     passes = [m for m in messages if m.startswith("pass ")]
     assert any(m.startswith("pass fuse: ") for m in passes) and any(m.startswith("pass cse: ") for m in passes)
@@ -64,12 +64,21 @@ def test_nothing_is_printed_unless_asked(capsys):
 
 
 def test_verbose_prints_the_stages_on_stderr(capsys):
-    tp.compile(_program(), verbose=True)
+    tp.compile(_program(), verbose=True, cache=False)
     err = capsys.readouterr().err.splitlines()
     assert [line.split(": ")[2] for line in err] == STAGES
     assert all(line.startswith("tensorplay: Sequential: ") for line in err)
     tp.compile(_program())  # the handler was only for that call
     assert capsys.readouterr().err == ""
+
+
+def test_a_program_from_the_compile_cache_says_so(caplog):
+    tp.compile(_program())
+    with caplog.at_level(logging.INFO, logger="tensorplay"):
+        compiled = tp.compile(_program())
+    assert compiled.stats["from_cache"] and not _stage_records(caplog)
+    assert [r.getMessage().split(", ")[0] for r in caplog.records] == [
+        "Sequential: from the compile cache (nothing lowered)"]
 
 
 def _run(code: str, **env) -> subprocess.CompletedProcess:
@@ -89,7 +98,7 @@ _COMPILE = """
 def test_tensorplay_log_info_prints_the_stages_of_every_compile():
     quiet = _run(_COMPILE)
     assert quiet.returncode == 0 and quiet.stderr == ""
-    loud = _run(_COMPILE, TENSORPLAY_LOG="info")
+    loud = _run(_COMPILE, TENSORPLAY_LOG="info", TENSORPLAY_CACHE="0")  # every stage runs (no program cache)
     assert loud.returncode == 0, loud.stderr
     stages = [line.split(": ")[2] for line in loud.stderr.splitlines() if line.startswith("tensorplay: ")]
     assert stages == STAGES
