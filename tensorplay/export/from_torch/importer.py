@@ -109,18 +109,12 @@ def unsupported_nodes(ep: Any) -> list[tuple[str, str]]:
     from .table import ATEN_OPS
 
     found = []
-    for module in _graph_modules(ep.graph_module):
-        for node in module.graph.nodes:
-            if node.op == "call_function" and op_key(node.target) not in ATEN_OPS:
-                found.append((op_key(node.target), source_line(node)))
-            elif node.op in ("call_module", "call_method"):
-                found.append((f"{node.op} {node.target}", source_line(node)))
+    for node in ep.graph.nodes:  # control flow (torch.cond ...) is refused by its higher-order op
+        if node.op == "call_function" and op_key(node.target) not in ATEN_OPS:
+            found.append((op_key(node.target), source_line(node)))
+        elif node.op in ("call_module", "call_method"):
+            found.append((f"{node.op} {node.target}", source_line(node)))
     return found
-
-
-def _graph_modules(gm: Any) -> list:
-    """``gm`` and the graph modules of its control-flow branches (which are refused by their op)."""
-    return [gm]
 
 
 def _refuse(found: list[tuple[str, str]]) -> None:
@@ -181,7 +175,7 @@ class _Importer:
             for declared in decl.symbols.values():  # tensorplay's own size decisions are kept as checks
                 declared.kind = "auto"
             self.find_sources(decl)
-            self.guard_assertions(self.guard_paths(names, args, proxies, leaves))
+            self.guard_assertions(self.guard_paths(names, proxies, leaves))
             result = self.replay()
         return _finish(root, tracer, decl, bound, spec, result, args, kwargs, [])
 
@@ -193,7 +187,7 @@ class _Importer:
         values = {**ep.state_dict, **ep.constants}
         for spec in ep.graph_signature.input_specs:
             kind = spec.kind.name
-            if kind in ("USER_INPUT",):
+            if kind == "USER_INPUT":
                 continue
             if kind not in _KINDS:
                 raise UnsupportedTorchOpError(f"cannot import input {spec.arg.name!r}: tensorplay has no {kind} inputs")
@@ -349,7 +343,7 @@ class _Importer:
         return node
 
     # ------------------------------------------------------------------ torch's guards
-    def guard_paths(self, names: list[str], args: tuple, proxies: dict, leaves: list) -> dict:
+    def guard_paths(self, names: list[str], proxies: dict, leaves: list) -> dict:
         """The tensorplay input for each way torch's guards name one (``L['x']``, ``L['d']['k']``,
         ``L['flat_args'][0]``)."""
         paths = {f"L['flat_args'][{i}]": leaf for i, leaf in enumerate(leaves)}
