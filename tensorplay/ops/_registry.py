@@ -283,7 +283,7 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
     tensors = False
     for value in (*args, *kwargs.values()) if kwargs else args:
         t = type(value)
-        if t is _Tensor:
+        if t is _Tensor or isinstance(value, _Tensor):  # Parameters too
             key.append(value._data.shape)
             key.append(value.dtype)
             tensors = True
@@ -294,7 +294,7 @@ def _signature(args: tuple, kwargs: dict) -> tuple | None:
             key.append(t)
             for v in value:
                 vt = type(v)
-                if vt is _Tensor:
+                if vt is _Tensor or isinstance(v, _Tensor):
                     key.append(v._data.shape)
                     key.append(v.dtype)
                     tensors = True

@@ -3,7 +3,8 @@ decomposes into 2-d convolutions.
 
 The spatial rank comes from the weight (``weight.ndim - 2``); inputs may be batched
 ``(N, C, *spatial)`` or unbatched ``(C, *spatial)``. ``conv`` runs as im2col (a strided window
-view) contracted with the weight by one ``tensordot`` per group; ``conv_transpose`` accumulates one
+view copied to ``(N, C*K, positions)``) multiplied by the weight, one ``matmul`` per group (the output comes
+out channels-first); ``conv_transpose`` accumulates one
 ``tensordot`` per kernel tap into a strided slice of the output.
 
 >>> import tensorplay as tp
@@ -119,36 +120,44 @@ def _mod0(a, b):
     return sympy.Eq(sympy.Mod(a, b), 0)
 
 
+def _pad_spatial(x: np.ndarray, pads: tuple) -> np.ndarray:
+    """``x`` with zeros around its trailing ``len(pads)`` axes (``pads``: ``(left, right)`` per axis)."""
+    if not any(left or right for left, right in pads):
+        return x
+    nd = len(pads)
+    shape = x.shape[:-nd] + tuple(n + left + right for n, (left, right) in zip(x.shape[-nd:], pads, strict=True))
+    out = np.zeros(shape, x.dtype)
+    out[(...,) + tuple(slice(left, left + n) for n, (left, _) in zip(x.shape[-nd:], pads, strict=True))] = x
+    return out
+
+
 def _conv_impl(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     nd = weight.ndim - 2
     stride = ntuple(stride, nd, "stride", "conv")
     dilation = ntuple(dilation, nd, "dilation", "conv")
     pads = conv_padding(padding, weight.shape[2:], dilation, stride, "conv")
     batched = input.ndim == nd + 2
-    x = input if batched else input[None]
-    x = np.pad(x, ((0, 0), (0, 0), *pads))
+    x = _pad_spatial(input if batched else input[None], pads)
     kernel = weight.shape[2:]
     spans = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
-    spatial_axes = tuple(range(2, 2 + nd))
-    windows = sliding_window_view(x, spans, axis=spatial_axes)  # (N, C, *O_full, *spans)
+    windows = sliding_window_view(x, spans, axis=tuple(range(2, 2 + nd)))  # (N, C, *O_full, *spans)
     index = (slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride) + \
         tuple(slice(None, None, d) for d in dilation)
     windows = windows[index]  # (N, C, *O, *K)
     n, c = x.shape[:2]
     out_shape = windows.shape[2:2 + nd]
-    cg = c // groups
-    og = weight.shape[0] // groups
+    # im2col as (N, C*K, O): the weight (og, cg*K) times it gives (N, og, O), already channels-first
+    cols = windows.transpose(0, 1, *range(2 + nd, 2 + 2 * nd), *range(2, 2 + nd))
+    taps, positions = int(np.prod(kernel, dtype=np.int64)), int(np.prod(out_shape, dtype=np.int64))
+    cg, og = c // groups, weight.shape[0] // groups
     outs = []
-    k_axes = tuple(range(2 + nd, 2 + 2 * nd))
     for g in range(groups):
-        wg = weight[g * og:(g + 1) * og]  # (og, cg, *K)
-        part = np.tensordot(windows[:, g * cg:(g + 1) * cg], wg, axes=((1, *k_axes), (1, *range(2, 2 + nd))))
-        outs.append(part)  # (N, *O, og)
-    out = outs[0] if groups == 1 else np.concatenate(outs, axis=-1)
-    out = np.moveaxis(out, -1, 1)
+        part = cols[:, g * cg:(g + 1) * cg].reshape(n, cg * taps, positions)
+        outs.append(np.matmul(weight[g * og:(g + 1) * og].reshape(og, cg * taps), part))  # (N, og, O)
+    out = outs[0] if groups == 1 else np.concatenate(outs, axis=1)
     if bias is not None:
-        out = out + bias.reshape((1, -1) + (1,) * nd)
-    out = np.ascontiguousarray(out.astype(input.dtype, copy=False)).reshape((n, weight.shape[0], *out_shape))
+        out += bias.reshape(1, -1, 1)
+    out = out.astype(input.dtype, copy=False).reshape((n, weight.shape[0], *out_shape))
     return out if batched else out[0]
 
 

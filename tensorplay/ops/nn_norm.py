@@ -310,19 +310,25 @@ def _batch_norm_writes(args: tuple, kwargs: dict) -> tuple[int, ...]:
 
 def _batch_norm_impl(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
                      eps=1e-5):
+    shape = _channel_shape(input.ndim)
+    if not training:  # as PyTorch: (x - mean) * (weight / sqrt(var + eps)) + bias; the factors in float64
+        scale = 1 / np.sqrt(_wide(running_var) + eps)
+        if weight is not None:
+            scale = scale * weight
+        out = input - running_mean.astype(input.dtype).reshape(shape)
+        out *= scale.astype(input.dtype).reshape(shape)
+        if bias is not None:
+            out += bias.astype(input.dtype).reshape(shape)
+        return out
     x = _wide(input)
     axes = (0, *range(2, x.ndim))
-    shape = _channel_shape(x.ndim)
-    if training:
-        mean = x.mean(axis=axes)
-        var = x.var(axis=axes)
-        count = x.size // x.shape[1]
-        if running_mean is not None:  # the storage arrays of the given buffers: updated in place
-            running_mean[...] = (1 - momentum) * running_mean + momentum * mean
-        if running_var is not None:
-            running_var[...] = (1 - momentum) * running_var + momentum * var * count / (count - 1)
-    else:
-        mean, var = _wide(running_mean), _wide(running_var)
+    mean = x.mean(axis=axes)
+    var = x.var(axis=axes)
+    count = x.size // x.shape[1]
+    if running_mean is not None:  # the storage arrays of the given buffers: updated in place
+        running_mean[...] = (1 - momentum) * running_mean + momentum * mean
+    if running_var is not None:
+        running_var[...] = (1 - momentum) * running_var + momentum * var * count / (count - 1)
     out = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps)
     if weight is not None:
         out = out * weight.reshape(shape)
