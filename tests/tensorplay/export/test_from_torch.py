@@ -263,3 +263,29 @@ def test_import_command(tmp_path) -> None:
     np.testing.assert_allclose(contents.exported_programs["model"](_tp(x)).numpy(), model(x).detach().numpy(),
                                rtol=1e-5, atol=1e-6)
     assert main(["import", str(tmp_path / "tp.pt2"), "-o", str(tmp_path / "again.pt2")]) == 1
+
+
+class HalfWeights(torch.nn.Module):
+    """Weights stored in bfloat16 and float16, computed in float32; int64 indices and a bool mask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.table = torch.nn.Parameter(torch.randn(10, 4).to(torch.bfloat16))
+        self.proj = torch.nn.Parameter(torch.randn(4, 4).to(torch.float16))
+
+    def forward(self, idx: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.embedding(idx, self.table.float()) @ self.proj.float()
+        return h.masked_fill(~keep[..., None], 0.0)
+
+
+def test_half_precision_weights_int_indices_and_bool_masks() -> None:
+    model = HalfWeights()
+    idx, keep = torch.randint(0, 10, (3, 5)), torch.rand(3, 5) > 0.3
+    program = from_torch(model, (idx, keep), dynamic_shapes=({0: Dim("b"), 1: Dim("t")}, {0: Dim("b"), 1: Dim("t")}))
+    assert program.state_dict["table"].dtype is tp.bfloat16 and program.state_dict["proj"].dtype is tp.float16
+    np.testing.assert_array_equal(program.state_dict["table"].to(tp.float32).numpy(), model.table.detach().float().numpy())
+    tp.compile(program, strict=True)
+    idx, keep = torch.randint(0, 10, (2, 7)), torch.rand(2, 7) > 0.3
+    np.testing.assert_allclose(program(_tp(idx), _tp(keep)).numpy(), model(idx, keep).detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
