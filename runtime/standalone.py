@@ -20,6 +20,7 @@ A bundle built by :func:`write_bundle` (usually through ``tensorplay.lowering.ao
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -125,6 +126,7 @@ def _tables(signature: Signature, n_user: int, weights_path: Path, weight_offset
         f"#define N_ASSERT {len(signature.assertions)}",
         f"#define WEIGHTS_FILE_SIZE {len(raw)}ULL", f"#define WEIGHTS_INDEX_LEN {index_len}ULL",
         f"#define WEIGHTS_INDEX_HASH {_fnv1a(raw[index_off:index_off + index_len])}ULL",
+        _array("unsigned char", "weights_sha256", [str(b) for b in hashlib.sha256(raw).digest()]),
         _array("int32_t", "in_rank", [str(t.rank) for t in ins]),
         _array("int32_t", "out_rank", [str(t.rank) for t in outs]),
         _array("char *const", "in_name", [_c_str(t.name) for t in ins]),
@@ -163,6 +165,7 @@ def api_header(signature: Signature, name: str, n_user: int | None = None) -> st
         f"/* {name}.h: C API of the tensorplay model {name!r} (generated; do not edit).",
         " *",
         f" *   {m} *m = {name}_create(\"{name}.tpw\");         // NULL on error: see {name}_last_error()",
+        " *                                            (a file of another build or with changed bytes is refused)",
         f" *   {name}_output_dims(m, in_dims, out_dims);       // checks every shape rule, gives output dims",
         f" *   {name}_run(m, inputs, in_dims, outputs);        // caller-allocated, C-contiguous buffers",
         f" *   {name}_destroy(m);",
@@ -180,6 +183,11 @@ def api_header(signature: Signature, name: str, n_user: int | None = None) -> st
         f"#define {up}_NUM_OUT_DIMS {signature.num_out_dims}", "",
         f"typedef struct {m} {m};", "",
         f"{m} *{name}_create(const char *weights_path);",
+        f"/* {name}_create with flags: {up}_CREATE_SKIP_DIGEST skips the sha256 of the file (very large files;",
+        f" * size and index are still checked), {up}_CREATE_COPY reads the weights into memory instead of",
+        " * mapping the file (immune to later changes of it; the .c file says what a mapping cannot protect) */",
+        f"#define {up}_CREATE_SKIP_DIGEST 1u", f"#define {up}_CREATE_COPY 2u",
+        f"{m} *{name}_create_flags(const char *weights_path, uint32_t flags);",
         f"void {name}_destroy({m} *model);",
         f"const char *{name}_last_error(void);",
         f"int32_t {name}_set_num_threads({m} *model, int32_t num_threads);",
@@ -198,7 +206,7 @@ def api_header(signature: Signature, name: str, n_user: int | None = None) -> st
     ])
 
 
-_API = ("create", "destroy", "last_error", "set_num_threads", "num_inputs", "num_outputs", "input_rank",
+_API = ("create", "create_flags", "destroy", "last_error", "set_num_threads", "num_inputs", "num_outputs", "input_rank",
         "output_rank", "input_name", "output_name", "input_dtype", "output_dtype", "input_size_rule",
         "output_size_rule", "output_dims", "run")
 
@@ -312,7 +320,8 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
     if cc is None:
         return paths
     offsets = [read_weights(paths["weights"], mmap_file=False).entries[t.name].offset for t in held]
-    source = (_TEMPLATE.read_text(encoding="utf-8").replace("@NAME@", name).replace("@PREFIX@", artifact.prefix)
+    source = (_TEMPLATE.read_text(encoding="utf-8").replace("@NAME@", name).replace("@UP@", name.upper())
+              .replace("@PREFIX@", artifact.prefix)
               .replace("@TABLES@", _tables(sig, n_user, paths["weights"], offsets, shapes)))
     paths["library"] = out / f"lib{name}.so"
     with tempfile.TemporaryDirectory(prefix="tp-build-") as tmp:

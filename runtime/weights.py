@@ -13,7 +13,9 @@ Payloads are little-endian, C-contiguous; ``dtype`` is a :data:`tensorplay.runti
 (``bfloat16`` payloads are uint16 bit patterns). The reader validates the header, the
 index and every entry (dtype, shape, offset alignment, size, bounds, no overlap) before
 creating any array, so a truncated or hostile file raises ValueError and nothing in it is
-ever executed.
+ever executed; only a regular file is opened (a FIFO or device is refused, never waited on). A
+mapped file must not shrink while its arrays are in use: reading past its new end raises SIGBUS,
+which no check can prevent (read it with ``mmap_file=False`` to be immune).
 
 Example::
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import stat
 import struct
 import sys
 import tempfile
@@ -152,8 +155,12 @@ class WeightsFile(Mapping[str, np.ndarray]):
 
     def __init__(self, path: str | os.PathLike[str], *, mmap_file: bool = True) -> None:
         self.path = Path(path)
-        with open(self.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:  # O_NONBLOCK: a FIFO in place of the file must not hang the reader
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise _bad(self.path, "not a regular file")
+            size = st.st_size
             if size < ALIGN:
                 raise _bad(self.path, f"{size} bytes is shorter than the {ALIGN}-byte header")
             if mmap_file:

@@ -159,3 +159,85 @@ def test_docstring_examples(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+_C_CHILD = textwrap.dedent("""
+    import ctypes, json, os, sys
+    import numpy as np
+    lib = ctypes.CDLL(sys.argv[1])
+    create = lib.net_create_flags
+    create.restype, create.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_uint32]
+    lib.net_last_error.restype = ctypes.c_char_p
+    run = lib.net_run
+    run.restype = ctypes.c_int32
+    run.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    path, flags, truncate = sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+    model = create(path.encode(), flags)
+    result = {"created": bool(model), "error": lib.net_last_error().decode()}
+    if model:
+        if truncate:
+            os.truncate(path, 64)
+        x = np.ones((3, 5), np.float32)
+        y = np.zeros((3, 2), np.float32)
+        dims = (ctypes.c_int64 * 2)(3, 5)
+        code = run(model, (ctypes.c_void_p * 1)(x.ctypes.data), dims, (ctypes.c_void_p * 1)(y.ctypes.data))
+        result.update(code=code, error=lib.net_last_error().decode(), y=y.tolist())
+    print(json.dumps(result))
+""")
+
+
+def _c_child(library, weights, flags=0, truncate=False):
+    """Create (and run once) the bundle's model in a child process: a hang or a crash fails only the child."""
+    proc = subprocess.run([sys.executable, "-c", _C_CHILD, str(library), str(weights), str(flags),
+                           "1" if truncate else "0"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"child died ({proc.returncode}): {proc.stderr[-500:]}"
+    return json.loads(proc.stdout)
+
+
+@needs_cc
+def test_weights_of_another_build_or_with_changed_bytes_are_refused(bundle, tmp_path):
+    out, paths, w, _ = bundle
+    good = paths["weights"].read_bytes()
+    changed = bytearray(good)
+    changed[64] ^= 1  # one bit of the first weight: size and index unchanged
+    (tmp_path / "changed.tpw").write_bytes(bytes(changed))
+    result = _c_child(paths["library"], tmp_path / "changed.tpw")
+    assert not result["created"] and "bytes differ" in result["error"]
+    skipped = _c_child(paths["library"], tmp_path / "changed.tpw", flags=1)  # NET_CREATE_SKIP_DIGEST
+    assert skipped["created"] and skipped["code"] == 0
+    tp.manual_seed(11)
+    other = tp.nn.Sequential(tp.nn.Linear(5, 7), tp.nn.ReLU(), tp.nn.Linear(7, 2))
+    prog = export(other, tp.randn(3, 5), dynamic_shapes={"input": {0: Dim("n", min=2, max=100)}})
+    build_library(tp.compile(prog), tmp_path / "other", "net", program=prog, link=False)
+    result = _c_child(paths["library"], tmp_path / "other" / "net.tpw")  # same layout, other values
+    assert not result["created"] and "bytes differ" in result["error"]
+    ok = _c_child(paths["library"], paths["weights"])
+    np.testing.assert_allclose(ok["y"], reference(w, np.ones((3, 5), np.float32)), rtol=1e-5, atol=1e-5)
+
+
+@needs_cc
+def test_a_fifo_or_directory_is_refused_without_blocking(bundle, tmp_path):
+    import os
+
+    _, paths, _, _ = bundle
+    os.mkfifo(tmp_path / "pipe.tpw")
+    for path in (tmp_path / "pipe.tpw", tmp_path):
+        result = _c_child(paths["library"], path)
+        assert not result["created"] and "not a regular file" in result["error"]
+    with pytest.raises(ValueError, match="not a regular file"):
+        from tensorplay.runtime.weights import read_weights
+        read_weights(tmp_path / "pipe.tpw")
+
+
+@needs_cc
+def test_weights_truncated_after_create_are_an_error_not_sigbus(bundle, tmp_path):
+    _, paths, w, _ = bundle
+    for flags, expect_code in ((0, -1), (2, 0)):  # mapped: refused; NET_CREATE_COPY: unaffected
+        copy = tmp_path / f"w{flags}.tpw"
+        copy.write_bytes(paths["weights"].read_bytes())
+        result = _c_child(paths["library"], copy, flags=flags, truncate=True)
+        assert result["created"] and result["code"] == expect_code
+        if expect_code:
+            assert "shrank" in result["error"]
+        else:
+            np.testing.assert_allclose(result["y"], reference(w, np.ones((3, 5), np.float32)), rtol=1e-5, atol=1e-5)
