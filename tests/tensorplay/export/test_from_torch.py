@@ -282,9 +282,11 @@ class HalfWeights(torch.nn.Module):
 def test_half_precision_weights_int_indices_and_bool_masks() -> None:
     model = HalfWeights()
     idx, keep = torch.randint(0, 10, (3, 5)), torch.rand(3, 5) > 0.3
-    program = from_torch(model, (idx, keep), dynamic_shapes=({0: Dim("b"), 1: Dim("t")}, {0: Dim("b"), 1: Dim("t")}))
+    axes = {0: Dim("b"), 1: Dim("t")}
+    program = from_torch(model, (idx, keep), dynamic_shapes=(axes, axes))
     assert program.state_dict["table"].dtype is tp.bfloat16 and program.state_dict["proj"].dtype is tp.float16
-    np.testing.assert_array_equal(program.state_dict["table"].to(tp.float32).numpy(), model.table.detach().float().numpy())
+    table = program.state_dict["table"].to(tp.float32).numpy()
+    np.testing.assert_array_equal(table, model.table.detach().float().numpy())
     tp.compile(program, strict=True)
     idx, keep = torch.randint(0, 10, (2, 7)), torch.rand(2, 7) > 0.3
     np.testing.assert_allclose(program(_tp(idx), _tp(keep)).numpy(), model(idx, keep).detach().numpy(),
