@@ -263,6 +263,8 @@ def test_import_command(tmp_path) -> None:
     np.testing.assert_allclose(contents.exported_programs["model"](_tp(x)).numpy(), model(x).detach().numpy(),
                                rtol=1e-5, atol=1e-6)
     assert main(["import", str(tmp_path / "tp.pt2"), "-o", str(tmp_path / "again.pt2")]) == 1
+    assert main(["build", str(tmp_path / "tp.pt2"), "-o", str(tmp_path / "lib")]) == 0  # the C library
+    assert (tmp_path / "lib" / "libmodel.so").is_file() and (tmp_path / "lib" / "model.h").is_file()
 
 
 class HalfWeights(torch.nn.Module):
