@@ -29,7 +29,7 @@ import copy
 
 from tensorplay.dialect import Module
 from tensorplay.export.exported_program import ExportedProgram
-from tensorplay.export.functionalize import functionalize_inputs
+from tensorplay.export.functionalize import functionalize_inputs, functionalize_intermediates
 
 from ..progress import CompileProgress
 from .binding import Write
@@ -48,6 +48,7 @@ def program_to_tp(program: ExportedProgram, *, name: str = "main", state_as: str
         raise TypeError(f"program_to_tp expects an ExportedProgram, got {type(program).__name__}")
     program = program.run_decompositions() if decompositions else copy.deepcopy(program)
     writes, appended, composite = functionalize_inputs(program)
+    composite = functionalize_intermediates(program) or composite
     if composite and decompositions:  # a functional form (copy, fill, clamp ...) that decomposes further
         program = program.run_decompositions()
     if progress is not None:

@@ -1,4 +1,5 @@
-"""In-place updates of a program's inputs, made functional: :func:`functionalize_inputs`, :func:`writes_inputs`.
+"""In-place updates made functional: of a program's inputs (:func:`functionalize_inputs`, :func:`writes_inputs`)
+and of computed tensors (:func:`functionalize_intermediates`).
 
 An exported graph may write into its inputs (``x.add_(1)`` on a user tensor, on a tensor read out of an
 input container, on a buffer). A compiler that only knows values rewrites such a program first: every
@@ -32,7 +33,7 @@ from .graph_signature import OutputKind, OutputSpec, TensorArgument
 if TYPE_CHECKING:  # exported_program imports native, which imports this module
     from .exported_program import ExportedProgram
 
-__all__ = ["Field", "functionalize_inputs", "writes_inputs"]
+__all__ = ["Field", "functionalize_inputs", "functionalize_intermediates", "writes_inputs"]
 
 #: one updated input: (index of its final value in the graph's flat outputs, placeholder name, key path,
 #: number of in-place ops that wrote it)
@@ -111,6 +112,54 @@ def functionalize_inputs(program: ExportedProgram) -> tuple[list[InputWrite], in
     if writes:
         program.graph_module.recompile()
     return writes, appended, composite
+
+
+def functionalize_intermediates(program: ExportedProgram) -> bool:
+    """Rewrite in-place composites on computed tensors (``y.relu_()``, ``nn.ReLU(inplace=True)`` after a
+    layer) into their functional ops, later reads of the tensor seeing the new value; returns whether
+    any was rewritten (the functional ops are composites that still need decomposing).
+
+    Only a tensor nothing else aliases is rewritten: computed by an op that is not a view (nor a
+    dtype conversion, which may return its input), with no view of it taken. Writes into inputs are
+    :func:`functionalize_inputs`'s; in-place primitives (``add_``) the compiler converts itself.
+
+    >>> import tensorplay as tp
+    >>> from tensorplay.export import export
+    >>> prog = export(lambda x: (x * 2).relu_() + 1, tp.ones(2))
+    >>> functionalize_intermediates(prog), "relu_(" in prog.code, "relu(" in prog.code
+    (True, False, True)
+    """
+    graph = program.graph
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    changed = False
+    for write in list(graph.nodes):
+        functional = _functional_op(write)
+        if functional is None or functional.primitive or not write.args or not isinstance(write.args[0], Node):
+            continue
+        target = write.args[0]
+        if target.op not in ("call_function", "call_method") or _may_alias(target) \
+                or any(_may_alias(u) for u in target.users):
+            continue
+        with graph.inserting_before(write):
+            new = graph.call_function(functional, tuple(write.args), dict(write.kwargs))
+        new.meta = dict(write.meta)
+        order[new] = order[write]
+        for user in list(target.users):
+            if user is not write and order.get(user, len(order)) > order[write]:
+                user.replace_input_with(target, new)
+        write.replace_all_uses_with(new)
+        name = write.name
+        graph.erase_node(write)
+        new.name = name
+        changed = True
+    if changed:
+        program.graph_module.recompile()
+    return changed
+
+
+def _may_alias(node: Node) -> bool:
+    """Whether ``node``'s result may share storage with its input: a view, or a dtype conversion."""
+    return _is_view(node) or _op_name(node) == "to_dtype" or node.target is operator.getitem
 
 
 def writes_inputs(program: ExportedProgram) -> bool:
