@@ -4,8 +4,9 @@ Run: ``python examples/deploy.py [--out DIR]``.
 
 Steps shown:
 1. export an MLP with a dynamic batch and compile it (``tp.compile``), timing both;
-2. ``save`` the compiled program: the ``.pt2`` archive carries its native code, so ``load`` + the
-   first call maps that code instead of compiling (the runtime's compile counter proves it);
+2. ``save`` the compiled program: the ``.pt2`` archive carries its native code, so ``load`` (trusting
+   the archive: it is our own) + the first call maps that code instead of compiling (the runtime's
+   compile counter proves it);
 3. ``build_library``: ``libmlp.so`` + ``mlp.h`` (a plain C API) + ``mlp.tpw`` (weights, mmap'd);
 4. the bundle run from Python with only numpy + llvmlite (``tensorplay.runtime.standalone.StandaloneModel``);
 5. ``inputs.txt`` written for the C program in ``examples/c`` (``make -C examples/c run BUNDLE=DIR``).
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
     x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
     before = stats()["compiles"]
     start = time.perf_counter()
-    loaded = load(str(archive))
+    loaded = load(str(archive), trust_native_code=True)  # our own archive: run its stored code
     y_archive = np.asarray(loaded(tp.tensor(x))._data)
     load_call_s = time.perf_counter() - start
     compiles = stats()["compiles"] - before
