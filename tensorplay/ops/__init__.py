@@ -18,6 +18,7 @@ from . import (  # noqa: F401
     nn_loss,
     nn_norm,
     nn_pool,
+    nn_recurrent,
     nn_resample,
     reductions,
     reorder,

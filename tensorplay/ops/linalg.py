@@ -292,9 +292,26 @@ def _linear_meta(input, weight, bias=None):
 
 
 def _linear(input, weight, bias=None):
-    """``input @ weight.T + bias``."""
-    out = np.matmul(input, weight.T if weight.ndim == 2 else weight)
-    return out if bias is None else out + bias
+    """``input @ weight.T + bias``, as one matrix product over all leading dims. For a few rows the product
+    runs as ``(weight @ input.T).T`` (OpenBLAS is up to 3x faster that way round) and is copied back
+    row-major together with the bias."""
+    if weight.ndim != 2 or input.ndim < 2:
+        out = np.matmul(input, weight.T if weight.ndim == 2 else weight)
+        return out if bias is None else out + bias
+    rows = input.reshape(-1, input.shape[-1])
+    m, n = rows.shape[0], weight.shape[0]
+    if 1 < m <= 64 and n >= 64:
+        out = np.empty((m, n), np.result_type(input, weight) if bias is None else np.result_type(input, weight, bias))
+        product = np.matmul(weight, rows.T).T
+        if bias is None:
+            out[...] = product
+        else:
+            np.add(product, bias, out=out)
+    else:
+        out = np.matmul(rows, weight.T)
+        if bias is not None:
+            out = out + bias
+    return out.reshape(*input.shape[:-1], n)
 
 
 linear = register("linear", _linear, _linear_meta,

@@ -29,21 +29,24 @@ _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 def _cell_step(mode: str, x: Tensor, state, w_ih, w_hh, b_ih, b_hh, w_hr=None):
     """One time step of ``mode`` for input ``x`` (batch, in) and state (h or (h, c)); ``w_hr`` projects
     an LSTM's hidden state."""
+    return _projected_step(mode, F.linear(x, w_ih, b_ih), state, w_hh, b_hh, w_hr)
+
+
+def _projected_step(mode: str, xw, state, w_hh, b_hh, w_hr=None):
+    """One time step of ``mode`` from the input's projection ``xw = x @ w_ih^T + b_ih`` (batch, gates *
+    hidden): a sequence's projections are one matrix product for all its steps."""
     if mode == "LSTM":
         h, c = state
-        gates = F.linear(x, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
-        i, f, g, o = gates.chunk(4, 1)
-        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-        h = o.sigmoid() * c.tanh()
+        h, c = REGISTRY["lstm_cell"](xw, h, c, w_hh, b_hh)
         return (h if w_hr is None else F.linear(h, w_hr)), c
     if mode == "GRU":
-        gi = F.linear(x, w_ih, b_ih).chunk(3, 1)
+        gi = xw.chunk(3, 1)
         gh = F.linear(state, w_hh, b_hh).chunk(3, 1)
         r = (gi[0] + gh[0]).sigmoid()
         z = (gi[1] + gh[1]).sigmoid()
         n = (gi[2] + r * gh[2]).tanh()
         return (1 - z) * n + z * state
-    pre = F.linear(x, w_ih, b_ih) + F.linear(state, w_hh, b_hh)
+    pre = xw + F.linear(state, w_hh, b_hh)
     return pre.tanh() if mode == "RNN_TANH" else F.relu(pre)
 
 
@@ -225,11 +228,14 @@ class _RNNBase(Module):
             for direction in range(directions):
                 k = layer * directions + direction
                 state = (hx[0][k], hx[1][k]) if lstm else hx[k]
-                weights = self._weights(layer, direction)
+                w_ih, w_hh, b_ih, b_hh, w_hr = self._weights(layer, direction)
+                # the input's projections for every step at once, one (steps * batch) x features product
+                rows = layer_input.reshape(steps * batch, layer_input.shape[2])
+                projected = F.linear(rows, w_ih, b_ih).reshape(steps, batch, w_ih.shape[0]).unbind(0)
                 order = range(steps - 1, -1, -1) if direction else range(steps)
                 seq = [None] * steps
                 for t in order:
-                    state = _cell_step(self._mode, layer_input[t], state, *weights)
+                    state = _projected_step(self._mode, projected[t], state, w_hh, b_hh, w_hr)
                     seq[t] = state[0] if lstm else state
                 outputs.append(REGISTRY["stack"](seq, 0))
                 final_h.append(state[0] if lstm else state)
