@@ -195,7 +195,18 @@ def flat_outputs(result: Any) -> list[Any]:
 
 @contextlib.contextmanager
 def progress(label: str, stream: Any = None) -> Iterator[None]:
-    """Show ``label`` with the elapsed time on a terminal while the block runs (silent when piped)."""
+    """Show ``label`` with the elapsed time on a terminal while the block runs (silent when piped). When
+    the compile stages are reported (``tensorplay -v``, a terminal), ``label`` and its time are INFO records
+    around them instead of a spinner."""
+    import logging
+
+    logger = logging.getLogger("tensorplay.cli")
+    if logger.isEnabledFor(logging.INFO):
+        start = time.perf_counter()
+        logger.info("%s ...", label)
+        yield
+        logger.info("%s: done in %.1f s", label, time.perf_counter() - start)
+        return
     stream = stream or sys.stderr
     if not getattr(stream, "isatty", lambda: False)():
         yield

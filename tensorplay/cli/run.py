@@ -5,7 +5,16 @@ import argparse
 
 import numpy as np
 
-from ._common import add_archive, add_shapes, flat_outputs, load_archive, make_inputs, parse_shapes, pick_model
+from ._common import (
+    add_archive,
+    add_shapes,
+    flat_outputs,
+    load_archive,
+    make_inputs,
+    parse_shapes,
+    pick_model,
+    user_inputs,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,8 +38,8 @@ def execute(args: argparse.Namespace) -> None:
     model = pick_model(contents, args.model, args.file)
     program = contents.exported_programs[model]
     inputs = make_inputs(program, parse_shapes(args.shape), args.seed, args.inputs)
-    for i, t in enumerate(inputs):
-        print(f"input {i}: {tuple(t.shape)} {str(t.dtype).replace('tensorplay.', '')}")
+    for (name, _), t in zip(user_inputs(program), inputs, strict=True):
+        print(f"input {name}: {tuple(t.shape)} {str(t.dtype).replace('tensorplay.', '')}")
     outputs = [np.asarray(getattr(o, "_data", o)) for o in flat_outputs(program(*inputs))]
     for i, a in enumerate(outputs):
         print(f"output {i}: {a.shape} {a.dtype} {summary(a)}")

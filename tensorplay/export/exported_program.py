@@ -392,6 +392,13 @@ class ExportedProgram:
         from .native import compile as compile_native
         return compile_native(self, strict=strict, **options)
 
+    def draw(self, path: Any, *, kernels: bool = False) -> Any:
+        """Draw the captured graph (and with ``kernels=True`` the fused native kernels) with shapes on the
+        edges: an SVG by Graphviz's ``dot``, or the dot text when ``dot`` is not installed; returns the
+        path written (see :mod:`tensorplay.export.draw`)."""
+        from .draw import draw
+        return draw(self, path, kernels=kernels)
+
     def run_decompositions(self, decomp_table: Any = None) -> ExportedProgram:
         """A deep-copied program with decompositions applied (see ``tensorplay.export.decomp``)."""
         from .decomp import run_decompositions

@@ -60,6 +60,7 @@ def test_inspect_shows_inputs_ranges_parameters_and_native_code(archives, capsys
     code, out, _ = run_cli(capsys, "inspect", native)
     assert code == 0
     assert "input: float32[batch, 6]" in out and "batch in [1, 256]" in out
+    assert "outputs: 1 (user_output)\n    linear_1: float32[batch, 3]\n" in out
     count = sum(a.size for a in w.values())
     nbytes = sum(a.nbytes for a in w.values())
     assert f"{len(w)} tensors, {count} values, {nbytes} bytes" in out
@@ -113,7 +114,7 @@ def test_run_with_npz_inputs_and_random_inputs(archives, tmp_path, capsys):
     with np.load(tmp_path / "out.npz") as saved:
         np.testing.assert_allclose(saved["output_0"], reference(w, x), rtol=1e-5, atol=1e-5)
     code, out, _ = run_cli(capsys, "run", native, "--shape", "batch=9")
-    assert code == 0 and "input 0: (9, 6)" in out and "output 0: (9, 3)" in out
+    assert code == 0 and "input input: (9, 6)" in out and "output 0: (9, 3)" in out
 
 
 def test_bench_prints_percentiles_and_throughput(archives, capsys):
@@ -194,3 +195,80 @@ def test_progress_shows_on_a_terminal_only():
     with progress("compiling 'm'", pipe):
         pass
     assert "compiling 'm' done in" in tty.getvalue() and pipe.getvalue() == ""
+
+
+def _dot_edges(text: str) -> list[tuple[str, str, str]]:
+    """``(source, target, label)`` of every edge of dot text."""
+    import re
+    return re.findall(r'^\s*(\w+) -> (\w+) \[label="([^"]*)"\];$', text, flags=re.M)
+
+
+def test_inspect_draws_the_graph_with_shapes_on_its_edges(archives, tmp_path, capsys):
+    plain, _, _ = archives
+    code, out, _ = run_cli(capsys, "inspect", plain, "--graph", tmp_path / "g.dot")
+    assert code == 0 and f"wrote {tmp_path / 'g.dot'}" in out
+    edges = _dot_edges((tmp_path / "g.dot").read_text())
+    assert ("g_input", "g_linear", "float32[batch, 6]") in edges
+    assert ("g_linear_1", "g_output", "float32[batch, 3]") in edges
+    assert ("g_p_0_weight", "g_linear", "float32[10, 6]") in edges
+    code, out, _ = run_cli(capsys, "inspect", plain, "--graph", tmp_path / "k.dot", "--kernels")
+    text = (tmp_path / "k.dot").read_text()
+    assert code == 0 and 'label="native kernels"' in text
+    kernel_edges = [e for e in _dot_edges(text) if e[0].startswith("k_")]
+    assert ("k_arg_input", "k_gemm_0", "f32[batch, 6]") in kernel_edges
+    assert any(target == "k_out_out0" and label == "f32[batch, 3]" for _, target, label in kernel_edges)
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="needs Graphviz's dot")
+def test_inspect_renders_svg_with_dot(archives, tmp_path, capsys):
+    import xml.etree.ElementTree as ET
+
+    plain, _, _ = archives
+    code, out, _ = run_cli(capsys, "inspect", plain, "--graph", tmp_path / "g.svg")
+    assert code == 0 and f"wrote {tmp_path / 'g.svg'}" in out
+    svg = ET.parse(tmp_path / "g.svg").getroot()
+    texts = {t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"float32[batch, 6]", "float32[batch, 3]", "linear_1"} <= texts
+
+
+def test_without_dot_the_dot_text_is_written_and_said(archives, tmp_path, capsys, monkeypatch):
+    from tensorplay.export import draw
+
+    plain, _, _ = archives
+    monkeypatch.setattr(draw.shutil, "which", lambda name: None)
+    code, out, _ = run_cli(capsys, "inspect", plain, "--graph", tmp_path / "g.svg")
+    assert code == 0 and not (tmp_path / "g.svg").exists()
+    assert f"wrote {tmp_path / 'g.dot'}: Graphviz's dot program is not installed" in out
+    assert f"dot -Tsvg {tmp_path / 'g.dot'} -o {tmp_path / 'g.svg'}" in out
+    assert ("g_input", "g_linear", "float32[batch, 6]") in _dot_edges((tmp_path / "g.dot").read_text())
+    program = load(str(plain))
+    with pytest.warns(UserWarning, match="dot program is not installed"):
+        assert program.draw(tmp_path / "p.svg") == tmp_path / "p.dot"
+
+
+def test_kernels_without_graph_is_a_usage_error(archives, capsys):
+    plain, _, _ = archives
+    code, _, err = run_cli(capsys, "inspect", plain, "--kernels")
+    assert code == 1 and "--graph" in err
+
+
+def test_compile_stages_are_reported_with_verbose_only_when_piped(archives, tmp_path, capsys):
+    plain, _, _ = archives
+    code, _, err = run_cli(capsys, "compile", plain, "-o", tmp_path / "a.pt2", "--threads", "1")
+    assert code == 0 and err == ""
+    code, _, err = run_cli(capsys, "compile", "-v", plain, "-o", tmp_path / "b.pt2", "--threads", "1")
+    lines = err.splitlines()
+    assert code == 0 and lines[0] == "tensorplay: compiling 'model' ..." and "done in" in lines[-1]
+    assert all(line.startswith("tensorplay: ") for line in lines) and len(lines) >= 3
+    code, _, err = run_cli(capsys, "compile", "-q", plain, "-o", tmp_path / "c.pt2")
+    assert code == 0 and err == ""
+
+
+def test_a_closed_pipe_ends_quietly(archives):
+    plain, _, _ = archives
+    proc = subprocess.Popen([sys.executable, "-m", "tensorplay", "inspect", str(plain)], cwd=str(ROOT),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before anything is written (as `| head -0`)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""
