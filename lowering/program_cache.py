@@ -39,6 +39,7 @@ from tensorplay.runtime.target import feature_string, host_cpu
 
 from .aot import BINDING_KEY, archive_entry, decode_binding, decode_held, decode_pack_sites
 from .microkernels.gemm_prepack import Prepacker
+from .native_program import storage_of
 from .resolvers import RESOLVERS, check_external_symbols
 
 if TYPE_CHECKING:
@@ -153,6 +154,11 @@ def restore(key: str, program: ExportedProgram, options: CompileOptions, *,
         signature = artifact.signature
         n_user, held, literals = decode_held(signature)
         binding = decode_binding(signature.meta[BINDING_KEY]["binding"])
+        state = {**program.state_dict, **program.constants}
+        target = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs if spec.target}
+        for ref in held:  # the values compiling would have bound (held_weights reads them without a program)
+            if ref is not None:
+                binding.weights[ref.name] = storage_of(state[target[ref.name]])
         executable = Executable(library, artifact.prefix, signature, shape_error=shape_error,
                                 num_threads=options.num_threads)
         stats = {**head["stats"], "compile_seconds": round(time.perf_counter() - start, 4), "from_cache": True}

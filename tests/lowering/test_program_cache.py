@@ -146,3 +146,17 @@ def test_a_new_process_finds_the_program_compiled_by_another(tmp_path):
     assert [r["from_cache"] for r in runs] == [False, True]
     for r in runs:
         np.testing.assert_allclose(np.array(r["y"]), reference(w, np.ones((3, 6))), rtol=1e-5, atol=1e-5)
+
+
+def test_a_restored_program_builds_a_library_without_its_program(cache_dir, tmp_path):
+    from tensorplay.lowering.api import build_library
+    from tensorplay.runtime.standalone import StandaloneModel
+
+    prog, w = program(4)
+    compile_program(prog)
+    restored = compile_program(prog)
+    assert restored.stats["from_cache"]
+    build_library(restored, tmp_path / "b", "net", link=False)  # the weights it was compiled with
+    x = np.ones((2, 6), np.float32)
+    np.testing.assert_allclose(StandaloneModel.load(tmp_path / "b", "net")(x)[0], reference(w, x), rtol=1e-5,
+                               atol=1e-5)
