@@ -59,6 +59,8 @@ __all__ = ["CompileOptions", "FreshProgram", "compile_program", "kernel_to_nativ
 
 IR_LEVELS = ("tp", "kernel", "llvm", "asm")
 TP_PASSES = "canonicalize,cse,dce,batch-matmuls"
+#: The compile pipeline, in order: the tp passes, then the fusion passes (tp -> kernel).
+PIPELINES = (TP_PASSES, FUSION_PIPELINE)
 
 
 @dataclasses.dataclass(frozen=True)
