@@ -83,7 +83,10 @@ lstm_cell = register(
 
 @lstm_cell.def_decomposition
 def _lstm_cell_decomposition(gates_x, h, c, weight_hh, bias_hh=None):
-    i, f, g, o = (gates_x + tp().linear(h, weight_hh, bias_hh)).chunk(4, -1)
+    t = tp()
+    gates = gates_x + t.linear(h, weight_hh, bias_hh)
+    hidden = c.shape[-1]
+    i, f, g, o = (t.narrow(gates, -1, k * hidden, hidden) for k in range(4))
     c = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return o.sigmoid() * c.tanh(), c
 
