@@ -56,29 +56,31 @@ def _check_trailing_shape(owner: str, input, normalized_shape: tuple) -> None:
                            f", but got input of size {list(input.shape)}")
 
 
+
+def _init_running_norm(module: Module, num_features: int, eps: float, momentum: float | None, affine: bool,
+                       track_running_stats: bool, dtype, bias: bool) -> None:
+    """The state batch and instance norms share: options, the affine parameters, the running statistics."""
+    if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features <= 0:
+        raise ValueError(f"{type(module).__name__}: num_features must be a positive int, got {num_features!r}")
+    module.num_features = num_features
+    module.eps = eps
+    module.momentum = momentum
+    module.affine = affine
+    module.track_running_stats = track_running_stats
+    _register_affine(module, affine, (num_features,), dtype, bias)
+    stats = ((_empty(num_features, dtype=dtype), _empty(num_features, dtype=dtype), _scalar_long(0))
+             if track_running_stats else (None, None, None))
+    for name, value in zip(("running_mean", "running_var", "num_batches_tracked"), stats, strict=True):
+        module.register_buffer(name, value)
+    module.reset_parameters()
+
 class _BatchNorm(Module):
     _ranks: tuple[int, ...] = ()
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
                  track_running_stats: bool = True, device=None, dtype=None, *, bias: bool = True):
         super().__init__()
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features <= 0:
-            raise ValueError(f"{type(self).__name__}: num_features must be a positive int, got {num_features!r}")
-        self.num_features = num_features
-        self.eps = eps
-        self.momentum = momentum
-        self.affine = affine
-        self.track_running_stats = track_running_stats
-        _register_affine(self, affine, (num_features,), dtype, bias)
-        if track_running_stats:
-            self.register_buffer("running_mean", _empty(num_features, dtype=dtype))
-            self.register_buffer("running_var", _empty(num_features, dtype=dtype))
-            self.register_buffer("num_batches_tracked", _scalar_long(0))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-        self.reset_parameters()
+        _init_running_norm(self, num_features, eps, momentum, affine, track_running_stats, dtype, bias)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
@@ -153,23 +155,7 @@ class _InstanceNorm(Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = False,
                  track_running_stats: bool = False, device=None, dtype=None, bias: bool = True):
         super().__init__()
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features <= 0:
-            raise ValueError(f"{type(self).__name__}: num_features must be a positive int, got {num_features!r}")
-        self.num_features = num_features
-        self.eps = eps
-        self.momentum = momentum
-        self.affine = affine
-        self.track_running_stats = track_running_stats
-        _register_affine(self, affine, (num_features,), dtype, bias)
-        if track_running_stats:
-            self.register_buffer("running_mean", _empty(num_features, dtype=dtype))
-            self.register_buffer("running_var", _empty(num_features, dtype=dtype))
-            self.register_buffer("num_batches_tracked", _scalar_long(0))
-        else:
-            self.register_buffer("running_mean", None)
-            self.register_buffer("running_var", None)
-            self.register_buffer("num_batches_tracked", None)
-        self.reset_parameters()
+        _init_running_norm(self, num_features, eps, momentum, affine, track_running_stats, dtype, bias)
 
     def reset_parameters(self) -> None:
         if self.track_running_stats:
