@@ -20,6 +20,15 @@ from .module import Module
 __all__ = ["Embedding", "EmbeddingBag", "Dropout", "Upsample", "PixelShuffle", "PixelUnshuffle"]
 
 
+
+def _padding_index(owner: str, padding_idx: int | None, num_embeddings: int) -> int | None:
+    """``padding_idx`` checked against the table size and made non-negative (PyTorch's AssertionError)."""
+    if padding_idx is None:
+        return None
+    if not -num_embeddings <= padding_idx < num_embeddings:
+        raise AssertionError(f"{owner}: padding_idx must be within num_embeddings={num_embeddings}, got {padding_idx}")
+    return padding_idx % num_embeddings
+
 class Embedding(Module):
     """A lookup table of ``num_embeddings`` vectors; weight ~ N(0, 1), the ``padding_idx`` row zero."""
 
@@ -30,12 +39,7 @@ class Embedding(Module):
         super().__init__()
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise AssertionError(f"Embedding: padding_idx must be within num_embeddings={num_embeddings}, got "
-                                     f"{padding_idx}")
-            padding_idx %= num_embeddings
-        self.padding_idx = padding_idx
+        self.padding_idx = _padding_index("Embedding", padding_idx, num_embeddings)
         self.max_norm = max_norm
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
@@ -131,12 +135,7 @@ class EmbeddingBag(Module):
             raise ValueError(f"EmbeddingBag: mode has to be one of sum, mean or max, got {mode!r}")
         self.num_embeddings = num_embeddings
         self.embedding_dim = embedding_dim
-        if padding_idx is not None:
-            if not -num_embeddings <= padding_idx < num_embeddings:
-                raise AssertionError(f"EmbeddingBag: padding_idx must be within num_embeddings={num_embeddings}, "
-                                     f"got {padding_idx}")
-            padding_idx %= num_embeddings
-        self.padding_idx = padding_idx
+        self.padding_idx = _padding_index("EmbeddingBag", padding_idx, num_embeddings)
         self.max_norm = max_norm
         self.norm_type = norm_type
         self.scale_grad_by_freq = scale_grad_by_freq
