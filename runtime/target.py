@@ -22,7 +22,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 __all__ = ["HostCPU", "ensure_initialized", "feature_string", "host_cpu", "host_target_machine",
-           "new_target_machine", "optimize", "parse_features"]
+           "optimize", "parse_features"]
 
 VECTOR_WIDTH_ENV = "TENSORPLAY_VECTOR_WIDTH"
 _VALID_WIDTHS = (256, 512)
@@ -116,24 +116,13 @@ def host_target_machine(*, opt: int = 3, jit: bool = False,
 
     ``prefer_vector_width`` is 256 or 512 (default: env ``TENSORPLAY_VECTOR_WIDTH``, else 512).
 
-    The machine is shared: never hand it to ``llvm.create_mcjit_compiler``, which takes
-    ownership of its target machine; use :func:`new_target_machine` for that.
+    The machine is shared: never hand it to an API that takes ownership of its target machine.
 
     >>> tm = host_target_machine(opt=2)
     >>> tm is host_target_machine(opt=2)
     True
     """
     return _cached_target_machine(_check_opt(opt), bool(jit), feature_string(prefer_vector_width))
-
-
-def new_target_machine(*, opt: int = 3, jit: bool = False,
-                       prefer_vector_width: int | None = None) -> llvm.TargetMachine:
-    """Like :func:`host_target_machine` but a fresh, unshared object (for engines that own it).
-
-    >>> new_target_machine() is new_target_machine()
-    False
-    """
-    return _make_target_machine(_check_opt(opt), bool(jit), feature_string(prefer_vector_width))
 
 
 def _check_opt(opt: int) -> int:
@@ -144,10 +133,6 @@ def _check_opt(opt: int) -> int:
 
 @functools.cache
 def _cached_target_machine(opt: int, jit: bool, features: str) -> llvm.TargetMachine:
-    return _make_target_machine(opt, jit, features)
-
-
-def _make_target_machine(opt: int, jit: bool, features: str) -> llvm.TargetMachine:
     cpu = host_cpu()
     target = llvm.Target.from_triple(cpu.triple)
     return target.create_target_machine(cpu=cpu.name, features=features, opt=opt, reloc="pic",
