@@ -209,8 +209,14 @@ group_norm = register("group_norm", _group_norm_impl, _group_norm_meta,
 
 @group_norm.def_decomposition
 def _group_norm_decomposition(input, num_groups, weight=None, bias=None, eps=1e-5):
+    return _normalize_groups(input, num_groups, weight, bias, eps)
+
+
+def _normalize_groups(input, groups, weight, bias, eps):
+    """Normalise each sample of ``(N, C, *)`` over ``groups`` equal runs of its channels and spatial positions,
+    then apply the per-channel ``weight`` and ``bias``."""
     t = tp()
-    x = input.reshape(input.shape[0], num_groups, -1)
+    x = input.reshape(input.shape[0], groups, -1)
     mean = t.mean(x, -1, keepdim=True)
     centered = x - mean
     out = (centered * t.rsqrt(t.mean(centered * centered, -1, keepdim=True) + eps)).reshape(input.shape)
@@ -260,16 +266,7 @@ instance_norm = register(
 
 @instance_norm.def_decomposition
 def _instance_norm_decomposition(input, weight=None, bias=None, eps=1e-5):
-    t = tp()
-    x = input.reshape(input.shape[0], input.shape[1], -1)
-    mean = t.mean(x, -1, keepdim=True)
-    centered = x - mean
-    out = (centered * t.rsqrt(t.mean(centered * centered, -1, keepdim=True) + eps)).reshape(input.shape)
-    if weight is not None:
-        out = out * weight.reshape(_channel_shape(input.ndim))
-    if bias is not None:
-        out = out + bias.reshape(_channel_shape(input.ndim))
-    return out
+    return _normalize_groups(input, input.shape[1], weight, bias, eps)
 
 
 instance_norm.def_backward(backward_from_decomposition(instance_norm))
