@@ -61,7 +61,7 @@ def artifact_of(compiled: FreshProgram) -> tuple[NativeArtifact, str]:
         if literal is None:
             held.append({"weight": ref.name})
         else:
-            a = np.ascontiguousarray(literal)
+            a = np.asarray(literal, order="C")  # ascontiguousarray would make 0-d 1-d
             held.append({"literal": {"dtype": a.dtype.str, "shape": list(a.shape),
                                      "data": base64.b64encode(a.tobytes()).decode("ascii")}})
     record: dict[str, Any] = {"user_inputs": n_user, "held": held}
@@ -223,7 +223,7 @@ def held_weights(compiled: FreshProgram, program: ExportedProgram | None = None)
         if value is None:
             raise KeyError(f"no value for weight {ref.name!r}")
         data = getattr(value, "_data", value)
-        out[spec.name] = np.ascontiguousarray(np.asarray(data))
+        out[spec.name] = np.asarray(data, order="C")  # 0-d stays 0-d
     return out
 
 

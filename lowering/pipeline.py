@@ -110,7 +110,7 @@ class FreshProgram(NativeProgram):
     def __init__(self, executable: Executable, binding: Binding, held: list[Dense | WeightRef],
                  texts: dict[str, str], stats: dict[str, Any]):
         specs = executable.signature.inputs[len(binding.arguments):]
-        literals = [None if isinstance(h, WeightRef) else to_storage(np.ascontiguousarray(h.array),
+        literals = [None if isinstance(h, WeightRef) else to_storage(np.asarray(h.array, order="C"),
                                                                       DIALECT_DTYPES[spec.dtype])
                     for h, spec in zip(held, specs, strict=True)]
         super().__init__(executable, executable, binding, held, literals, stats)

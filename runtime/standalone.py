@@ -308,7 +308,7 @@ def write_bundle(artifact: NativeArtifact, weights: Mapping[str, np.ndarray], ou
     tensors: dict[str, Any] = {}
     shapes = []
     for t in held:
-        a = np.ascontiguousarray(weights[t.name], dtype=storage_dtype(t.dtype))
+        a = np.asarray(weights[t.name], dtype=storage_dtype(t.dtype), order="C")  # 0-d stays 0-d
         if a.ndim != t.rank:
             raise ValueError(f"weight {t.name!r} must have rank {t.rank}, got shape {a.shape}")
         tensors[t.name] = (a, t.dtype)
@@ -383,4 +383,4 @@ class StandaloneModel:
         if len(inputs) != self.num_user_inputs:
             raise TypeError(f"model takes {self.num_user_inputs} inputs ({', '.join(self.input_names)}), "
                             f"got {len(inputs)}")
-        return self.executable(*(np.ascontiguousarray(a) for a in inputs), *self._weights)
+        return self.executable(*(np.asarray(a, order="C") for a in inputs), *self._weights)
