@@ -16,9 +16,21 @@ entries along ``dim``. The code generator records them in the signature's ``meta
 after reading the counts (``meta["counts"]`` i64 values at the end of the workspace).
 
 Values sized by ``u`` may flow through elementwise ops, gathers, permutes, broadcasts, reshapes keeping
-``u`` in the leading dim, and reductions/scans/sorts along other dims; anything that would mix the
-padding rows into real ones (a reduction over ``u``, a concat or pad along it, a contraction) is refused
-by :func:`check_unbacked_uses`, as is an output extent that is not ``c * u``.
+``u`` in the leading dim, and reductions/scans/sorts along other dims. A sum or product over a ``c * u``
+dim reads the count (the nonzero input's nonzero elements, summed again) and replaces the padding rows
+by its identity first (:func:`mask_reductions`; ``x[x > 0].sum()``, a size ``x.nonzero().shape[0]`` read
+as a number)::
+
+    %2 = tp.nonzero %m {rows = u0} : tensor<[u0, 1], i64>
+    ...
+    %5 = tp.sum %4 {axes = [0]} : tensor<[], f32>
+      ->
+    %c = tp.sum (tp.cast (tp.cast %m : i1) : i64) {axes = [0]}        // the count, u0
+    %k = tp.lt (tp.iota {shape = [u0], axis = 0}), %c                  // the valid rows
+    %5 = tp.sum (tp.where %k, %4, 0.0) {axes = [0]} : tensor<[], f32>
+
+Anything else that would mix the padding rows into real ones (a max over ``u``, a concat or pad along
+it, a contraction) is refused by :func:`check_unbacked_uses`, as is an output extent that is not ``c * u``.
 """
 
 from __future__ import annotations
@@ -27,16 +39,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import sympy
 
-from tensorplay.dialect.ir import Function, Module, Operation, Value
+from tensorplay.dialect.attrs import Dense
+from tensorplay.dialect.ir import Builder, Function, Module, Operation, Value
 from tensorplay.dialect.opdef import ELEMENTWISE
 from tensorplay.dialect.passes.manager import ModulePass
 
 from .lower import LoweringError
 
 __all__ = ["UnbackedExtentError", "pad_unbacked", "PadUnbacked", "unbacked_bounds", "check_unbacked_uses",
-           "substitute_unbacked", "output_extents"]
+           "substitute_unbacked", "output_extents", "mask_reductions"]
 
 
 class UnbackedExtentError(ValueError):
@@ -64,12 +78,14 @@ _FREE = {"tp.where", "tp.cast", "tp.return", "tp.permute", "tp.expand", "tp.inde
 _AXIS_OPS = {"tp.cumsum", "tp.argmax", "tp.argmin", "tp.sort"}
 
 
-def check_unbacked_uses(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> None:
-    """Raise :class:`UnbackedExtentError` for a use of a ``u``-sized value the padded layout would get wrong."""
+def check_unbacked_uses(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr],
+                        masked: frozenset[Operation] = frozenset()) -> None:
+    """Raise :class:`UnbackedExtentError` for a use of a ``u``-sized value the padded layout would get wrong
+    (``masked``: reductions :func:`mask_reductions` made exact)."""
     us = set(bounds)
     for o in f.body.ops:
         sized = [v for v in o.operands if _has(v.type, us)]
-        if not sized or o.name in _FREE or o.has(ELEMENTWISE):
+        if not sized or o.name in _FREE or o.has(ELEMENTWISE) or o in masked:
             continue
         why = _why_not(o, sized[0], us)
         if why:
@@ -96,6 +112,65 @@ def _why_not(o: Operation, v: Value, us: set) -> str | None:
         along = [ax % v.type.rank] if ax is not None else [i for i, p in enumerate(a["pads"]) if tuple(p) != (0, 0)]
         return "data placed after the data-sized dim" if set(along) & set(dims) else None
     return "not supported on data-sized values"
+
+
+#: the reductions :func:`mask_reductions` makes exact over a data-sized dim, with their identity
+_IDENTITY = {"tp.sum": 0, "tp.prod": 1}
+
+
+def _multiple_of_count(e: Any, us: set) -> tuple[sympy.Symbol, int] | None:
+    """``(u, c)`` when the extent ``e`` is ``c * u`` for one data-sized ``u`` and an integer ``c > 0``."""
+    e = sympy.sympify(e)
+    found = e.free_symbols & us
+    if len(found) != 1:
+        return None
+    (u,) = found
+    c = sympy.simplify(e / u)
+    return (u, int(c)) if c.is_Integer and int(c) > 0 else None
+
+
+def _constant(b: Builder, value: Any, dtype: Any) -> Value:
+    from tensorplay.dialect.types import BF16, F32, TensorType
+    if dtype == BF16:
+        return b.create("tp.cast", [_constant(b, value, F32)], {"dtype": BF16})
+    return b.create("tp.constant", [], {"value": Dense(np.asarray(value, dtype.numpy))}, [TensorType((), dtype)])
+
+
+def mask_reductions(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> frozenset[Operation]:
+    """Make every ``tp.sum``/``tp.prod`` over a ``c * u`` dim of ``f`` exact in the padded layout (in place):
+    its input becomes ``where(row < c * count, input, identity)`` along that dim, ``count`` the number of
+    nonzero elements of the ``tp.nonzero`` input that binds ``u``, computed once before the first such use.
+    Returns the reductions it masked."""
+    from tensorplay.dialect.types import I1, I64
+    us = set(bounds)
+    sources = {o.attr.rows: o.operands[0] for o in f.body.ops if o.name == "tp.nonzero" and o.attr.rows in us}
+    counts: dict[sympy.Symbol, Value] = {}
+    done: set[Operation] = set()
+    for o in list(f.body.ops):
+        if o.name not in _IDENTITY or not _has(o.operands[0].type, us):
+            continue
+        x = o.operands[0]
+        t = x.type
+        masked = [(a, _multiple_of_count(t.shape[a], us)) for a in o.attr.axes if a in _u_dims(x, us)]
+        if not masked or any(m is None for _, m in masked):
+            continue
+        b = Builder(f).before(o)
+        for axis, (u, c) in masked:
+            if u not in counts:
+                m = sources[u]
+                flags = b.create("tp.cast", [b.create("tp.cast", [m], {"dtype": I1})], {"dtype": I64})
+                counts[u] = b.create("tp.sum", [flags], {"axes": list(range(m.type.rank))}) if m.type.rank \
+                    else flags
+            limit = counts[u] if c == 1 else b.create("tp.mul", [counts[u], _constant(b, c, I64)])
+            rows = b.create("tp.iota", [], {"shape": [t.shape[axis]], "axis": 0, "dtype": I64})
+            keep = b.create("tp.lt", [rows, limit])
+            keep = b.create("tp.reshape", [keep], {"shape": [d if k == axis else 1 for k, d in enumerate(t.shape)]})
+            keep = b.create("tp.expand", [keep], {"shape": list(t.shape)})
+            identity = b.create("tp.expand", [_constant(b, _IDENTITY[o.name], t.dtype)], {"shape": list(t.shape)})
+            x = b.create("tp.where", [keep, x, identity])
+        o.set_operand(0, x)
+        done.add(o)
+    return frozenset(done)
 
 
 def output_extents(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> dict[sympy.Symbol, list[int]]:
@@ -166,7 +241,7 @@ def pad_unbacked(f: Function) -> Function:
     bounds = unbacked_bounds(f)
     if not bounds:
         return f
-    check_unbacked_uses(f, bounds)
+    check_unbacked_uses(f, bounds, mask_reductions(f, bounds))
     extents = output_extents(f, bounds)
     g = substitute_unbacked(f, bounds)
     padded = sum(o.name == "tp.nonzero" for o in f.body.ops) - len(bounds)

@@ -1,0 +1,97 @@
+"""Programs over values sized by tensor data compile natively (no interpreter fallback): sums and products over
+a masked selection, a data-dependent size read as a number or used as an output extent. References are numpy."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay.dialect import parse
+from tensorplay.dialect.interpret import run
+from tensorplay.export import Dim, export
+from tensorplay.export.native import UnsupportedProgramWarning
+from tensorplay.lowering.fusion.fuse import lower_function
+
+pytestmark = pytest.mark.filterwarnings(f"error::{UnsupportedProgramWarning.__module__}.UnsupportedProgramWarning")
+
+RNG = np.random.default_rng(14)
+# all-false, all-true, mixed; the sizes change between calls
+INPUTS = [np.array([-1.0, -2.0, -0.5], np.float32), np.array([1.0, 2.0, 3.5, 0.25], np.float32),
+          RNG.standard_normal(9).astype(np.float32), np.zeros(5, np.float32), np.zeros(0, np.float32)]
+
+
+def _compiled(fn, example, dynamic=True):
+    prog = export(fn, tp.tensor(example), dynamic_shapes={"x": {0: Dim("n", min=0)}} if dynamic else None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        compiled = tp.compile(prog)  # strict: raises unless the whole program compiles natively
+    return prog, compiled
+
+
+@pytest.mark.parametrize("body, reference", [
+    (lambda x: x[x > 0].sum(), lambda x: x[x > 0].sum()),
+    (lambda x: x[x > 0].prod(), lambda x: x[x > 0].prod()),
+    (lambda x: (x[x > 0] * 2.0).sum(), lambda x: (x[x > 0] * 2.0).sum()),
+    (lambda x: x[x > 0].mean(), lambda x: x[x > 0].sum() / np.float32(max(0, (x > 0).sum())) if (x > 0).any()
+     else np.float32(np.nan)),
+    (lambda x: tp.masked_select(x, x < 0.5).sum() + x.sum(), lambda x: x[x < 0.5].sum() + x.sum()),
+])
+def test_reduction_over_a_masked_selection(body, reference):
+    prog, compiled = _compiled(body, INPUTS[2])
+    assert "tp.nonzero" in compiled.ir("tp")
+    for x in INPUTS:
+        got = prog(tp.tensor(x)).numpy()
+        np.testing.assert_allclose(got, reference(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
+
+
+def test_sum_over_rows_of_a_two_dim_selection():
+    def body(x, m):
+        return x[m].sum(0), x[m].sum()
+
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    m = np.array([True, False, True, True, False])
+    prog = export(body, tp.tensor(x), tp.tensor(m), dynamic_shapes={"x": {0: Dim("n")}, "m": {0: Dim("n")}})
+    tp.compile(prog)
+    for n in (5, 2, 7):
+        x = RNG.standard_normal((n, 3)).astype(np.float32)
+        for m in (RNG.random(n) < 0.5, np.zeros(n, bool), np.ones(n, bool)):
+            rows, total = prog(tp.tensor(x), tp.tensor(m))
+            np.testing.assert_allclose(rows.numpy(), x[m].sum(0), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(total.numpy(), x[m].sum(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("body, reference", [
+    (lambda x: x.nonzero().shape[0], lambda x: int(np.count_nonzero(x))),
+    (lambda x: x * x.nonzero().shape[0], lambda x: x * np.float32(np.count_nonzero(x))),
+    (lambda x: tp.ones(x.nonzero().shape[0]) * 2, lambda x: np.full(np.count_nonzero(x), 2.0, np.float32)),
+    (lambda x: tp.full((x.nonzero().shape[0], 2), 3.0), lambda x: np.full((np.count_nonzero(x), 2), 3.0, np.float32)),
+    (lambda x: tp.arange(x.nonzero().shape[0]), lambda x: np.arange(np.count_nonzero(x), dtype=np.int64)),
+    (lambda x: tp.zeros(2 * (x > 0).nonzero().shape[0], dtype=tp.int32),
+     lambda x: np.zeros(2 * np.count_nonzero(x > 0), np.int32)),
+])
+def test_data_dependent_size_as_a_value_or_an_extent(body, reference):
+    prog, _ = _compiled(body, np.array([0.0, 1.0, 2.0], np.float32), dynamic=False)
+    for x in (np.array([0.0, 1.0, 2.0], np.float32), np.zeros(3, np.float32), np.array([5.0, -1.0, 2.0], np.float32)):
+        got, want = prog(tp.tensor(x)), reference(x)
+        if isinstance(want, int):
+            assert got == want and type(got) is int
+            continue
+        got = got.numpy()
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_masked_reduction_at_the_tp_level():
+    f = parse('''func @main(%x: tensor<[4], f32>) -> (tensor<[], i64>) where {u0 in [0, 4]} {
+  %0 = tp.nonzero %x {rows = u0} : tensor<[u0, 1], i64>
+  %1 = tp.sum %0 {axes = [0, 1]} : tensor<[], i64>
+  tp.return %1
+}
+''').functions[0]
+    g = lower_function(f)
+    x = np.array([0, 3, 0, 2], np.float32)
+    out = np.zeros((), np.int64)
+    run(g, [x, out])
+    assert int(out) == np.argwhere(x).sum()  # the padding rows (index 0) count nothing: 1 + 3
