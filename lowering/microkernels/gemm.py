@@ -102,10 +102,11 @@ def scratch_bytes(m: int, n: int, k: int, shape: GemmShape = DEFAULT_SHAPE) -> i
 def packed_b_floats(k: int, n: int, shape: GemmShape = DEFAULT_SHAPE) -> int:
     """Floats of a prepacked ``B`` (``K x N``): ``round_up(N, NR) * K``.
 
-    Layout (what ``packed_b`` kernels read): for each column block ``jc`` (``NC`` wide, the last one
-    ``nc`` wide) and each depth block ``pc`` (``KC`` deep, the last ``kc``), the block's micro-panels
-    start at ``jc*K + round_up(nc, NR)*pc``; panel ``q`` holds ``Bp[k][c] = B[pc + k, jc + q*NR + c]``
-    (``kc x NR`` floats, zero past column ``N``).
+    Layout (what ``packed_b`` kernels read), panel-major: micro-panel ``q`` (columns ``q*NR .. q*NR + NR``)
+    holds ``Bp[k][c] = B[k, q*NR + c]`` for the whole depth, ``K x NR`` floats from ``q*NR*K`` (zero past
+    column ``N``). Columns ``j0..`` of a prepacked ``B`` (``j0`` a multiple of ``NR``) are the prepacked
+    ``B`` starting at ``j0*K``, for any ``K``: a split product cuts it at any panel
+    (:mod:`tensorplay.lowering.microkernels.gemm_parallel`).
 
     >>> packed_b_floats(784, 10)
     25088
@@ -224,10 +225,7 @@ def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilog
             load_c = b.or_(accumulate, b.not_(first))
             finish = b.icmp_signed("==", pblk, b.sub(k_blocks, i64(1)))
             # B block (pc.., jc..): element (k, j) at B[k*ldb + j], or B[j*ldb + k] transposed
-            if pack_b is None:  # prepacked: block (jc, pc) starts at jc*K + round_up(nc, NR)*pc
-                nc_pad = b.mul(b.sdiv(b.add(nc, i64(shape.nr - 1)), i64(shape.nr)), i64(shape.nr))
-                b_pack = gep(b, b_ptr, b.add(b.mul(jc, k), b.mul(nc_pad, pc)))
-            else:
+            if pack_b is not None:
                 b_src = gep(b, b_ptr, b.add(b.mul(jc, ldb), pc) if trans_b else b.add(b.mul(pc, ldb), jc))
                 b.call(pack_b, [kc, nc, b_src, ldb, b_pack])
             with lp.range(i64(0), m, shape.mc, "ic") as ic:
@@ -237,7 +235,10 @@ def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilog
                 with lp.range(i64(0), nc, shape.nr, "jr") as jr:
                     nr = smin(b, b.sub(nc, jr), i64(shape.nr))
                     col = b.add(jc, jr)
-                    bp = gep(b, b_pack, b.mul(jr, kc))
+                    if pack_b is None:  # prepacked, panel-major: panel (jc + jr) / NR, rows pc..
+                        bp = gep(b, b_ptr, b.add(b.mul(col, k), b.mul(pc, i64(shape.nr))))
+                    else:
+                        bp = gep(b, b_pack, b.mul(jr, kc))
                     bias = gep(b, args["bias"], col) if epilogue.bias else args["bias"]
                     with lp.range(i64(0), mc, shape.mr, "ir") as ir_:
                         mr = smin(b, b.sub(mc, ir_), i64(shape.mr))

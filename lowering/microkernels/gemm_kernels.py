@@ -599,9 +599,8 @@ def emit_gemv_dots(module: ir.Module, name: str, rows: int = 8, halves: int = 1)
 
 def emit_gemv_packed(module: ir.Module, name: str, shape: GemmShape) -> ir.Function:
     """``void gemv_p(i64 N, i64 K, ptr a, ptr Bp, i64 unused, ptr c, i1 load_c)``: ``c[j] (+)= sum_k a[k]*B[k, j]``
-    with ``B`` prepacked (layout: :func:`tensorplay.lowering.microkernels.gemm.packed_b_floats`). Each ``NR``-column
-    panel sums over
-    every depth block in ``NV`` registers, reading its ``kc x NR`` slices front to back."""
+    with ``B`` prepacked (panel-major layout: :func:`tensorplay.lowering.microkernels.gemm.packed_b_floats`). Each
+    ``NR``-column panel is one contiguous ``K x NR`` stream summed in ``2 * NV`` registers (even and odd ``k``)."""
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, I64, PTR, PTR, I64, PTR, I1]), name)
     fn.linkage = "internal"
     n, kdim, a, bp, _, c, load_c = fn.args
@@ -610,61 +609,22 @@ def emit_gemv_packed(module: ir.Module, name: str, shape: GemmShape) -> ir.Funct
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     lp = Loops(b)
     nr, nv = shape.nr, shape.nv
-    with lp.range(i64(0), n, shape.nc, "jc") as jc:
-        nc = smin(b, b.sub(n, jc), i64(shape.nc))
-        nc_pad = b.mul(b.sdiv(b.add(nc, i64(nr - 1)), i64(nr)), i64(nr))
-        block = gep(b, bp, b.mul(jc, kdim))
-        with lp.range(i64(0), nc, nr, "jr") as jr:
-            def depth(pc: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
-                kc = smin(b, b.sub(kdim, pc), i64(shape.kc))
-                panel = gep(b, block, b.add(b.mul(nc_pad, pc), b.mul(jr, kc)))
-                a_blk = gep(b, a, pc)
+    with lp.range(i64(0), n, nr, "jp") as col:
+        panel = gep(b, bp, b.mul(col, kdim))
 
-                def fmas(k: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
-                    av = splat(b, b.load(gep(b, a_blk, k), typ=F32))
-                    row = gep(b, panel, b.mul(k, i64(nr)))
-                    return [fma16(b, av, load_v(b, gep(b, row, i64(v * LANES)), align=64), s)
-                            for v, s in enumerate(sums)]
+        def fmas(k: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
+            av = splat(b, b.load(gep(b, a, k), typ=F32))
+            row = gep(b, panel, b.mul(k, i64(nr)))
+            return [fma16(b, av, load_v(b, gep(b, row, i64(v * LANES)), align=64), s) for v, s in enumerate(sums)]
 
-                # two k per step into two sets of sums: twice the independent FMA chains
-                pairs = _acc_loop(b, i64(0), kc, 2, accs + [_zero()] * nv,
-                                  lambda k, s: fmas(k, s[:nv]) + fmas(b.add(k, i64(1)), s[nv:]), "pk")
-                sums = [b.fadd(x, y) for x, y in zip(pairs[:nv], pairs[nv:], strict=True)]
-                return _acc_loop(b, b.sub(kc, b.srem(kc, i64(2))), kc, 1, sums, fmas, "pk1")
-
-            # depth blocks as an accumulating loop: pc = 0, KC, 2 KC, ... while pc < K
-            sums = _acc_loop_while(b, kdim, shape.kc, [_zero()] * nv, depth, "pc")
-            col = b.add(jc, jr)
-            left = b.sub(n, col)
-            for v, total in enumerate(sums):
-                mask = lane_mask(b, b.sub(left, i64(v * LANES)))
-                _store_row(b, gep(b, c, b.add(col, i64(v * LANES))), total, load_c, mask)
+        # two k per step into two sets of sums: twice the independent FMA chains
+        pairs = _acc_loop(b, i64(0), kdim, 2, [_zero()] * (2 * nv),
+                          lambda k, s: fmas(k, s[:nv]) + fmas(b.add(k, i64(1)), s[nv:]), "pk")
+        sums = [b.fadd(x, y) for x, y in zip(pairs[:nv], pairs[nv:], strict=True)]
+        sums = _acc_loop(b, b.sub(kdim, b.srem(kdim, i64(2))), kdim, 1, sums, fmas, "pk1")
+        left = b.sub(n, col)
+        for v, total in enumerate(sums):
+            mask = lane_mask(b, b.sub(left, i64(v * LANES)))
+            _store_row(b, gep(b, c, b.add(col, i64(v * LANES))), total, load_c, mask)
     b.ret_void()
     return fn
-
-
-def _acc_loop_while(b: ir.IRBuilder, stop: ir.Value, step: int, init: list[ir.Value],
-                    body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]], name: str) -> list[ir.Value]:
-    """``for (i = 0; i < stop; i += step) accs = body(i, accs)`` (a last partial step included)."""
-    pre = b.block
-    loop = b.append_basic_block(f"{name}.body")
-    end = b.append_basic_block(f"{name}.end")
-    b.cbranch(b.icmp_signed("<", i64(0), stop), loop, end)
-    b.position_at_end(loop)
-    i = b.phi(I64, name=name)
-    i.add_incoming(i64(0), pre)
-    accs = [b.phi(v.type) for v in init]
-    new = body(i, list(accs))
-    nxt = b.add(i, i64(step))
-    last = b.block
-    i.add_incoming(nxt, last)
-    for acc, v0, v1 in zip(accs, init, new, strict=True):
-        acc.add_incoming(v0, pre)
-        acc.add_incoming(v1, last)
-    b.cbranch(b.icmp_signed("<", nxt, stop), loop, end)
-    b.position_at_end(end)
-    out = [b.phi(v.type) for v in init]
-    for phi, v0, v1 in zip(out, init, new, strict=True):
-        phi.add_incoming(v0, pre)
-        phi.add_incoming(v1, last)
-    return out

@@ -112,13 +112,7 @@ def pack_b(w: np.ndarray, trans_b: bool, shape: GemmShape = DEFAULT_SHAPE) -> np
     full = np.zeros((k, n_pad), np.float32)
     full[:, :n] = bm
     out = _aligned(packed_b_floats(k, n, shape))
-    for jc in range(0, n, shape.nc):
-        nc_pad = min(shape.nc, n_pad - jc)
-        for pc in range(0, k, shape.kc):
-            kc = min(shape.kc, k - pc)
-            blk = full[pc:pc + kc, jc:jc + nc_pad].reshape(kc, nc_pad // nr, nr).transpose(1, 0, 2)
-            start = jc * k + nc_pad * pc
-            out[start:start + kc * nc_pad] = blk.ravel()
+    out[:] = full.reshape(k, n_pad // nr, nr).transpose(1, 0, 2).ravel()
     return out
 
 

@@ -37,19 +37,15 @@ def _check(got, want, scale):
 
 
 def test_pack_layout_by_hand() -> None:
-    """Panels of NR columns, kc rows each, blocks at jc*K + round_up(nc, NR)*pc (tiny blocks: NR=16, KC=8, NC=32)."""
+    """Panel-major: panel q (NR = 16 columns here) holds all K rows of its columns at q*NR*K, zero past column N."""
     k, n = 10, 40
     b = np.arange(k * n, dtype=np.float32).reshape(k, n)
     p = pack_b(b, trans_b=False, shape=SMALL)
     assert p.size == packed_b_floats(k, n, SMALL) == 48 * 10 and p.ctypes.data % 64 == 0
-    # block (jc=0, pc=0): two panels of 8 x 16
-    assert p[:128].reshape(8, 16).tolist() == b[:8, :16].tolist()
-    assert p[128:256].reshape(8, 16).tolist() == b[:8, 16:32].tolist()
-    # block (jc=0, pc=8) at 32*8: two panels of 2 x 16
-    assert p[256:288].reshape(2, 16).tolist() == b[8:, :16].tolist()
-    # block (jc=32, pc=0) at 32*K: one panel, zero past column 40
-    tail = p[320:448].reshape(8, 16)
-    assert tail[:, :8].tolist() == b[:8, 32:].tolist() and not tail[:, 8:].any()
+    assert p[:160].reshape(10, 16).tolist() == b[:, :16].tolist()
+    assert p[160:320].reshape(10, 16).tolist() == b[:, 16:32].tolist()
+    tail = p[320:480].reshape(10, 16)
+    assert tail[:, :8].tolist() == b[:, 32:].tolist() and not tail[:, 8:].any()
     np.testing.assert_array_equal(pack_b(b.T.copy(), trans_b=True, shape=SMALL), p)
 
 
