@@ -356,9 +356,11 @@ class StoreAt:
         return []
 
 
-@op("kernel.check_index", operands=["position"], attrs=[A("upper", EXPR)], traits=[SIDE_EFFECT])
+@op("kernel.check_index", operands=["position"], attrs=[A("upper", EXPR), A("message", STR, None)],
+    traits=[SIDE_EFFECT])
 class CheckIndex:
-    """Fail the program (an index error) unless ``0 <= position < upper``.
+    """Fail the program unless ``0 <= position < upper``: an index error, or with ``message``
+    ``AssertionError(message)`` (``tp.assert_tensor``: position 0 where the condition holds, upper 1).
 
         kernel.check_index %0 {upper = 50257}
     """
@@ -371,6 +373,8 @@ class CheckIndex:
 
     def reference(ctx, args, attrs):
         n = ctx.eval(attrs["upper"])
+        if not 0 <= int(args[0]) < n and attrs.get("message") is not None:
+            raise AssertionError(attrs["message"])
         if not 0 <= int(args[0]) < n:
             raise IndexError(f"index {int(args[0])} is out of range for a dimension of size {n}")
         return []

@@ -5,6 +5,8 @@ them::
 
     %1 = tp.dim %0 {axis = 0} : index
     tp.assert_range %1 {hi = 1024, lo = 2, message = "dim 0 of x must be in [{lo}, {hi}], got {value}"}
+
+Size assertions run before any kernel; ``tp.assert_tensor`` checks tensor data where the program computes it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .attrs import EXPR, INT, REL, STR
-from .opdef import ASSERTION, PURE, TERMINATOR, A, OpError, op
+from .opdef import ASSERTION, PURE, SIDE_EFFECT, TERMINATOR, A, OpError, op
 from .shapes import norm_axis
 from .types import INDEX, BufferType, IndexType, TensorType, Type
 
@@ -139,6 +141,26 @@ class AssertGuard:
     def reference(ctx, args, attrs):
         if not ctx.eval_bool(attrs["condition"]):
             _Assertion.fail(attrs["message"], **{str(s): ctx.eval(s) for s in attrs["condition"].free_symbols})
+        return []
+
+
+@op("tp.assert_tensor", operands=["condition"], attrs=[A("message", STR)], traits=[SIDE_EFFECT])
+class AssertTensor:
+    """Fail with ``AssertionError(message)`` (used verbatim) unless the one-element ``condition`` (i1) is true:
+    ``tp._assert(x.sum() > 0, "positive")``. A check on data, not sizes: it runs where its operand is computed.
+
+        tp.assert_tensor %2 {message = "x must sum to a positive value"}
+    """
+
+    def infer(types, attrs, facts):
+        t = types[0]
+        if not isinstance(t, TensorType) or not t.dtype.is_bool or t.rank != 0:
+            raise OpError(f"tp.assert_tensor: condition must be a 0-d i1 tensor, got {t}")
+        return []
+
+    def reference(ctx, args, attrs):
+        if not bool(np.asarray(args[0])):
+            raise AssertionError(attrs["message"])
         return []
 
 

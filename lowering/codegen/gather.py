@@ -3,7 +3,8 @@
 A ``load_at`` / ``store_at`` address adds the runtime position to entry ``axis`` of the index and clamps it
 into ``[0, dim)``, so nothing is read or written out of bounds. A failed ``kernel.check_index`` stores its
 code (:data:`INDEX_ERROR`) in the workspace plan's ``index_error`` word (:class:`ErrorWord`); ``<p>_run`` returns
-that code, which Python raises as ``IndexError("index out of range ...")``. What produces these ops:
+that code, which Python raises as ``IndexError("index out of range ...")`` (a check carrying a message, from
+``tp.assert_tensor``, stores a code of its own, raised as ``AssertionError(message)``). What produces these ops:
 :mod:`tensorplay.lowering.fusion.gather`.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 import llvmlite.ir as ir
 import sympy
 
-from tensorplay.dialect.ir import Operation, Value
+from tensorplay.dialect.ir import Function, Operation, Value
 from tensorplay.dialect.types import BufferType
 from tensorplay.runtime.abi import Assertion
 
@@ -49,16 +50,23 @@ INDEX_ERROR = Assertion("index", "index out of range: a gather, index_select, em
 
 
 class ErrorWord:
-    """The workspace word where native ``kernel.check_index`` failures are recorded, and its code.
+    """The workspace word where native ``kernel.check_index`` failures are recorded, and their codes.
 
     ``offset``: the word's byte offset in the workspace (the plan's ``index_error`` entry, placed by
-    :mod:`tensorplay.lowering.fusion.memory_plan`), None when the function has no check.
+    :mod:`tensorplay.lowering.fusion.memory_plan`), None when the function has no check. ``code`` is the
+    index error's; the checks of ``function`` carrying a message (``tp.assert_tensor``) take the codes after
+    it, one per distinct message, and :attr:`assertions` lists what each code means.
     """
 
-    __slots__ = ("offset", "code")
+    __slots__ = ("offset", "code", "codes", "assertions")
 
-    def __init__(self, offset: sympy.Expr | None, code: int):
+    def __init__(self, offset: sympy.Expr | None, code: int, function: Function | None = None):
         self.offset, self.code = offset, code
+        walked = function.walk() if function is not None else ()
+        messages = list(dict.fromkeys(op.attr.message for op in walked
+                                      if op.name == "kernel.check_index" and op.attr.message is not None))
+        self.codes = {None: code, **{m: code + 1 + k for k, m in enumerate(messages)}}
+        self.assertions = () if offset is None else (INDEX_ERROR, *(Assertion("value", m) for m in messages))
 
     def _ptr(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> ir.Value:
         return b.gep(ws, [em.emit(self.offset)], inbounds=True, source_etype=ir.IntType(8))
@@ -80,9 +88,10 @@ class ErrorWord:
         pos = _as_i64(b, sc.vals[op.operand.position])
         bad = b.icmp_unsigned(">=", pos, sc.em.emit(op.attr.upper))  # negative: huge unsigned
         offset = sc.em.emit(self.offset)  # outside the branch: the emitter caches what it emits
+        code = self.codes[op.attr.message]
         with b.if_then(bad, likely=False):
             word = b.gep(sc.ws, [offset], inbounds=True, source_etype=ir.IntType(8))
-            b.atomic_rmw("xchg", word, ir.Constant(ir.IntType(32), self.code), "monotonic")  # threads may race
+            b.atomic_rmw("xchg", word, ir.Constant(ir.IntType(32), code), "monotonic")  # threads may race
 
 
 def _as_i64(b: ir.IRBuilder, v: ir.Value) -> ir.Value:

@@ -76,7 +76,7 @@ from ..resolvers import RESOLVERS
 from .expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
 from .functions import KernelPlan, offset_symbol, plan_kernel
 from .gather import CODEGEN as _GATHER_CODEGEN
-from .gather import INDEX_ERROR, ErrorWord
+from .gather import ErrorWord
 from .nonzero import counts_layout, emit_nonzero_call
 from .prepare import SHAPE_VALUE_OPS, ShapePlan, emit_prepare, plan_shapes, shape_value
 from .profile import ProfileEmitter
@@ -136,7 +136,7 @@ class _Codegen:
         workspace = runtime_areas(f, f.workspace)
         self.workspace_size = workspace.size
         self.scratch_offset = dict(workspace.offsets).get(GEMM_SCRATCH)
-        self.index_error = ErrorWord(dict(workspace.offsets).get(INDEX_ERROR_WORD), len(self.plan.assertions) + 1)
+        self.index_error = ErrorWord(dict(workspace.offsets).get(INDEX_ERROR_WORD), len(self.plan.assertions) + 1, f)
         self.counts_offset, self.counts_meta = counts_layout(f)  # where plan-memory put the nonzero counts
         # top-level kernels: one internal function per distinct key (see tensorplay.lowering.codegen.functions)
         self.kernel_fns: dict[Hashable, ir.Function] = {}
@@ -159,7 +159,7 @@ class _Codegen:
                 **self.counts_meta}
         if self.profiler is not None:
             meta.update(profile=True, kernels=self.kernels)
-        checks = tuple(self.plan.assertions) + ((INDEX_ERROR,) if self.index_error.offset is not None else ())
+        checks = tuple(self.plan.assertions) + self.index_error.assertions
         sig = Signature(tuple(specs[:self.nin]), tuple(specs[self.nin:]), checks, meta)
         return str(self.module), sig
 

@@ -19,6 +19,9 @@ checked over the ACTUAL input sizes, never over header symbols (the header may b
           the program was captured under batch == 4, which these inputs do not satisfy (got batch = {size},
           expected batch == 4)"}
 
+``tp._assert(x.sum() > 0, "positive")`` on tensor data becomes ``tp.assert_tensor %c {message = "positive"}``,
+checked where the program computes ``%c`` (``AssertionError("positive")`` as in eager).
+
 Without exporter checks, a guard the trace depended on (``batch > 4`` decided at ``model.py:12``) is kept as
 ``tp.assert_guard {condition = s0 > 4, message = "model.py:12 ...: captured for batch > 4, got batch = {s0}"}``.
 """
@@ -29,7 +32,7 @@ from typing import Any
 
 import sympy
 
-from tensorplay.dialect import Value, sym
+from tensorplay.dialect import I1, Value, sym
 
 from .context import Cx, UnsupportedOp
 
@@ -186,6 +189,19 @@ def _lower_guard(cx: Cx, values: tuple, sources: tuple, condition: Any, text: st
     cx.emit("tp.assert_relation", checked, second, scale=0, offset=HOLDS, message=message)
 
 
+def _lower_tensor_assertion(cx: Cx, condition: Any, message: Any) -> None:
+    """``tp._assert(<one-element tensor>, message)``: ``tp.assert_tensor`` on its truth value (nonzero), which
+    fails with ``AssertionError(message)`` as eager does."""
+    cond = _tensor(condition, "the condition of tp._assert")
+    if cx.b.facts.equal(cond.type.numel(), 1) is not True:
+        raise UnsupportedOp(f"tp._assert on a tensor of shape {list(cond.type.shape)}: the condition must have "
+                            "exactly one element")
+    flag = cx.cast(cond, I1)
+    if flag.type.rank:
+        flag = cx.reshape(flag, [])
+    cx.emit("tp.assert_tensor", flag, message=str(message))
+
+
 def lower_assertion(cx: Cx, fn: Any, args: tuple, kwargs: dict, rename: Callable[[Any], Any]) -> None:
     """Convert a call of a function of ``tensorplay.export.assertions`` into ``tp.assert_*``."""
     name = getattr(fn, "__name__", str(fn))
@@ -212,7 +228,7 @@ def lower_assertion(cx: Cx, fn: Any, args: tuple, kwargs: dict, rename: Callable
     elif name == "assert_guard":
         _lower_guard(cx, *args)
     elif name == "assert_tensor":
-        raise UnsupportedOp("assertions on tensor data (tp._assert) have no tp op: tp assertions check sizes only")
+        _lower_tensor_assertion(cx, *args)
     else:
         raise UnsupportedOp(f"unknown assertion function {name}")
     return None

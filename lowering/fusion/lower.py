@@ -44,7 +44,7 @@ from tensorplay.dialect.dialects import REGISTRY as _OPS
 from tensorplay.dialect.ir import Builder, Function, Module, Operation, Value
 from tensorplay.dialect.kernel_ops import sort_scratch_type
 from tensorplay.dialect.opdef import ASSERTION
-from tensorplay.dialect.types import BufferType, TensorType
+from tensorplay.dialect.types import I64, BufferType, TensorType
 
 from ..errors import FusionError as LoweringError  # the function cannot be lowered (bad arguments ...)
 from ..tp_passes.expand import EXPANDED
@@ -65,7 +65,7 @@ OWN_NEST = {"tp.scatter_add": emit_scatter_add, "tp.random": emit_random}
 #: the tp ops the fusion pipeline lowers (the ``expand`` pass rewrites those of ``EXPANDED`` first)
 SUPPORTED_OPS = frozenset(ELEMENTWISE_TP | set(REDUCTIONS) | MOVEMENT | PROLOGUE | set(GATHERS) | set(OWN_NEST) | {
     "tp.constant", "tp.iota", "tp.arange", "tp.cumsum", "tp.argmax", "tp.argmin", "tp.matmul", "tp.conv",
-    "tp.return", "tp.sort", "tp.nonzero"} | EXPANDED)
+    "tp.return", "tp.sort", "tp.nonzero", "tp.assert_tensor"} | EXPANDED)
 #: ops whose inlining may find, while emitting, a value it needs a buffer for (a reduction its index would
 #: recompute, the input of a gather at data-dependent positions): the planner tries these nests out
 EMISSION_DEPENDENT = frozenset(REDUCTIONS) | frozenset(GATHERS)
@@ -147,6 +147,8 @@ class KernelBuilder:
             if op.name in PROLOGUE:
                 self.copy_prologue(op, mapped)
         for op in f.body.ops:
+            if op.name == "tp.assert_tensor" and not self.skipped(*op.operands):
+                self.emit_tensor_check(op)
             if op.name in PROLOGUE or op.name == "tp.return" or not op.results:
                 continue
             v = op.results[0]
@@ -294,6 +296,13 @@ class KernelBuilder:
         attrs = {"axis": op.attr.axis, "descending": op.attr.descending}
         self.nest("sort").create(0, "kernel.sort", [x, *outs, scratch], attrs, [])
         self.buf.update(zip(op.results, outs))
+
+    def emit_tensor_check(self, op: Operation) -> None:
+        """``tp.assert_tensor``: a ``kernel.check_index`` with the message, of position 0 (holds) or 1 (fails)."""
+        em = self.nest("check")
+        holds = em.scalar(op.operand.condition, ())
+        pos = em.op("kernel.where", holds, em.constant(0.0, I64), em.constant(1.0, I64))
+        em.create(0, "kernel.check_index", [pos], {"upper": 1, "message": op.attr.message}, [])
 
     def emit_nonzero(self, op: Operation, out_of: dict[Value, Value]) -> None:
         x = self.buffer_of(op.operands[0])

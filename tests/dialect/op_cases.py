@@ -250,7 +250,8 @@ def structured_cases() -> list[Case]:
 
 
 def assertion_cases() -> list[tuple[str, str, list[np.ndarray], str | None]]:
-    """(op, text, inputs, expected message or None): messages are written out here by hand."""
+    """(op, text, inputs, expected message or None): messages are written out here by hand (a failed
+    ``tp.assert_tensor`` raises AssertionError with its message verbatim)."""
     def t(body: list[str], where: str = "s0 in [1, 16]; s1 in [1, 32]") -> str:
         return fn("%x: tensor<[s0, s1], f32>", "tensor<[s0, s1], f32>",
                   ["%0 = tp.dim %x {axis = 0} : index", "%1 = tp.dim %x {axis = 1} : index", *body, "tp.return %x"],
@@ -262,6 +263,9 @@ def assertion_cases() -> list[tuple[str, str, list[np.ndarray], str | None]]:
     rel_text = t(['tp.assert_relation %1, %0 {message = "cols must be {expected} (2*rows + 1), got {size}", '
                   'offset = 1, scale = 2}'])
     guard_text = t(['tp.assert_guard {condition = Eq(Mod(s0, 2), 0), message = "s0 = {s0} must be even"}'])
+    data_text = t(['%2 = tp.amin %x {axes = [0, 1]} : tensor<[], f32>', '%3 = tp.constant {value = dense<0.0>} : '
+                   'tensor<[], f32>', '%4 = tp.ge %2, %3 : tensor<[], i1>',
+                   'tp.assert_tensor %4 {message = "x must be non-negative, {not a placeholder}"}'])
     return [
         ("tp.assert_range", rng_text, [x(4, 3)], None),
         ("tp.assert_range", rng_text, [x(9, 3)], "x.shape[0] = 9 not in [2, 8]"),
@@ -271,4 +275,6 @@ def assertion_cases() -> list[tuple[str, str, list[np.ndarray], str | None]]:
         ("tp.assert_relation", rel_text, [x(3, 8)], "cols must be 7 (2*rows + 1), got 8"),
         ("tp.assert_guard", guard_text, [x(4, 1)], None),
         ("tp.assert_guard", guard_text, [x(5, 1)], "s0 = 5 must be even"),
+        ("tp.assert_tensor", data_text, [x(2, 3)], None),
+        ("tp.assert_tensor", data_text, [x(2, 3) - 2], "x must be non-negative, {not a placeholder}"),
     ]

@@ -218,14 +218,24 @@ def test_exporter_assertion_nodes_become_tp_assertions_first():
         run(module, inputs(7, 15))
 
 
-def test_tensor_data_assertion_is_reported_unsupported():
+def test_tensor_data_assertion_becomes_assert_tensor():
     gm = trace(lambda x: x + 1, (tp.ones(3),))
     g = gm.graph
     (x,) = [n for n in g.nodes if n.op == "placeholder"]
     with g.inserting_before(g.output_node):
-        g.call_function(assertions.assert_tensor, (x, "x must be positive"))
-    with pytest.raises(LoweringError, match="tensor data"):
+        g.call_function(assertions.assert_tensor, (x, "x must be one element"))
+    with pytest.raises(LoweringError, match=r"tensor of shape \[3\]: the condition must have exactly one element"):
         graph_to_tp(gm)
+    gm = trace(lambda x: x + 1, (tp.ones(1, 1),))
+    g = gm.graph
+    (x,) = [n for n in g.nodes if n.op == "placeholder"]
+    with g.inserting_before(g.output_node):
+        g.call_function(assertions.assert_tensor, (x, "x must be nonzero"))
+    module = graph_to_tp(gm)[0]
+    assert 'tp.assert_tensor %1 {message = "x must be nonzero"' in str(module)
+    np.testing.assert_array_equal(run(module, [np.full((1, 1), 2.0, np.float32)])[0], [[3.0]])
+    with pytest.raises(AssertionError, match="^x must be nonzero$"):
+        run(module, [np.zeros((1, 1), np.float32)])
 
 
 def test_getitem_of_multi_output_and_python_operators():
