@@ -31,7 +31,6 @@ from .._logging import showing
 from .._tensor import Tensor
 from .dynamic_shapes import ConstraintsExceededError
 from .functionalize import Field, writes_inputs
-from .graph_signature import OutputKind
 
 if TYPE_CHECKING:
     from tensorplay.dialect import Module
@@ -178,17 +177,13 @@ def _build(program: ExportedProgram, *, strict: bool, options: dict) -> NativeRu
     from tensorplay.lowering import api
 
     code = program.graph_module.code
-    reason = _unsupported_signature(program)
-    if reason is None:
-        try:
-            compiled = api.compile_program(program, api.CompileOptions.from_env(**options),
-                                           shape_error=ConstraintsExceededError)
-        except api.LoweringError as exc:
-            reason = str(exc)
-    if reason is not None:
+    try:
+        compiled = api.compile_program(program, api.CompileOptions.from_env(**options),
+                                       shape_error=ConstraintsExceededError)
+    except api.LoweringError as exc:
         if strict:
-            raise NotImplementedError(f"cannot compile this program natively: {reason}")
-        warnings.warn(f"running the exported program on the graph interpreter: {reason}",
+            raise NotImplementedError(f"cannot compile this program natively: {exc}") from exc
+        warnings.warn(f"running the exported program on the graph interpreter: {exc}",
                       UnsupportedProgramWarning, stacklevel=3)
         program.__dict__["_native"] = (code, _FALLBACK)
         return None
@@ -196,9 +191,3 @@ def _build(program: ExportedProgram, *, strict: bool, options: dict) -> NativeRu
     program.__dict__["_native"] = (code, runner)
     return runner
 
-
-def _unsupported_signature(program: ExportedProgram) -> str | None:
-    kinds = {spec.kind for spec in program.graph_signature.output_specs}
-    if kinds & {OutputKind.LOSS_OUTPUT, OutputKind.GRADIENT_TO_PARAMETER, OutputKind.GRADIENT_TO_USER_INPUT}:
-        return "joint forward-backward programs are not compiled yet"
-    return None

@@ -296,8 +296,9 @@ def _restore_placeholder_examples(program: Any) -> None:
 
 
 def _restore_computed_examples(program: Any) -> None:
-    """Computed tensors get stand-in example values (ones of their shape at the capture's example sizes):
-    a decomposition traced after loading needs an example for each input, as after export."""
+    """Computed tensors get stand-in example values (ones of their shape at the capture's example sizes),
+    size reads their example extent: a decomposition traced after loading needs an example for each input,
+    as after export."""
     import numpy as np
 
     from ..ops import TensorMeta
@@ -306,7 +307,14 @@ def _restore_computed_examples(program: Any) -> None:
     hints = env.hints() if env is not None else {}
     for node in program.graph.nodes:
         val = node.meta.get("val")
-        if "example_value" in node.meta or not isinstance(val, TensorMeta):
+        if "example_value" in node.meta:
+            continue
+        if isinstance(val, sympy.Expr):  # a size read (``x.shape[0]``): its example extent
+            extent = val.subs(hints)
+            if extent.is_Integer:
+                node.meta["example_value"] = int(extent)
+            continue
+        if not isinstance(val, TensorMeta):
             continue
         shape = [sympy.sympify(d).subs(hints) for d in val.shape]
         if all(d.is_Integer for d in shape):
