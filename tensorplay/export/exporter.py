@@ -253,6 +253,7 @@ def export(model: Any, *args: Any, dynamic_shapes: Any = None, strict: bool = Fa
 def _capture(model, args, kwargs, bound, spec, preserved, *, joint: bool) -> ExportedProgram:
     is_module = isinstance(model, Module)
     tracer = ExportTracer()
+    tracer.track_extents()
     if joint:
         tracer.op_records = []
     if is_module:
@@ -449,6 +450,7 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
     graph = tracer.graph
     kept = settle(tracer.shape_env, decl.symbols)
     leaves, out_spec = tree_flatten(result if gradients is None else (result, gradients["values"]))
+    tracer._use = "a result of the program"
     user_nodes = [tracer.to_node(v) for v in leaves]
     grad_kinds = gradients["kinds"] if gradients is not None else []
     num_user = len(user_nodes) - len(grad_kinds)
@@ -498,6 +500,7 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
         "module_calls": [{"path": c["path"], "inputs": [a.name for a in c["inputs"]],
                           "outputs": [a.name for a in c["outputs"]]} for c in tracer.module_calls],
         "shape_env": tracer.shape_env,
+        "static_extents": _static_extents(tracer, decl),
     })
     call_graph = _module_call_graph(graph, output_specs, in_spec, out_spec, tracer.module_calls, preserved)
     program = ExportedProgram(
@@ -505,6 +508,19 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
         _range_constraints(decl), _equality_constraints(decl))
     program.validate()
     return program
+
+
+def _static_extents(tracer: ExportTracer, decl: _Declarations) -> list[list]:
+    """``[label, axis, extent, how, where]`` per input extent ``dynamic_shapes`` says nothing about: how and
+    where (the source line) the program depends on it, both None when it does not (it may then differ in a
+    call, see :mod:`tensorplay.export.specialize`)."""
+    declared = {(site["label"].rsplit(".size()", 1)[0], site["axis"]) for site in decl.sites}
+    facts = []
+    for label, axis, extent in tracer.static_sites:
+        if (label, axis) not in declared:
+            use = tracer.extent_uses.get((label, axis))
+            facts.append([label, axis, extent, use and use.how, use and use.where])
+    return facts
 
 
 def _resolve(root: Any, target: str) -> Any:

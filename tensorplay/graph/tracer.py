@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import itertools
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ from ..ops._registry import Op, recording_random_factories
 from ..random import fork_rng
 from ._pytree import _NODE_DEFS, tree_leaves
 from .errors import GraphCaptureError
+from .extents import ExtentUse, StaticExtent, StaticNumber, plain
 from .graph import Graph
 from .proxy import TENSOR_OPERATORS, Proxy, SymProxy, example_number, sym_expr
 from .shape_env import ShapeEnv, user_frame
@@ -50,6 +52,50 @@ def _sym_apply(fn, a, b=None):
     return fn(a, b)
 
 
+class _ExampleDecider:
+    """Decides facts about shadow shapes (see :meth:`Tracer.track_extents`) from the example extents, as the
+    capture itself went (no range reasoning, no guard), keeping every decision it made. "Is this extent 1?"
+    questions (``obliviously``) take every extent as at least 2, as for dynamic dims: broadcasting keeps the
+    extent's origin."""
+
+    def __init__(self, env: ShapeEnv) -> None:
+        self.env = env  # the capture's own symbols (declared dims) and their example values
+        self.hints: dict[sympy.Symbol, int] = {}
+        self.decisions: list = []
+        self._names = itertools.count()
+        self._values: dict = {}
+
+    def symbol(self, hint: int | None) -> sympy.Symbol:
+        sym = sympy.Symbol(f"static{next(self._names)}", integer=True, nonnegative=True)
+        if hint is not None:
+            self.hints[sym] = hint
+        return sym
+
+    def value(self, expr, at_least: int = 0):
+        """``expr`` at the example extents (each taken as at least ``at_least``)."""
+        if isinstance(expr, int):
+            return expr
+        key = (expr, at_least)
+        value = self._values.get(key)
+        if value is None:
+            hints = self.hints if not at_least else {s: max(h, at_least) for s, h in self.hints.items()}
+            value = sympy.sympify(expr).xreplace(hints)
+            if getattr(value, "free_symbols", None):
+                value = value.xreplace({s: max(h, at_least) for s, h in self.env.hints().items()})
+            self._values[key] = value
+        return value
+
+    def holds(self, fact, reason: str = "") -> bool:
+        self.decisions.append(fact)
+        return bool(self.value(fact))
+
+    def obliviously(self, fact) -> bool:
+        return bool(self.value(fact, 2))
+
+    def unknown_extent(self, reason: str) -> sympy.Symbol:
+        return self.symbol(None)  # deciding on it fails: the shadow of that op is then unknown
+
+
 class Tracer:
     """Builds one graph; subclasses (export) decide how module state enters it."""
 
@@ -62,6 +108,112 @@ class Tracer:
         self._shapes: dict[Any, tuple] = {}
         self.module_stack: list[tuple[str, str]] = []
         self.reserved_names: set[str] = set()
+        # static input extents followed through the capture (see track_extents)
+        self.extent_uses: dict[tuple[str, int], ExtentUse] = {}
+        self.static_sites: list[tuple[str, int, int]] = []  # (input label, axis, extent) of every static extent
+        self._shadow_env: _ExampleDecider | None = None
+        self._shadow: dict[Any, tuple] = {}  # node -> its shape with every static input extent a symbol
+        self._shadow_origins: dict[Any, frozenset] = {}  # node -> the input extents its shadow shape follows
+        self._origins: dict[sympy.Symbol, frozenset] = {}  # such a symbol -> the (label, axis) it stands for
+        self._use = "a value of the graph"
+
+    # ------------------------------------------------------------------ static extents
+    def track_extents(self) -> None:
+        """Follow the static extents of the inputs through the capture: which ones the program depends on.
+
+        Each static extent of an input tensor gets a *shadow* symbol, and every op's meta rule runs a
+        second time on the shadow shapes (recording no guard anywhere), so the extents of every tensor are
+        known as expressions of the input extents. A shape read hands user code :class:`StaticExtent` ints
+        carrying those origins, and their uses land in :attr:`extent_uses` (see :mod:`.extents`).
+        """
+        self._shadow_env = _ExampleDecider(self.shape_env)
+
+    def extent_used(self, origins: frozenset, how: str) -> None:
+        """Record that the program depends on the input extents ``origins`` (first use per extent kept)."""
+        where = None
+        for label, axis in origins:
+            if (label, axis) not in self.extent_uses:
+                where = where or user_frame()
+                self.extent_uses[(label, axis)] = ExtentUse(label, axis, how, where)
+
+    def _track_input(self, proxy: Proxy, label: str) -> None:
+        shape = proxy.node.meta["val"].shape
+        if self._shadow_env is None or all(not isinstance(d, int) for d in shape):
+            return
+        shadow = []
+        for axis, d in enumerate(shape):
+            if isinstance(d, int):
+                sym = self._shadow_env.symbol(d)
+                self._origins[sym] = frozenset({(label, axis)})
+                self.static_sites.append((label, axis, d))
+                d = sym
+            shadow.append(d)
+        self._shadow[proxy.node] = tuple(shadow)
+        self._shadow_origins[proxy.node] = frozenset().union(*(self._origins_of(d) for d in shadow))
+
+    def _opaque(self, extent, origins: frozenset) -> sympy.Symbol:
+        sym = self._shadow_env.symbol(int(self._shadow_env.value(extent)))
+        self._origins[sym] = origins
+        return sym
+
+    def _origins_of(self, extent) -> frozenset:
+        if isinstance(extent, int) or extent is None:
+            return frozenset()
+        found = frozenset()
+        for s in extent.free_symbols:
+            found |= self._origins.get(s, frozenset())
+        return found
+
+    def _shadow_meta(self, value, numbers: bool):
+        if isinstance(value, Proxy):
+            shape = self._shadow.get(value.node)
+            meta = value.node.meta["val"]
+            return meta if shape is None else TensorMeta(shape, meta.dtype)
+        if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+            return type(value)(self._shadow_meta(v, numbers) for v in value)
+        return self.to_meta(value, sizes_as_numbers=numbers)
+
+    def _follow_extents(self, op: Op, args: tuple, kwargs: dict, numbers: bool, result) -> None:
+        """The shadow shapes of ``result`` (outputs of ``op`` on ``args``); an op whose number of outputs
+        follows a static input extent (``unbind`` over it) depends on that extent."""
+        inputs = [a for a in (*args, *kwargs.values()) for a in (a if isinstance(a, list | tuple) else (a,))
+                  if isinstance(a, Proxy) and a.node in self._shadow]
+        if not inputs:
+            return
+        outputs = [result] if isinstance(result, Proxy) else [r for r in result if isinstance(r, Proxy)]
+        guards = self._shadow_env.decisions
+        decided = len(guards)
+        try:
+            with deciding_with(self._shadow_env):
+                meta = op.meta(*self._shadow_meta(tuple(args), numbers),
+                               **{k: self._shadow_meta(v, numbers) for k, v in kwargs.items()})
+            metas = [meta] if isinstance(meta, TensorMeta) else list(meta)
+        except Exception:  # noqa: BLE001 - a meta rule that cannot run on symbols: nothing is known
+            metas = []
+        origins = frozenset().union(*(self._shadow_origins[a.node] for a in inputs))
+        if isinstance(result, list):  # the graph reads a fixed number of results: did a size decide it?
+            if len(metas) != len(outputs):
+                self.extent_used(origins, f"the number of results of {op.name}")
+            for fact in guards[decided:]:
+                self.extent_used(self._origins_of(fact), f"the number of results of {op.name}")
+        del guards[decided:]
+        if len(metas) != len(outputs) or not all(isinstance(m, TensorMeta) for m in metas):
+            metas = [None] * len(outputs)
+        for proxy, meta in zip(outputs, metas, strict=True):
+            actual = proxy.node.meta["val"].shape
+            if meta is None or len(meta.shape) != len(actual) or any(d is None for d in meta.shape):
+                shape = []
+                for d in actual:  # unknown: every extent may follow every input extent of the op
+                    shape.append(self._opaque(d, origins) if isinstance(d, int) and origins else d)
+                shape = tuple(shape)
+            else:  # an extent that is not what the op gave (a broadcast 1) may follow any of its inputs
+                value = self._shadow_env.value
+                shape = tuple(d if isinstance(d, int) or not origins or value(d) == value(a)
+                              else self._opaque(a, origins) for d, a in zip(meta.shape, actual, strict=True))
+            found = frozenset().union(*(self._origins_of(d) for d in shape))
+            if found:
+                self._shadow[proxy.node] = shape
+                self._shadow_origins[proxy.node] = found
 
     # ------------------------------------------------------------------ values <-> nodes
     def _node_meta(self, node, val, example) -> None:
@@ -94,6 +246,9 @@ class Tracer:
     def to_node(self, value):
         if isinstance(value, Proxy | SymProxy):
             return value.node
+        if isinstance(value, StaticExtent | StaticNumber):
+            self.extent_used(value.origins, self._use)
+            return plain(value)
         if isinstance(value, sympy.Basic):
             if value.free_symbols:
                 return self.to_node(self.size_value(value))
@@ -116,6 +271,8 @@ class Tracer:
         follows the number's category as in eager."""
         if isinstance(value, Proxy):
             return value.node.meta["val"]
+        if isinstance(value, StaticExtent | StaticNumber):
+            return plain(value)
         if isinstance(value, SymProxy | sympy.Expr) and sizes_as_numbers or (
                 isinstance(value, sympy.Basic) and not value.free_symbols):
             return self.to_example(value)
@@ -132,6 +289,8 @@ class Tracer:
     def to_example(self, value):
         if isinstance(value, Proxy):
             return value.node.meta["example_value"]
+        if isinstance(value, StaticExtent | StaticNumber):
+            return plain(value)
         if isinstance(value, SymProxy):
             return value.hint
         if isinstance(value, sympy.Basic):
@@ -160,9 +319,16 @@ class Tracer:
         ex_kwargs = {k: self.to_example(v) for k, v in kwargs.items()}
         with no_grad(), deciding_with(None), recording_random_factories(None):  # eager: concrete sizes
             example = op(*ex_args, **ex_kwargs)
-        node = self.graph.create_node(kind, target, self.to_node(tuple(args)),
-                                      {k: self.to_node(v) for k, v in kwargs.items()})
-        return self._wrap_result(node, meta, example, op)
+        self._use = f"an argument of {op.name}"
+        try:
+            node = self.graph.create_node(kind, target, self.to_node(tuple(args)),
+                                          {k: self.to_node(v) for k, v in kwargs.items()})
+        finally:
+            self._use = "a value of the graph"
+        result = self._wrap_result(node, meta, example, op)
+        if self._shadow:
+            self._follow_extents(op, args, kwargs, numbers, result)
+        return result
 
     def call_operator(self, fn, args: tuple):
         """Record a Python operator applied to tensor proxies (``x + y`` -> ``operator.add``)."""
@@ -213,15 +379,17 @@ class Tracer:
         if cached is not None:
             return cached
         meta = proxy.node.meta["val"]
+        shadow = self._shadow.get(proxy.node)
         if all(isinstance(d, int) for d in meta.shape):
-            result = tuple(meta.shape)
+            result = tuple(meta.shape) if shadow is None else tuple(self._static_extent(d, s)
+                                                                   for d, s in zip(meta.shape, shadow, strict=True))
         else:
             shape_node = self.graph.call_function(getattr, (proxy.node, "shape"))
             shape_node.meta["val"] = meta.shape
             dims = []
             for axis, d in enumerate(meta.shape):
                 if isinstance(d, int) or (isinstance(d, sympy.Integer)):
-                    dims.append(int(d))
+                    dims.append(int(d) if shadow is None else self._static_extent(int(d), shadow[axis]))
                     continue
                 n = self.graph.call_function(operator.getitem, (shape_node, axis))
                 n.meta["val"] = d
@@ -232,6 +400,11 @@ class Tracer:
         result = Size(result) if all(isinstance(d, int) for d in result) else result
         self._shapes[proxy.node] = result
         return result
+
+    def _static_extent(self, extent: int, shadow) -> int:
+        """``extent`` as user code sees it: a :class:`StaticExtent` when it follows static input extents."""
+        origins = self._origins_of(shadow)
+        return StaticExtent(extent, origins, self) if origins else extent
 
     def size_value(self, expr):
         """A graph value computing the sympy expression ``expr`` over traced sizes (a ``SymProxy``).
@@ -283,7 +456,11 @@ class Tracer:
         if any(e is None for e in exprs):
             return NotImplemented
         expr = _sym_apply(fn, *exprs)
-        node = self.graph.call_function(fn, self.to_node(tuple(args)))
+        self._use = "arithmetic with a dynamic size"
+        try:
+            node = self.graph.call_function(fn, self.to_node(tuple(args)))
+        finally:
+            self._use = "a value of the graph"
         node.meta["val"] = expr
         if isinstance(expr, sympy.Basic) and not expr.free_symbols:
             value = bool(expr) if expr in (sympy.true, sympy.false) else (int(expr) if expr.is_integer
@@ -375,9 +552,11 @@ class Tracer:
             shape = list(value.shape)
             for axis, sym in (dynamic or {}).items():
                 shape[axis] = sym
-            return self.tensor_proxy(node, _copy(value), tuple(shape))
+            proxy = self.tensor_proxy(node, _copy(value), tuple(shape))
+            self._track_input(proxy, name)
+            return proxy
         if _has_tensor(value):
-            return self._container_proxy(node, value, dynamic or {})
+            return self._container_proxy(node, value, dynamic or {}, name)
         if dataclasses.is_dataclass(value) and not isinstance(value, type) and any(
                 isinstance(getattr(value, f.name, None), Tensor) for f in dataclasses.fields(value)):
             raise GraphCaptureError(f"input {name!r} is a {type(value).__qualname__} dataclass holding tensors that "
@@ -387,20 +566,23 @@ class Tracer:
         node.meta["example_value"] = value
         return value
 
-    def _container_proxy(self, node, value, dynamic: dict):
+    def _container_proxy(self, node, value, dynamic: dict, label: str):
         node.meta["val"] = None
         node.meta["example_value"] = value
         children = []
         for key, accessor, child in input_children(value):
+            where = f"{label}.{key}" if accessor is getattr else f"{label}[{key!r}]"
             if isinstance(child, Tensor):
                 item = self.graph.call_function(accessor, (node, key))
                 shape = list(child.shape)
                 for axis, sym in (dynamic.get(key) or {}).items():
                     shape[axis] = sym
-                children.append(self.tensor_proxy(item, _copy(child), tuple(shape)))
+                proxy = self.tensor_proxy(item, _copy(child), tuple(shape))
+                self._track_input(proxy, where)
+                children.append(proxy)
             elif _has_tensor(child):
                 item = self.graph.call_function(accessor, (node, key))
-                children.append(self._container_proxy(item, child, dynamic.get(key) or {}))
+                children.append(self._container_proxy(item, child, dynamic.get(key) or {}, where))
             else:
                 children.append(child)
         return rebuild_input(value, children)

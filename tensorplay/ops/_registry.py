@@ -200,8 +200,8 @@ def _find_override(args, kwargs):
 
 
 def _override_of(value):
-    if isinstance(value, _PLAIN) or type(value) is _Tensor:
-        return None
+    if isinstance(value, _PLAIN) and not hasattr(value, "__tensorplay_function__") or type(value) is _Tensor:
+        return None  # a traced size (an int subclass, tensorplay.graph.extents) takes over like a proxy
     if isinstance(value, list | tuple):
         for v in value:
             h = _override_of(v)
