@@ -508,6 +508,35 @@ class IndexSelect:
         return [np.take(args[0], args[1], axis=ax)]
 
 
+def _scatter_infer(name: str):
+    def infer(types, attrs, facts):
+        x, idx = tensor(types[0], name, "input"), _index_tensor(types[1], name)
+        src = tensor(types[2], name, "src")
+        if not x.rank == idx.rank == src.rank:
+            raise OpError(f"{name}: input, index, src ranks differ: {x.rank}, {idx.rank}, {src.rank}")
+        if src.dtype != x.dtype:
+            raise OpError(f"{name}: src element type {src.dtype} differs from input {x.dtype}")
+        ax = norm_axis(attrs["axis"], x.rank, name)
+        _not_larger(idx, x, ax, facts, name, "index")
+        _not_larger(idx, src, -1, facts, name, "index")
+        return [x]
+    return infer
+
+
+@op("tp.scatter", operands=["input", "index", "src"], attrs=[A("axis", INT)], traits=[PURE])
+class Scatter:
+    """torch.scatter: a copy of ``input`` with ``out[index[i][j]][j] = src[i][j]`` (axis 0). Where indices
+    repeat, the last write in row-major order of ``index`` wins (numpy's fancy assignment, eager tensorplay).
+
+        %3 = tp.scatter %0, %1, %2 {axis = 0} : tensor<[s0, 4], f32>
+    """
+
+    infer = _scatter_infer("tp.scatter")
+
+    def reference(ctx, args, attrs):
+        return [R.scatter(args[0], args[1], args[2], attrs["axis"] % args[0].ndim)]
+
+
 @op("tp.scatter_add", operands=["input", "index", "src"], attrs=[A("axis", INT)], traits=[PURE])
 class ScatterAdd:
     """torch.scatter_add: a copy of ``input`` with ``out[index[i][j]][j] += src[i][j]`` (axis 0).
@@ -515,17 +544,7 @@ class ScatterAdd:
         %3 = tp.scatter_add %0, %1, %2 {axis = 0} : tensor<[s0, 4], f32>
     """
 
-    def infer(types, attrs, facts):
-        x, idx = tensor(types[0], "tp.scatter_add", "input"), _index_tensor(types[1], "tp.scatter_add")
-        src = tensor(types[2], "tp.scatter_add", "src")
-        if not x.rank == idx.rank == src.rank:
-            raise OpError(f"tp.scatter_add: input, index, src ranks differ: {x.rank}, {idx.rank}, {src.rank}")
-        if src.dtype != x.dtype:
-            raise OpError(f"tp.scatter_add: src element type {src.dtype} differs from input {x.dtype}")
-        ax = norm_axis(attrs["axis"], x.rank, "tp.scatter_add")
-        _not_larger(idx, x, ax, facts, "tp.scatter_add", "index")
-        _not_larger(idx, src, -1, facts, "tp.scatter_add", "index")
-        return [x]
+    infer = _scatter_infer("tp.scatter_add")
 
     def reference(ctx, args, attrs):
         return [R.scatter_add(args[0], args[1], args[2], attrs["axis"] % args[0].ndim)]

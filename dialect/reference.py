@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["conv", "conv_transpose", "pad", "gather", "scatter_add", "sort", "topk", "erf", "round_bf16",
+__all__ = ["conv", "conv_transpose", "pad", "gather", "scatter", "scatter_add", "sort", "topk", "erf", "round_bf16",
            "sigmoid", "gemm", "draw"]
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
@@ -120,15 +120,25 @@ def gather(x: np.ndarray, index: np.ndarray, axis: int) -> np.ndarray:
     return np.take_along_axis(_leading(x, index.shape, axis), index, axis)
 
 
-def scatter_add(x: np.ndarray, index: np.ndarray, src: np.ndarray, axis: int) -> np.ndarray:
-    """torch.scatter_add: ``out[index[i][j]][j] += src[i][j]`` for axis 0."""
+def scatter(x: np.ndarray, index: np.ndarray, src: np.ndarray, axis: int, add: bool = False) -> np.ndarray:
+    """torch.scatter: ``out[index[i][j]][j] = src[i][j]`` for axis 0, the last write (row-major in ``index``)
+    winning where indices repeat; ``add`` sums them instead (torch.scatter_add)."""
     if np.any(index < 0) or np.any(index >= x.shape[axis]):
-        raise IndexError(f"scatter_add index out of range [0, {x.shape[axis]}) along axis {axis}")
+        raise IndexError(f"scatter{'_add' if add else ''} index out of range [0, {x.shape[axis]}) along axis {axis}")
     out = x.copy()
     grid = list(np.indices(index.shape, sparse=True))
     grid[axis] = index
-    np.add.at(out, tuple(grid), src[tuple(slice(0, s) for s in index.shape)])
+    values = src[tuple(slice(0, s) for s in index.shape)]
+    if add:
+        np.add.at(out, tuple(grid), values)
+    else:
+        out[tuple(grid)] = values  # numpy assigns in row-major order: the last repeated index wins
     return out
+
+
+def scatter_add(x: np.ndarray, index: np.ndarray, src: np.ndarray, axis: int) -> np.ndarray:
+    """torch.scatter_add: ``out[index[i][j]][j] += src[i][j]`` for axis 0."""
+    return scatter(x, index, src, axis, add=True)
 
 
 def sort(x: np.ndarray, axis: int, descending: bool) -> tuple[np.ndarray, np.ndarray]:

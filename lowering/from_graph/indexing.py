@@ -9,7 +9,7 @@ advanced dims flattened together, e.g. ``x[:, idx]`` for ``x : [s0, 5]``::
     %3 = tp.permute %2 {perm = [1, 0]} : tensor<[s0, 3], f32>
 
 ``assign`` (``x[key] = v`` made functional) indexes a tensor of flat positions with the same key
-and scatters ``v`` there (``tp.scatter_add`` plus a written-mask ``tp.where``).
+and scatters ``v`` there (``tp.scatter``, ``tp.scatter_add`` when accumulating).
 """
 from __future__ import annotations
 
@@ -244,12 +244,7 @@ def _assign(cx: Cx, input: Value, key: Any, value: Any, accumulate: bool = False
     idx = cx.reshape(where, [m])
     vals = cx.reshape(_value_to(cx, value, t.dtype, where.type.shape), [m])
     flat = cx.reshape(input, [n])
-    summed = cx.emit("tp.scatter_add", cx.fill(0, t.dtype, [n]), idx, vals, axis=0)
-    if accumulate:
-        out = cx.emit("tp.add", flat, summed)
-    else:
-        hits = cx.emit("tp.scatter_add", cx.fill(0, I64, [n]), idx, cx.fill(1, I64, [m]), axis=0)
-        out = cx.emit("tp.where", cx.emit("tp.gt", hits, cx.const(0, I64)), summed, flat)
+    out = cx.emit("tp.scatter_add" if accumulate else "tp.scatter", flat, idx, vals, axis=0)
     return cx.reshape(out, t.shape)
 
 
@@ -311,7 +306,7 @@ def _scatter_multiply(cx: Cx, input: Value, idx: Value, src: Value, axis: int) -
 @rule("scatter")
 def _scatter(cx: Cx, input: Value, dim: int, index: Value, src: Any = None, *, value: Any = None,
              reduce: Any = None) -> Value:
-    """Overwriting scatter as ``where(written, scatter_add(0, src), input)`` (exact for distinct indices)."""
+    """Overwriting scatter; ``reduce`` adds or multiplies instead."""
     idx = cx.cast(index, I64)
     s = _scatter_src(cx, input, idx, src, value)
     axis = int(dim) % max(input.type.rank, 1)
@@ -321,7 +316,4 @@ def _scatter(cx: Cx, input: Value, dim: int, index: Value, src: Any = None, *, v
         return _scatter_multiply(cx, input, idx, s, axis)
     if reduce is not None:
         raise UnsupportedOp(f"scatter reduce={reduce!r} (expected None, 'add' or 'multiply')")
-    shape = input.type.shape
-    summed = cx.emit("tp.scatter_add", cx.fill(0, input.type.dtype, shape), idx, s, axis=axis)
-    hits = cx.emit("tp.scatter_add", cx.fill(0, I64, shape), idx, cx.fill(1, I64, idx.type.shape), axis=axis)
-    return cx.emit("tp.where", cx.emit("tp.gt", hits, cx.const(0, I64)), summed, input)
+    return cx.emit("tp.scatter", input, idx, s, axis=axis)

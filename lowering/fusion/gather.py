@@ -1,4 +1,4 @@
-"""Data-dependent indexing at the kernel level: ``tp.gather``, ``tp.index_select`` and ``tp.scatter_add``.
+"""Data-dependent indexing at the kernel level: ``tp.gather``, ``tp.index_select``, ``tp.scatter``, ``tp.scatter_add``.
 
 Two kernel ops address one buffer dim with a runtime value (``position``) instead of a sympy
 expression: ``kernel.load_at`` and ``kernel.store_at``. Entry ``axis`` of their ``index`` is an offset
@@ -20,9 +20,10 @@ becomes an ordinary index expression, so the gather is a plain movement op. Othe
 buffer, through movement views of it (``x[:, idx]`` reads ``x`` itself through its transpose); a gathered
 value that is neither gets a buffer of its own (:class:`tensorplay.lowering.fusion.emit.Materialise`).
 
-``tp.scatter_add`` is materialised: one parallel nest copies ``input`` to the result, then one
-sequential nest over the index's shape adds each ``src`` element at its position (in row-major order,
-so float results are deterministic and equal to numpy's ``np.add.at``).
+``tp.scatter`` and ``tp.scatter_add`` are materialised: one parallel nest copies ``input`` to the result, then
+one sequential nest over the index's shape stores (or adds) each ``src`` element at its position in row-major
+order, so results are deterministic: the last write wins where a scatter's indices repeat (as numpy's fancy
+assignment), and float sums equal numpy's ``np.add.at``.
 
 Out-of-range indices are errors, as in eager: where the lowering loads a position (or uses a loop-invariant
 affine one it cannot prove in range) it also emits ``kernel.check_index %pos {upper = dim}``, once, in the
@@ -48,9 +49,10 @@ from tensorplay.dialect.types import TensorType
 from .emit import Materialise, NestEmitter, uniform_constant
 from .index import Index, broadcast_index, permute_index, reshape_index, slice_index
 
-__all__ = ["GATHERS", "gather_scalar", "emit_scatter_add"]
+__all__ = ["GATHERS", "SCATTERS", "gather_scalar", "emit_scatter"]
 
 GATHERS = ("tp.gather", "tp.index_select")
+SCATTERS = ("tp.scatter", "tp.scatter_add")
 
 
 def _affine(em: NestEmitter, v: Value, index: Index, depth: int = 0) -> sympy.Expr | None:
@@ -240,11 +242,13 @@ def gather_scalar(em: NestEmitter, o: Operation, index: Index) -> Value:
     return out
 
 
-def emit_scatter_add(nest: Any, o: Operation, out: Value) -> None:
-    """``out = input`` (one parallel nest), then ``out[.., index[p], ..] += src[p]`` for every ``p`` of the
-    index's shape in row-major order (one sequential nest). ``nest(kind)`` makes a NestEmitter."""
+def emit_scatter(nest: Any, o: Operation, out: Value) -> None:
+    """``out = input`` (one parallel nest), then ``out[.., index[p], ..] = src[p]`` (``tp.scatter``) or ``+= src[p]``
+    (``tp.scatter_add``) for every ``p`` of the index's shape in row-major order (one sequential nest, so the
+    last write wins where indices repeat). ``nest(kind)`` makes a NestEmitter."""
     x, idx, src = o.operands
     ax = o.attributes["axis"] % x.type.rank
+    add = o.name == "tp.scatter_add"
     nest("copy").store_nest(x, out)
     em: NestEmitter = nest("scatter")
     p = em.loops(idx.type.shape, parallel=False)
@@ -254,11 +258,12 @@ def emit_scatter_add(nest: Any, o: Operation, out: Value) -> None:
     dst = [sympy.Integer(0) if k == ax else e for k, e in enumerate(p)]
     if isinstance(pos, sympy.Expr):
         dst[ax] = pos
-        old = em.create(inner, "kernel.load", [out], {"index": dst})
-        em.create(inner, "kernel.store", [em.op("kernel.add", old, val), out], {"index": dst}, [])
+        if add:
+            val = em.op("kernel.add", em.create(inner, "kernel.load", [out], {"index": dst}), val)
+        em.create(inner, "kernel.store", [val, out], {"index": dst}, [])
     else:
-        old = em.create(inner, "kernel.load_at", [out, pos], {"axis": ax, "index": dst})
-        em.create(inner, "kernel.store_at", [em.op("kernel.add", old, val), out, pos], {"axis": ax, "index": dst},
-                  [])
+        if add:
+            val = em.op("kernel.add", em.create(inner, "kernel.load_at", [out, pos], {"axis": ax, "index": dst}), val)
+        em.create(inner, "kernel.store_at", [val, out, pos], {"axis": ax, "index": dst}, [])
     while len(em.levels) > 1:
         em.close_loop()

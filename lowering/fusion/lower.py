@@ -50,7 +50,7 @@ from ..errors import FusionError as LoweringError  # the function cannot be lowe
 from ..tp_passes.expand import EXPANDED
 from .contract import GemmChain, emit_conv, emit_gemm, gemm_operand
 from .emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, NestEmitter, recomputes_reduction, uniform_constant
-from .gather import GATHERS, emit_scatter_add
+from .gather import GATHERS, SCATTERS, emit_scatter
 from .random import emit_random
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ __all__ = ["KernelBuilder", "UnsupportedOpError", "SUPPORTED_OPS", "LoweringErro
 
 PROLOGUE = {"tp.dim", "tp.symexpr"} | {n for n, d in _OPS.items() if n.startswith("tp.") and d.has(ASSERTION)}
 #: ops lowered into a buffer of their own by ``emit(nest, op, out)`` (tensorplay.lowering.fusion.gather / random)
-OWN_NEST = {"tp.scatter_add": emit_scatter_add, "tp.random": emit_random}
+OWN_NEST = {**dict.fromkeys(SCATTERS, emit_scatter), "tp.random": emit_random}
 #: the tp ops the fusion pipeline lowers (the ``expand`` pass rewrites those of ``EXPANDED`` first)
 SUPPORTED_OPS = frozenset(ELEMENTWISE_TP | set(REDUCTIONS) | MOVEMENT | PROLOGUE | set(GATHERS) | set(OWN_NEST) | {
     "tp.constant", "tp.iota", "tp.arange", "tp.cumsum", "tp.argmax", "tp.argmin", "tp.matmul", "tp.conv",
@@ -80,8 +80,8 @@ class UnsupportedOpError(LoweringError):
                            for n, locs in sorted(ops.items()))
         super().__init__(f"@{function}: cannot lower {len(ops)} tp op kind(s) to the kernel level: {listed}. "
                          f"Supported: elementwise, where, cast, reductions, arg reductions, cumsum, movement, "
-                         f"matmul, conv, conv_transpose, sort, topk, gather, index_select, scatter_add, random, "
-                         f"constants, iota/arange and shape assertions")
+                         f"matmul, conv, conv_transpose, sort, topk, gather, index_select, scatter, scatter_add, "
+                         f"random, constants, iota/arange and shape assertions")
 
 
 def check_supported(f: Function, module: Module | None) -> None:

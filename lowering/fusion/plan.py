@@ -98,7 +98,7 @@ class FusionPlan:
 
     def inlined_into(self) -> dict[Value, list[Value]]:
         """Each inlined value -> the values whose nests compute it: materialised values, convolutions
-        computing their input inline, ops with a nest of their own (scatter_add, random)."""
+        computing their input inline, ops with a nest of their own (scatter, scatter_add, random)."""
         into: dict[Value, list[Value]] = {}
         for op in self.function.body.ops:
             if op.name in PROLOGUE or not op.results:

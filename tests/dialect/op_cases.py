@@ -37,6 +37,15 @@ def _t(torch: Any, x: np.ndarray) -> Any:
     return torch.from_numpy(np.ascontiguousarray(x))
 
 
+def _scatter_in_order(x: np.ndarray, index: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """``out[index[i][j]][j] = src[i][j]`` one element at a time, row-major (axis 0)."""
+    out = x.copy()
+    for i in range(index.shape[0]):
+        for j in range(index.shape[1]):
+            out[index[i, j], j] = src[i, j]
+    return out
+
+
 def _n(t: Any) -> np.ndarray:
     return t.detach().numpy()
 
@@ -193,6 +202,12 @@ def structured_cases() -> list[Case]:
                                    "s0 in [1, 16]; s1 in [1, 16]"),
              lambda r: [_f(4, 5)(r), _i64(7)(r)],
              lambda torch, x, i: [_n(torch.index_select(_t(torch, x), 1, _t(torch, i)))], exact=True))
+    add(Case("tp.scatter", fn("%x: tensor<[s0, 5], f32>, %i: tensor<[3, 5], i64>, %s: tensor<[3, 5], f32>",
+                              "tensor<[s0, 5], f32>",
+                              ["%0 = tp.scatter %x, %i, %s {axis = 0} : tensor<[s0, 5], f32>", "tp.return %0"],
+                              "s0 in [4, 16]"),
+             lambda r: [_f(4, 5)(r), _i64(3, 5, hi=2)(r), _f(3, 5)(r)],  # repeated indices: the last write wins
+             lambda torch, x, i, s: [_scatter_in_order(x, i, s)], exact=True))
     add(Case("tp.scatter_add", fn("%x: tensor<[s0, 5], f32>, %i: tensor<[2, 5], i64>, %s: tensor<[2, 5], f32>",
                                   "tensor<[s0, 5], f32>",
                                   ["%0 = tp.scatter_add %x, %i, %s {axis = 0} : tensor<[s0, 5], f32>", "tp.return %0"],

@@ -240,3 +240,37 @@ def test_cross_entropy_program_is_native():
     logp = z - np.log(np.exp(z - z.max(1, keepdims=True)).sum(1, keepdims=True)) - z.max(1, keepdims=True)
     want = -logp[np.arange(6), t].mean()
     np.testing.assert_allclose(float(prog(z=tp.tensor(z), t=tp.tensor(t)).numpy()), want, rtol=1e-5)
+
+
+
+def _assign_rows(x, i, s):
+    y = x.clone()
+    y[i[:, 0]] = s
+    return y
+
+
+def _in_order(x, i, s, axis):
+    """numpy: ``out[i[r, c], c] = s[r, c]`` (axis 0) or ``out[r, i[r, c]] = s[r, c]`` (axis 1), one write at a time."""
+    out = x.copy()
+    for r in range(i.shape[0]):
+        for c in range(i.shape[1]):
+            out[(i[r, c], c) if axis == 0 else (r, i[r, c])] = s if np.ndim(s) == 0 else s[r, c]
+    return out
+
+
+@pytest.mark.parametrize("fn,want", [
+    (lambda x, i, s: tp.scatter(x, 0, i, s), lambda x, i, s: _in_order(x, i, s, 0)),
+    (lambda x, i, s: x.scatter(1, i[:4], 7.5), lambda x, i, s: _in_order(x, i[:4], np.float32(7.5), 1)),
+    (_assign_rows, lambda x, i, s: _in_order(x, np.repeat(i[:, :1], 3, 1), s, 0)),
+], ids=["src", "value", "setitem"])
+def test_scatter_with_repeated_indices_keeps_the_last_write_like_eager(fn, want):
+    """Repeated indices overwrite in row-major order of the index (eager's numpy assignment), never add up."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    i, s = rng.integers(0, 3, (5, 3)), rng.standard_normal((5, 3)).astype(np.float32)
+    prog = _native(fn, {"i": {0: Dim.AUTO}, "s": {0: Dim.AUTO}}, x=tp.tensor(x), i=tp.tensor(i), s=tp.tensor(s))
+    for rows in (5, 9):
+        i, s = rng.integers(0, 3, (rows, 3)), rng.standard_normal((rows, 3)).astype(np.float32)
+        args = tp.tensor(x), tp.tensor(i), tp.tensor(s)
+        np.testing.assert_array_equal(fn(*args).numpy(), want(x, i, s))  # eager
+        np.testing.assert_array_equal(prog(*args).numpy(), want(x, i, s))
