@@ -35,6 +35,7 @@ import sympy
 from tensorplay.dialect import I1, Value, sym
 
 from .context import Cx, UnsupportedOp
+from .symbols import divisibility
 
 __all__ = ["lower_assertion", "guard_assertion", "condition_expr"]
 
@@ -150,6 +151,28 @@ def indicator(tree: Any, symbols: list[Any]) -> Any:
     raise UnsupportedOp(f"guard condition must be a comparison or and/or/not of comparisons, got {op!r}")
 
 
+def _implied_by_multiples(condition: Any, shown: list[Any], extents: list[Any], ranges: dict) -> bool:
+    """Whether the guard holds for every size whose header extent is ``c * s`` (``c > 1``: a derived dim, or a
+    size a divisibility guard wrote as ``c * k``; that guard, or the derived dim's relation, is checked and
+    kept; ``ranges``: the header's symbol ranges): ``Mod(3*x, 2*floor(x/2)) == 0`` holds for every even ``x``."""
+    multiples = {}
+    for d, e in zip(shown, extents):
+        c, rest = sympy.sympify(e).as_coeff_Mul()
+        if d.is_Symbol and c.is_Integer and c > 1 and rest.is_Symbol:
+            lo = ranges.get(rest, (0, None))[0]
+            sign = {"positive": True} if lo >= 1 else {"nonnegative": True}
+            multiples[d] = c * sympy.Symbol(f"k_{d.name}", integer=True, **sign)
+    if not multiples:
+        return False
+    try:
+        cond = condition_expr(tuple(condition), shown)
+    except UnsupportedOp:
+        return False
+    if divisibility(cond) is not None:  # such a guard is what checks a multiple: never implied
+        return False
+    return sympy.simplify(cond.xreplace(multiples)) is sympy.true
+
+
 def _lower_guard(cx: Cx, values: tuple, sources: tuple, condition: Any, text: str) -> None:
     """``assert_guard``: the condition over the ACTUAL input sizes (``tp.dim`` operands), never over header
     symbols, so header specialization cannot fold it away. It becomes ``tp.assert_relation %checked, %shown``
@@ -172,6 +195,9 @@ def _lower_guard(cx: Cx, values: tuple, sources: tuple, condition: Any, text: st
             operands.append(_dim(cx, values[index], axis, "assert_guard"))
         d = sym(f"_{dims[key]}")
         shown.append(d - offset if scale == 1 else sympy.floor((d - offset) / sympy.Integer(scale)))
+    ranges = cx.b.function.symbols if cx.b.function is not None else {}
+    if _implied_by_multiples(condition, shown, [values[i].type.shape[a] for i, a, *_ in sources], ranges):
+        return
     holds = indicator(tuple(condition), shown)
     if holds == 1:
         return

@@ -43,7 +43,7 @@ from ..errors import ConversionError, LoweringError
 from .binding import ArgSource, Binding, Field, Result, as_array, rebuild
 from .context import SYM_OPS, Cx, SymVal, UnsupportedOp, short_loc, to_dialect_dtype
 from .rules import RULES
-from .symbols import floor_form, refine_range, used_symbols
+from .symbols import divisibility, floor_form, refine_range, used_symbols
 
 if TYPE_CHECKING:
     from tensorplay.graph import GraphModule, Node
@@ -119,6 +119,7 @@ class _Converter:
         self.aliases: dict[Node, Node] = {}  # in-place node -> the node it mutated
         self.weight_sources: dict[str, str] = {}  # module weight name -> the graph name it holds
         self.retired: set[str] = set()  # symbol names replaced by the dialect's own expressions
+        self.divided: dict[sympy.Symbol, int] = {}  # size -> c of the guard Eq(Mod(size, c), 0): size is c*k
 
     # ------------------------------------------------------------------ symbols
     def rename(self, e: Any) -> Any:
@@ -148,6 +149,11 @@ class _Converter:
                     value = -b / a
                     if value.is_Integer:
                         self.symmap[free[0]] = value
+                elif free[0] not in self.symmap and divisibility(fact) is not None:
+                    # Eq(Mod(s, c), 0) also writes s as c*k: what the guard promises becomes provable
+                    c = divisibility(fact)[1]
+                    self.divided[free[0]] = c
+                    self.symmap[free[0]] = c * self.new_symbol(free[0])
             elif len(free) == 2 and d in (free[0] - free[1], free[1] - free[0]):
                 keep = self.symmap[free[0]] if free[0] in self.symmap else self.new_symbol(free[0])
                 self.symmap[free[1]] = keep
@@ -356,10 +362,12 @@ class _Converter:
             return
         for s, info in self.env.symbols.items():
             d = self.symmap.get(s) or self.new_symbol(s)
+            c = self.divided.get(s, 1)
+            d = d / c if c != 1 else d
             if not d.is_Symbol or d in f.symbols:
                 continue
-            hi = INF if info.hi is None else info.hi
-            f.declare(d, max(info.lo, 0), hi)
+            hi = INF if info.hi is None else info.hi // c
+            f.declare(d, -(-max(info.lo, 0) // c), hi)
         for g in self.guards():
             refine_range(f, self.rename(g.fact))
 

@@ -1,4 +1,5 @@
-"""Symbols of a converted function: header ranges refined by guards, the sympy forms the dialect infers."""
+"""Symbols of a converted function: header ranges refined by guards, divisibility guards, the sympy forms the
+dialect infers."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,7 +8,7 @@ import sympy
 
 from tensorplay.dialect import Function
 
-__all__ = ["refine_range", "floor_form", "used_symbols"]
+__all__ = ["refine_range", "floor_form", "used_symbols", "divisibility"]
 
 
 def used_symbols(f: Function) -> set:
@@ -85,3 +86,29 @@ def refine_range(f: Function, fact: Any) -> None:
         return
     if lo <= hi:
         f.symbols[s] = (lo, hi)
+
+
+def divisibility(fact: Any) -> tuple[sympy.Symbol, int] | None:
+    """``(s, c)`` when the guard ``fact`` over one integer size ``s`` says exactly that ``c`` divides ``s``
+    (``Eq(Mod(s, 2), 0)``, ``Eq(6*floor(s/2), 3*s)``), else None. Writing ``s`` as ``c*k`` then lets the
+    dialect prove what the guard promises (``3*s == 6*floor(s/2)`` becomes ``6*k == 6*k``).
+
+    >>> from tensorplay.dialect import sym
+    >>> s0 = sym("s0")
+    >>> divisibility(sympy.Eq(6 * sympy.floor(s0 / 2), 3 * s0)), divisibility(sympy.Eq(sympy.Mod(s0, 3), 1))
+    ((s0, 2), None)
+    """
+    if not isinstance(fact, sympy.Eq) or len(fact.free_symbols) != 1:
+        return None
+    (s,) = fact.free_symbols
+    divisors = set()
+    for e in fact.atoms(sympy.Mod, sympy.floor, sympy.ceiling):
+        den = e.args[1] if isinstance(e, sympy.Mod) else sympy.fraction(sympy.together(e.args[0]))[1]
+        if den.is_Integer and int(den) > 1:
+            divisors.add(int(den))
+    k = sympy.Symbol("k", integer=True, nonnegative=True)
+    for c in sorted(divisors):
+        held = [sympy.simplify(fact.xreplace({s: c * k + r})) for r in range(c)]
+        if held[0] is sympy.true and all(h is sympy.false for h in held[1:]):
+            return s, c
+    return None
