@@ -678,12 +678,18 @@ def _run_program(program: ExportedProgram, flat_args: list) -> Any:
     if runner is None:
         _check_static_inputs(program, flat_args)
         return program.graph_module(*flat_args)
-    return runner(program, flat_args)
+    try:
+        return runner(program, flat_args)
+    except ConstraintsExceededError as exc:  # other extents where dynamic_shapes declared nothing?
+        from .specialize import call_other_extents
+        return call_other_extents(program, flat_args, exc)
 
 
 def _check_static_inputs(program: ExportedProgram, flat_args: list) -> None:
     """The checks the native prologue makes that the graph's own assertions leave out: each user tensor's
-    rank, dtype and static extents (symbolic extents are asserted inside the graph)."""
+    rank, dtype and static extents (symbolic extents are asserted inside the graph). A static extent that
+    ``dynamic_shapes`` did not declare may differ when the program does not depend on it
+    (:mod:`tensorplay.export.specialize`)."""
     code = program.graph_module.code
     cached = program.__dict__.get("_static_inputs")
     if cached is None or cached[0] is not code:
@@ -699,8 +705,18 @@ def _check_static_inputs(program: ExportedProgram, flat_args: list) -> None:
             raise ValueError(f"input {name!r} must have rank {len(meta.shape)}, got shape {tuple(value.shape)}")
         if value.dtype != meta.dtype:
             raise TypeError(f"input {name!r} must have dtype {meta.dtype.name}, got {value.dtype.name}")
-        for axis, (want, got) in enumerate(zip(meta.shape, value.shape, strict=True)):
+    differing = []
+    for i, name, meta in cached[1]:
+        value = flat_args[i]
+        for axis, (want, got) in enumerate(zip(meta.shape, getattr(value, "shape", ()), strict=False)):
             if isinstance(want, int) and want != got:
+                differing.append((name, axis, want, int(got)))
+    if differing:
+        from .specialize import check_other_extents, undeclared
+        free = undeclared(program, differing)
+        check_other_extents(program, free)
+        for name, axis, want, got in differing:
+            if (name, axis, want, got) not in free:  # pinned by dynamic_shapes
                 raise ConstraintsExceededError(f"runtime assertion failed for {name!r}: expected dimension {axis} "
                                                f"to be {want}, got {got}")
 

@@ -450,7 +450,7 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
     graph = tracer.graph
     kept = settle(tracer.shape_env, decl.symbols)
     leaves, out_spec = tree_flatten(result if gradients is None else (result, gradients["values"]))
-    tracer._use = "a result of the program"
+    tracer._use = "as a result of the program"
     user_nodes = [tracer.to_node(v) for v in leaves]
     grad_kinds = gradients["kinds"] if gradients is not None else []
     num_user = len(user_nodes) - len(grad_kinds)
@@ -510,10 +510,13 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
     return program
 
 
-def _static_extents(tracer: ExportTracer, decl: _Declarations) -> list[list]:
+def _static_extents(tracer: ExportTracer, decl: _Declarations) -> list[list] | None:
     """``[label, axis, extent, how, where]`` per input extent ``dynamic_shapes`` says nothing about: how and
     where (the source line) the program depends on it, both None when it does not (it may then differ in a
-    call, see :mod:`tensorplay.export.specialize`)."""
+    call, see :mod:`tensorplay.export.specialize`). None when the capture did not follow them (a program
+    imported from torch): it depends on all of them."""
+    if not tracer.tracks_extents:
+        return None
     declared = {(site["label"].rsplit(".size()", 1)[0], site["axis"]) for site in decl.sites}
     facts = []
     for label, axis, extent in tracer.static_sites:

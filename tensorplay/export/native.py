@@ -189,5 +189,6 @@ def _build(program: ExportedProgram, *, strict: bool, options: dict) -> NativeRu
         return None
     runner = NativeRunner(program, compiled)
     program.__dict__["_native"] = (code, runner)
+    program.__dict__["_native_options"] = options  # code specialized for other extents compiles alike
     return runner
 

@@ -24,7 +24,7 @@ them back into plain ints where they reach a node).
 >>> m > 8
 True
 >>> uses
-[([('x', 0)], 'a comparison')]
+[([('x', 0)], 'in a comparison')]
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class ExtentUse(NamedTuple):
 
     label: str  # the input, as the user names it: "x", "x['a']", "x.field"
     axis: int
-    how: str  # "an argument of view", "a comparison", ...
+    how: str  # "as an argument of view", "in a comparison", ... (the program uses the extent ...)
     where: str  # the user's source line, "file.py:12 in forward: code"
 
 
@@ -61,19 +61,19 @@ class _Traced:
     def _compare(self, fn, other):
         if not isinstance(other, int | float):
             return NotImplemented
-        self.owner.extent_used(self.origins | origins_of(other), "a comparison")
+        self.owner.extent_used(self.origins | origins_of(other), "in a comparison")
         return fn(plain(self), plain(other))
 
     def __bool__(self) -> bool:
-        self.owner.extent_used(self.origins, "a truth test")
+        self.owner.extent_used(self.origins, "in a truth test")
         return plain(self) != 0
 
     def __int__(self) -> int:
-        self.owner.extent_used(self.origins, "int()")
+        self.owner.extent_used(self.origins, "in int()")
         return int(plain(self))
 
     def __float__(self) -> float:
-        self.owner.extent_used(self.origins, "float()")
+        self.owner.extent_used(self.origins, "in float()")
         return float(plain(self))
 
     def __neg__(self):

@@ -115,7 +115,7 @@ class Tracer:
         self._shadow: dict[Any, tuple] = {}  # node -> its shape with every static input extent a symbol
         self._shadow_origins: dict[Any, frozenset] = {}  # node -> the input extents its shadow shape follows
         self._origins: dict[sympy.Symbol, frozenset] = {}  # such a symbol -> the (label, axis) it stands for
-        self._use = "a value of the graph"
+        self._use = "as a value of the graph"
 
     # ------------------------------------------------------------------ static extents
     def track_extents(self) -> None:
@@ -127,6 +127,10 @@ class Tracer:
         carrying those origins, and their uses land in :attr:`extent_uses` (see :mod:`.extents`).
         """
         self._shadow_env = _ExampleDecider(self.shape_env)
+
+    @property
+    def tracks_extents(self) -> bool:
+        return self._shadow_env is not None
 
     def extent_used(self, origins: frozenset, how: str) -> None:
         """Record that the program depends on the input extents ``origins`` (first use per extent kept)."""
@@ -193,9 +197,9 @@ class Tracer:
         origins = frozenset().union(*(self._shadow_origins[a.node] for a in inputs))
         if isinstance(result, list):  # the graph reads a fixed number of results: did a size decide it?
             if len(metas) != len(outputs):
-                self.extent_used(origins, f"the number of results of {op.name}")
+                self.extent_used(origins, f"as the number of results of {op.name}")
             for fact in guards[decided:]:
-                self.extent_used(self._origins_of(fact), f"the number of results of {op.name}")
+                self.extent_used(self._origins_of(fact), f"as the number of results of {op.name}")
         del guards[decided:]
         if len(metas) != len(outputs) or not all(isinstance(m, TensorMeta) for m in metas):
             metas = [None] * len(outputs)
@@ -319,12 +323,12 @@ class Tracer:
         ex_kwargs = {k: self.to_example(v) for k, v in kwargs.items()}
         with no_grad(), deciding_with(None), recording_random_factories(None):  # eager: concrete sizes
             example = op(*ex_args, **ex_kwargs)
-        self._use = f"an argument of {op.name}"
+        self._use = f"as an argument of {op.name}"
         try:
             node = self.graph.create_node(kind, target, self.to_node(tuple(args)),
                                           {k: self.to_node(v) for k, v in kwargs.items()})
         finally:
-            self._use = "a value of the graph"
+            self._use = "as a value of the graph"
         result = self._wrap_result(node, meta, example, op)
         if self._shadow:
             self._follow_extents(op, args, kwargs, numbers, result)
@@ -456,11 +460,11 @@ class Tracer:
         if any(e is None for e in exprs):
             return NotImplemented
         expr = _sym_apply(fn, *exprs)
-        self._use = "arithmetic with a dynamic size"
+        self._use = "in arithmetic with a dynamic size"
         try:
             node = self.graph.call_function(fn, self.to_node(tuple(args)))
         finally:
-            self._use = "a value of the graph"
+            self._use = "as a value of the graph"
         node.meta["val"] = expr
         if isinstance(expr, sympy.Basic) and not expr.free_symbols:
             value = bool(expr) if expr in (sympy.true, sympy.false) else (int(expr) if expr.is_integer

@@ -287,8 +287,8 @@ def test_outputs_are_freed_as_soon_as_the_caller_drops_them():
 
 
 def test_interpreted_programs_check_static_inputs_as_native_code_does():
-    def f(x, i):
-        return x.sum() + tp.nn.functional.one_hot(i).sum()  # one_hot(num_classes=-1) runs interpreted
+    def f(x, i):  # one_hot(num_classes=-1) runs interpreted; the program depends on x's dim 0 (x.shape[0])
+        return x.sum() * (x.shape[0] // 2) + tp.nn.functional.one_hot(i).sum()
 
     prog = export(f, tp.ones(2, 3), tp.tensor([0, 1]))
     with warnings.catch_warnings():
