@@ -165,27 +165,6 @@ def _size(d: Any, values: dict[str, int]) -> int:
     return int(expr.subs({s: values[str(s)] for s in expr.free_symbols if str(s) in values}))
 
 
-def compilable(program: Any) -> Any:
-    """``program`` with ``example_value`` meta restored where loading left only ``val``.
-
-    Programs read from an archive carry shapes (``val``) but no example values, and decomposition
-    skips nodes without them; zeros of the example sizes stand in (only shapes matter there).
-    """
-    import tensorplay as tp
-
-    values = symbol_values(program, {})
-    for node in program.graph.nodes:
-        val = node.meta.get("val")
-        if "example_value" in node.meta or not hasattr(val, "shape") or not hasattr(val, "dtype"):
-            continue
-        try:
-            dims = [_size(d, values) for d in val.shape]
-        except (TypeError, ValueError):
-            continue
-        node.meta["example_value"] = tp.zeros(*dims, dtype=val.dtype)
-    return program
-
-
 def flat_outputs(result: Any) -> list[Any]:
     from tensorplay.graph._pytree import tree_flatten
 

@@ -10,7 +10,6 @@ from ._common import (
     CLIError,
     add_archive,
     add_shapes,
-    compilable,
     load_archive,
     make_inputs,
     parse_shapes,
@@ -41,7 +40,7 @@ def execute(args: argparse.Namespace) -> None:
         executables = runners.pool.executables
     else:
         with progress(f"compiling {model!r}"):
-            executables = [tp.compile(compilable(program)).executable]
+            executables = [tp.compile(program).executable]
     if args.threads is not None:
         for exe in executables:
             exe.num_threads = args.threads

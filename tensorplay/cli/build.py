@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ._common import CLIError, add_archive, compilable, load_archive, pick_model, progress
+from ._common import CLIError, add_archive, load_archive, pick_model, progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,7 +33,7 @@ def execute(args: argparse.Namespace) -> None:
         print(f"used the archive's native code for {artifact.cpu_name} (no compilation)")
     else:
         with progress(f"compiling {model!r}"):
-            compiled = tp.compile(compilable(program))
+            compiled = tp.compile(program)
         with progress(f"linking lib{name}.so"):
             paths = build_library(compiled, args.output, name, program=program)
     for kind in ("library", "header", "weights", "artifact", "objects"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ._common import CLIError, add_archive, compilable, load_archive, pick_model, progress
+from ._common import CLIError, add_archive, load_archive, pick_model, progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +34,7 @@ def execute(args: argparse.Namespace) -> None:
     options = {} if args.threads is None else {"num_threads": args.threads}
     for name in names:
         with progress(f"compiling {name!r}"):
-            compiled = tp.compile(compilable(programs[name]), **options)
+            compiled = tp.compile(programs[name], **options)
         print(f"{name}: {compiled.stats['kernels']} kernels, compiled in {compiled.stats['compile_seconds']:.2f}s")
     host = native_files_of({n: programs[n] for n in names})
     files = {name: list(items) for name, items in host.items()}

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ._common import CLIError, add_archive, compilable, load_archive, pick_model, progress, user_inputs
+from ._common import CLIError, add_archive, load_archive, pick_model, progress, user_inputs
 
 LEVELS = ("tp", "kernel", "llvm", "asm")
 
@@ -84,7 +84,7 @@ def execute(args: argparse.Namespace) -> None:
             print(next(c.dialect for c in runners.values() if c.dialect))
             return
         with progress(f"compiling {names[0]!r}"):
-            compiled = tp.compile(compilable(program))
+            compiled = tp.compile(program)
         print(compiled.ir(args.ir))
 
 
@@ -104,7 +104,7 @@ def draw_graph(args: argparse.Namespace, contents: Any, name: str) -> None:
             import tensorplay as tp
 
             with progress(f"compiling {name!r}"):
-                kernel_text = tp.compile(compilable(program)).ir("kernel")
+                kernel_text = tp.compile(program).ir("kernel")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # said below, in one line
         written = draw(program, args.graph, kernels=args.kernels, kernel_text=kernel_text)
