@@ -57,7 +57,7 @@ SCATTERS = ("tp.scatter", "tp.scatter_add")
 
 def _affine(em: NestEmitter, v: Value, index: Index, depth: int = 0) -> sympy.Expr | None:
     """Element ``index`` of the integer tensor ``v`` as a sympy expression, when it is one (iota/arange
-    arithmetic through movement ops); None otherwise."""
+    arithmetic, remainders by positive extents, through movement ops); None otherwise."""
     o = v.owner
     if depth > 24 or not isinstance(o, Operation) or not isinstance(v.type, TensorType) or not v.type.dtype.is_int:
         return None
@@ -93,6 +93,9 @@ def _affine(em: NestEmitter, v: Value, index: Index, depth: int = 0) -> sympy.Ex
     if name == "tp.neg":
         x = sub(o.operands[0], index)
         return None if x is None else -x
+    if name == "tp.remainder":  # Python's remainder; sympy's Mod is the same for a positive divisor (roll)
+        x, y = (sub(w, broadcast_index(index, w.type.shape)) for w in o.operands)
+        return None if x is None or y is None or em.facts.prove(sympy.Gt(y, 0)) is not True else sympy.Mod(x, y)
     src = o.operands[0].type.shape if o.operands else ()
     if name == "tp.reshape":
         return sub(o.operands[0], reshape_index(index, src, v.type.shape))
@@ -153,6 +156,8 @@ def _decide(em: NestEmitter, v: Value, index: Index, depth: int) -> bool | None:
 
 def _ends(em: NestEmitter, e: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr] | None:
     """Smallest and largest value of ``e`` (linear in the live loop variables, coefficients of known sign)."""
+    if isinstance(e, sympy.Mod) and em.facts.prove(sympy.Gt(e.args[1], 0)) is True:
+        return sympy.Integer(0), e.args[1] - 1
     loops = {lv.iv: lv.upper for lv in em.levels if lv.iv is not None}
     lo = hi = e
     for s in e.free_symbols & set(loops):

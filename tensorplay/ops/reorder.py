@@ -72,8 +72,12 @@ def _(input, shifts, dims=None):
     out = input
     for s, d in zip(shifts, dims):
         n = input.shape[d]
-        s = s % n if isinstance(n, int) else _static(sympy.Mod(s, n))
-        out = cat([narrow(out, d, n - s, s), narrow(out, d, 0, n - s)], d)
+        if isinstance(n, int):
+            s = s % n
+            out = cat([narrow(out, d, n - s, s), narrow(out, d, 0, n - s)], d)
+        else:  # a dynamic extent: read element (i - s) mod n, n known at run time (no split point to prove)
+            ids = REGISTRY["remainder"](REGISTRY["arange"](n, dtype=_dtype.int64) - s, n)
+            out = REGISTRY["index_select"](out, d, ids)
     return out
 
 

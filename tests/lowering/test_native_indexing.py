@@ -274,3 +274,18 @@ def test_scatter_with_repeated_indices_keeps_the_last_write_like_eager(fn, want)
         args = tp.tensor(x), tp.tensor(i), tp.tensor(s)
         np.testing.assert_array_equal(fn(*args).numpy(), want(x, i, s))  # eager
         np.testing.assert_array_equal(prog(*args).numpy(), want(x, i, s))
+
+
+@pytest.mark.parametrize("shifts,dims", [(2, 0), (1, 0), (-7, 0), ((1, -2), (0, 1))])
+def test_roll_along_a_dynamic_dim_that_may_be_1_is_a_modular_index(shifts, dims):
+    """With extents from 1 up no split point ``n - shifts % n`` is provable: the native code reads element
+    ``Mod(i - shift, n)`` with ``n`` the runtime extent."""
+    from tensorplay.lowering.pipeline import compile_program
+    dynamic = {"x": {0: Dim("n", min=1, max=64), 1: Dim("m", min=1, max=64)}}
+    prog = export(lambda x: tp.roll(x, shifts, dims) * 2, dynamic_shapes=dynamic, x=tp.randn(6, 3))
+    kernel = compile_program(prog).ir("kernel")
+    assert "Mod(i0" in kernel and "kernel.load_at" not in kernel
+    tp.compile(prog)  # strict: no interpreter fallback
+    for n, m in ((1, 1), (2, 5), (7, 3)):
+        x = np.random.default_rng(n).standard_normal((n, m)).astype(np.float32)
+        np.testing.assert_array_equal(prog(x=tp.tensor(x)).numpy(), np.roll(x, shifts, dims) * 2)
