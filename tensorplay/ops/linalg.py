@@ -330,9 +330,12 @@ def _(ctx, grad):
     from ..autograd.functional_helpers import sum_to_shape
     input, weight = ctx.args[0], ctx.args[1]
     bias = ctx.args[2] if len(ctx.args) > 2 else None
-    w = _transpose(weight) if weight.dim() == 2 else weight
-    g_input, g_w = matmul_grads(input, w, grad)
-    g_weight = _transpose(g_w) if weight.dim() == 2 else g_w
+    if weight.dim() == 2:  # grad^T @ input over the flattened leading dims: no transposed product to copy
+        g_input = tp.matmul(grad, weight)
+        g_weight = tp.matmul(_transpose(tp.reshape(grad, (-1, weight.shape[0]))),
+                             tp.reshape(input, (-1, weight.shape[1])))
+    else:
+        g_input, g_weight = matmul_grads(input, weight, grad)
     if len(ctx.args) < 3:
         return g_input, g_weight
     return g_input, g_weight, None if bias is None else sum_to_shape(grad, tuple(bias.shape))
