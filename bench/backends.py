@@ -22,7 +22,9 @@ import numpy as np
 from . import numpy_ref
 from .models import Case
 
-DYNAMIC_AXIS = {"mlp": 0, "resnet": 0, "transformer": 0, "lstm": 0, "gpt": 1}  # exported as dynamic
+DYNAMIC_AXIS = {"mlp": 0, "resnet": 0, "transformer": 0, "lstm": 0, "gpt": 1,  # exported as dynamic
+                "resnet50": 0, "mobilenetv2": 0, "bert": 0, "gpt2": 1, "vit": 0}
+SEQUENCE_MODELS = {m for m, axis in DYNAMIC_AXIS.items() if axis == 1}  # torch.compile marks their sequence dynamic
 
 
 class Unavailable(Exception):
@@ -71,11 +73,12 @@ def _as_array(result: Any) -> np.ndarray:
 _PROGRAMS: dict[tuple, tuple[Any, dict]] = {}
 
 
-def _compiled_entry(case: Case, model: Any, threads: int) -> tuple[Callable[[], Any], dict] | None:
+def _compiled_entry(case: Case, model: Any, threads: int) -> tuple[Callable[[], Any], dict, dict] | None:
     """The model exported with ``tensorplay.export.export`` (batch, or sequence for GPT, dynamic) and
     compiled by ``tensorplay.compile(program, num_threads=threads)``, once per model and thread
     count: every row of a model runs the same dynamic-shape program. Returns the call (running the
-    native code) and the compiler's stats; None while ``tensorplay.compile`` does not exist."""
+    native code), the compiler's stats and ``{"export_s", "compile_s"}`` when it compiled now (empty when
+    an earlier row did); None while ``tensorplay.compile`` does not exist."""
     import tensorplay
 
     if not hasattr(tensorplay, "compile"):
@@ -85,13 +88,17 @@ def _compiled_entry(case: Case, model: Any, threads: int) -> tuple[Callable[[], 
     args = tuple(tensorplay.from_numpy(x) for x in case.inputs)
     axis = DYNAMIC_AXIS.get(case.model)
     key = (case.model, "dyn" if axis is not None else case.label, threads)
+    times = {}
     if key not in _PROGRAMS:
         dynamic = None if axis is None else [{axis: Dim.AUTO}] + [None] * (len(args) - 1)
+        t0 = time.perf_counter()
         program = export(model, *args, dynamic_shapes=dynamic)
+        t1 = time.perf_counter()
         compiled = tensorplay.compile(program, num_threads=threads)
+        times = {"export_s": t1 - t0, "compile_s": time.perf_counter() - t1}
         _PROGRAMS[key] = program, dict(getattr(compiled, "stats", None) or {})
     program, stats = _PROGRAMS[key]
-    return (lambda: program(*args)), stats
+    return (lambda: program(*args)), stats, times
 
 
 def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
@@ -103,13 +110,13 @@ def tensorplay_compiled(case: Case, pair: tuple[Any, Any], threads: int) -> Runn
         entry = _compiled_entry(case, pair[1], threads)
         if entry is None:
             raise Unavailable("n/a (not built)")
-        call, stats = entry
+        call, stats, times = entry
         call()
     except Unavailable:
         raise
     except Exception as exc:  # an unsupported model is a result: show why
         raise Unavailable(error_text(exc)) from exc
-    return Runner(lambda: _as_array(call()), time.perf_counter() - t0, info={"compiler_stats": stats},
+    return Runner(lambda: _as_array(call()), time.perf_counter() - t0, info={"compiler_stats": stats, **times},
                   note="setup = export + compile (once per model and thread count: later rows of a model reuse "
                   "its dynamic-shape program) + first call")
 
@@ -169,7 +176,7 @@ def torch_compile(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
 
     torch._dynamo.reset()
     args = _torch_inputs(case)
-    if case.model == "gpt":
+    if case.model in SEQUENCE_MODELS:
         torch._dynamo.mark_dynamic(args[0], 1)
     compiled = torch.compile(pair[0], backend="inductor")
     t0 = time.perf_counter()
@@ -193,13 +200,27 @@ def torch_compile(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
 _ONNX_CACHE: dict[tuple[str, str], tuple[bytes, float]] = {}
 
 
-def _onnx_bytes(case: Case, model: Any) -> tuple[bytes, float]:
-    """The model exported with ``torch.onnx.export`` (dynamo exporter), cached per model; the batch
-    (sequence for GPT) axis is dynamic so one export serves every row of a model."""
+def _onnx_key(case: Case) -> tuple[str, str]:
+    return case.model, "dyn" if case.model in DYNAMIC_AXIS else case.label
+
+
+def exported_onnx(case: Case) -> tuple[bytes, float] | None:
+    """The ONNX bytes exported for ``case``'s model in this process and the seconds it took, if any."""
+    return _ONNX_CACHE.get(_onnx_key(case))
+
+
+def preload_onnx(case: Case, blob: bytes, export_s: float) -> None:
+    """Make ``blob`` (exported in ``export_s`` seconds, elsewhere) the ONNX model of ``case``'s rows."""
+    _ONNX_CACHE[_onnx_key(case)] = blob, export_s
+
+
+def onnx_bytes(case: Case, model: Any) -> tuple[bytes, float]:
+    """The model exported with ``torch.onnx.export`` (dynamo exporter) and the seconds it took, cached per
+    model; the batch (sequence for GPT) axis is dynamic so one export serves every row of a model."""
     import torch
 
     axis = DYNAMIC_AXIS.get(case.model)
-    key = (case.model, "dyn" if axis is not None else case.label)
+    key = _onnx_key(case)
     if key not in _ONNX_CACHE:
         args = tuple(_torch_inputs(case))
         dynamic = None if axis is None else ({axis: torch.export.Dim.AUTO},)
@@ -219,7 +240,7 @@ def onnxruntime(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
         import onnxruntime as ort
     except ImportError as exc:
         raise Unavailable("n/a (onnxruntime not installed)") from exc
-    blob, export_s = _onnx_bytes(case, pair[0])
+    blob, export_s = onnx_bytes(case, pair[0])
     opts = ort.SessionOptions()
     opts.intra_op_num_threads, opts.inter_op_num_threads = threads, 1
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -239,6 +260,13 @@ def numpy_forward(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
         raise Unavailable("n/a (needs scipy for erf)")
     params = {k: v.detach().numpy() for k, v in pair[0].state_dict().items()}
     return Runner(lambda: forward(params, *case.inputs))
+
+
+def release(model: str) -> None:
+    """Drop the programs and ONNX exports kept for ``model``'s later rows (after its last row)."""
+    for cache in (_PROGRAMS, _IMPORTED, _ONNX_CACHE):
+        for key in [k for k in cache if k[0] == model]:
+            del cache[key]
 
 
 BACKENDS: dict[str, Callable[[Case, tuple[Any, Any], int], Runner]] = {

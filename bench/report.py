@@ -1,7 +1,8 @@
 """Markdown tables and the latency-ratio chart drawn from the result records of :mod:`bench.run`.
 
 A record is a dict with ``model, case, threads, backend`` and either ``median_ms/p90_ms`` or
-``error``; optional ``setup_s``, ``max_abs_diff``, ``gflops``, ``gbs``, ``note``.
+``error``; optional ``setup_s``, ``max_abs_diff``, ``gflops``, ``gbs``, ``note``. The records of
+:mod:`bench.isolated` (memory, cold and warm compiles) have their own two tables.
 
 >>> rec = [{"model": "mlp", "case": "b1", "threads": 1, "backend": "numpy", "median_ms": 0.1, "p90_ms": 0.2}]
 >>> print(latency_table(rec, ["numpy"]).splitlines()[-1])
@@ -57,6 +58,63 @@ def diff_table(records: list[Record], backends: list[str], reference: str) -> st
 def setup_table(records: list[Record], backends: list[str]) -> str:
     """Seconds spent compiling/exporting before the first call, for the compiled paths."""
     return _table(records, backends, lambda r: "-" if r.get("setup_s") is None else f"{r['setup_s']:.2f}")
+
+
+def _isolated_rows(isolated: list[Record]) -> dict[tuple, dict[str, Record]]:
+    """``(model, case) -> {column: record}``; tensorplay compiled's two runs as ``"tensorplay compiled cold"``
+    and ``"... warm"``."""
+    rows: dict[tuple, dict[str, Record]] = {}
+    for r in isolated:
+        column = f"{r['backend']} {r['cache']}" if "cache" in r else r["backend"]
+        rows.setdefault((r["model"], r["case"]), {})[column] = r
+    return rows
+
+
+def _short(error: str, width: int = 40) -> str:
+    return error if len(error) <= width else error[: width - 3] + "..."
+
+
+def _seconds(r: Record | None, field: str) -> str:
+    if r is None:
+        return ""
+    if "error" in r:
+        return _short(r["error"])
+    miss = " (miss)" if field == "compile_s" and r.get("cache") == "warm" and not r["from_cache"] else ""
+    return f"{r[field]:.3f}{miss}"
+
+
+def compile_table(isolated: list[Record]) -> str:
+    """Seconds to a first result in a fresh process (:mod:`bench.isolated`): tensorplay's export, its compile
+    on an empty compile cache (cold) and on the cache that run filled (warm; "(miss)" when the warm run
+    compiled after all), the warm process's first call; torch.compile's compile + first call; ONNX Runtime's
+    torch.onnx export + session creation."""
+    tp = "tensorplay compiled"
+    lines = ["| model | case | tensorplay export | tensorplay cold | tensorplay warm | warm first call | torch.compile "
+             "| onnxruntime |", "|---|---|---|---|---|---|---|---|"]
+    for (model, case), row in _isolated_rows(isolated).items():
+        cold, warm = row.get(f"{tp} cold"), row.get(f"{tp} warm")
+        cells = [_seconds(cold, "export_s"), _seconds(cold, "compile_s"), _seconds(warm, "compile_s"),
+                 _seconds(warm, "first_call_s"), _seconds(row.get("torch.compile"), "setup_s"),
+                 _seconds(row.get("onnxruntime"), "setup_s")]
+        lines.append(f"| {model} | {case} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def memory_table(isolated: list[Record], backends: list[str]) -> str:
+    """Peak resident MiB over the process's baseline (:mod:`bench.isolated`), "setup / run": up to the first
+    result, then over further calls; tensorplay compiled's cold and warm runs in two columns. ``weights`` is
+    the model's state_dict size."""
+    columns = [c for b in backends for c in ((f"{b} cold", f"{b} warm") if b == "tensorplay compiled" else (b,))]
+    lines = ["| model | case | weights | " + " | ".join(columns) + " |", "|" + "---|" * (3 + len(columns))]
+    for (model, case), row in _isolated_rows(isolated).items():
+        cells = []
+        for c in columns:
+            r = row.get(c)
+            cells.append("" if r is None else _short(r["error"]) if "error" in r
+                         else f"{r['setup_peak_mib']:.0f} / {r['run_peak_mib']:.0f}")
+        weights = next((f"{r['weights_mib']:.0f}" for r in row.values() if "weights_mib" in r), "")
+        lines.append(f"| {model} | {case} | {weights} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def rate_table(records: list[Record], backends: list[str]) -> str:

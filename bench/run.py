@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,9 +43,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--update-readme", action="store_true", help="put the report into bench/README.md")
     parser.add_argument("--profile-losers", action="store_true",
                         help="profile every one-thread row where another path beats tensorplay compiled")
+    parser.add_argument("--isolated", choices=("all", "real", "none"), default=None,
+                        help="models whose peak memory and cold/warm compile times are measured in processes of "
+                        "their own: all, the real-size ones (quick mode's default) or none")
     opts = parser.parse_args(argv)
     if opts.threads is None:
         opts.threads = [1] if opts.quick else [1, 2]
+    if opts.isolated is None:
+        opts.isolated = "real" if opts.quick else "all"
     return opts
 
 
@@ -74,8 +80,10 @@ def measure_case(case, backends: list[str], thread_counts: list[int], budget: fl
             with threads(t):
                 try:
                     runner = BACKENDS[name](case, pair, t)
+                    start = time.perf_counter()
                     out = np.asarray(runner.call())
-                    stats = measure(runner.call, budget, *((1, 3) if quick else (3, 5)))
+                    slow = time.perf_counter() - start > budget  # warmed up by now; 3 timed calls will do
+                    stats = measure(runner.call, budget, *((0, 3) if slow else (1, 3) if quick else (3, 5)))
                 except Unavailable as exc:
                     rec["error"] = str(exc)
                 except Exception as exc:  # a crash of one path is a result too: show it, go on
@@ -97,6 +105,43 @@ def measure_case(case, backends: list[str], thread_counts: list[int], budget: fl
             records.append(rec)
             shown = rec["error"] if "error" in rec else f"{rec['median_ms']:.3f} ms"
             print(f"  {case.model:12} {case.label:10} {t}t {name:20} {shown}", flush=True)
+    return records
+
+
+def isolated_jobs(case, backends: list[str], workdir: Path) -> list:
+    """The fresh-process measurements of ``case`` (a model's first row): every path once, tensorplay compiled
+    cold (an empty cache directory under ``workdir``) and warm; onnxruntime from the ONNX file exported by the
+    timing pass (skipped when that export failed)."""
+    from bench import numpy_ref
+    from bench.backends import exported_onnx
+    from bench.isolated import Job
+
+    jobs = []
+    for name in backends:
+        if name == "tensorplay compiled":
+            cache = workdir / f"cache-{case.model}"
+            jobs += [Job(case, name, "cold", str(cache)), Job(case, name, "warm", str(cache))]
+        elif name == "onnxruntime":
+            if (exported := exported_onnx(case)) is not None:
+                path = workdir / f"{case.model}.onnx"
+                path.write_bytes(exported[0])
+                jobs.append(Job(case, name, onnx_path=str(path), onnx_export_s=exported[1]))
+        elif name != "numpy" or case.model in numpy_ref.FORWARDS:
+            jobs.append(Job(case, name))
+    return jobs
+
+
+def measure_isolated(case, backends: list[str], workdir: Path) -> list[dict]:
+    """Peak memory of every path and tensorplay's cold and warm compile times for ``case``, each in a process
+    of its own (:mod:`bench.isolated`)."""
+    from bench.isolated import run_jobs
+
+    records = run_jobs(isolated_jobs(case, backends, workdir))
+    for rec in records:
+        shown = rec.get("error") or f"peak MiB: setup {rec['setup_peak_mib']:.0f}, run {rec['run_peak_mib']:.0f}"
+        if "compile_s" in rec:
+            shown += f", compile {rec['compile_s']:.2f} s ({rec['cache']}{'' if rec['from_cache'] else ', compiled'})"
+        print(f"  {case.model:12} {case.label:10} isolated {rec['backend']:20} {shown}", flush=True)
     return records
 
 
@@ -130,6 +175,10 @@ def render(doc: dict, backends: list[str], reference: str) -> str:
         "### Latency, ms (median / p90)", report.latency_table(res, backends),
         f"### Max abs diff vs {reference}", report.diff_table(res, backends, reference),
         "### Compile / export time, s", report.setup_table(res, backends),
+        *(["### Compile time in a new process, s (tensorplay: cold cache, then warm)",
+           report.compile_table(doc["isolated"]),
+           "### Peak memory, MiB over the process's baseline (setup / run)",
+           report.memory_table(doc["isolated"], backends)] if doc.get("isolated") else []),
         "### Achieved rate: GFLOP/s, or GB/s of compulsory memory traffic for memory-bound rows",
         report.rate_table(res, backends),
         "Notes:\n" + "\n".join(notes) if notes else "",
@@ -183,9 +232,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     _quiet()
     from bench import report
-    from bench.backends import BACKENDS, REFERENCE
+    from bench.backends import BACKENDS, REFERENCE, release
     from bench.machine import limits
-    from bench.models import cases
+    from bench.models import REAL_SIZE, cases
 
     if any(k in os.environ for k in OVERRIDES):
         print(f"warning: {'/'.join(OVERRIDES)} set: numpy's BLAS runs a slower kernel", file=sys.stderr)
@@ -206,7 +255,16 @@ def main(argv: list[str] | None = None) -> dict:
     if not opts.no_limits:
         doc["limits"] = limits(opts.quick)
         print(limits_text(doc["limits"]), flush=True)
-    doc["results"] = [r for case in selected for r in measure_case(case, backends, opts.threads, budget, opts.quick)]
+    doc["results"], doc["isolated"] = [], []
+    isolated_models = {"all": {c.model for c in cases(False)}, "real": set(REAL_SIZE), "none": set()}[opts.isolated]
+    with tempfile.TemporaryDirectory(prefix="tensorplay-bench-") as workdir:
+        for model in dict.fromkeys(c.model for c in selected):
+            rows = [c for c in selected if c.model == model]
+            for case in rows:
+                doc["results"] += measure_case(case, backends, opts.threads, budget, opts.quick)
+            if model in isolated_models:
+                doc["isolated"] += measure_isolated(rows[0], backends, Path(workdir))
+            release(model)
     if opts.profile_losers:
         _profile_losers(doc, selected, budget)
     doc["seconds"] = time.perf_counter() - t0

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import tensorplay  # noqa: E402
 from bench import numpy_ref, report, run  # noqa: E402
 from bench.machine import theoretical_peak  # noqa: E402
-from bench.models import cases, make_pair  # noqa: E402
+from bench.models import REAL_SIZE, cases, define, make_pair  # noqa: E402
 from bench.timing import measure  # noqa: E402
 
 QUICK = {}
@@ -40,6 +40,46 @@ def test_tensorplay_twin_matches_torch(name):
     want = _torch_out(theirs, case)
     tol = 1e-3 if name == "matmul" else 1e-5  # 512-long float32 dot products summed in another order
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+TINY = {  # the real-size models built small: (constructor config, input)
+    "resnet50": ({"stages": (1, 2, 1, 1), "width": 4, "classes": 10}, (2, 3, 32, 32)),
+    "mobilenetv2": ({"settings": ((1, 8, 1, 1), (6, 8, 2, 2), (6, 16, 1, 2)), "stem": 8, "last": 32, "classes": 10},
+                    (2, 3, 32, 32)),
+    "bert": ({"layers": 2, "d_model": 32, "heads": 4, "ffn": 64, "vocab": 50, "max_seq": 16}, (2, 8)),
+    "gpt2": ({"layers": 2, "d_model": 32, "heads": 4, "vocab": 50, "max_seq": 16}, (1, 8)),
+    "vit": ({"image": 32, "patch": 8, "layers": 2, "d_model": 32, "heads": 4, "ffn": 64, "classes": 10},
+            (2, 3, 32, 32)),
+}
+
+
+@pytest.mark.parametrize("name", REAL_SIZE)
+def test_real_size_models_built_small_match_torch(name):
+    config, shape = TINY[name]
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, config["vocab"], shape) if "vocab" in config else rng.standard_normal(shape, np.float32)
+    theirs, ours = make_pair(name, **config)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    with tensorplay.inference_mode():
+        got = ours(tensorplay.from_numpy(x)).numpy()
+    with torch.inference_mode():
+        want = theirs(torch.from_numpy(x)).numpy()
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_real_size_rows_have_their_published_shapes():
+    quick = {c.model: c for c in cases(quick=True) if c.model in REAL_SIZE}
+    assert {m: (c.label, c.inputs[0].shape) for m, c in quick.items()} == {
+        "resnet50": ("b1 224", (1, 3, 224, 224)), "mobilenetv2": ("b1 224", (1, 3, 224, 224)),
+        "bert": ("b1 s128", (1, 128)), "gpt2": ("b1 s128", (1, 128)), "vit": ("b1 224", (1, 3, 224, 224))}
+    full = [(c.model, c.label) for c in cases(quick=False) if c.model in REAL_SIZE]
+    assert full == [("resnet50", "b1 224"), ("resnet50", "b8 224"), ("mobilenetv2", "b1 224"),
+                    ("mobilenetv2", "b8 224"), ("bert", "b1 s128"), ("bert", "b8 s128"), ("gpt2", "b1 s128"),
+                    ("vit", "b1 224")]
+    with torch.device("meta"):  # shapes only
+        params = {m: sum(p.numel() for p in getattr(define(torch), m)().parameters()) for m in ("resnet50", "vit")}
+    assert params == {"resnet50": 25_557_032, "vit": 86_567_656}  # torchvision's resnet50 and vit_b_16
 
 
 @pytest.mark.parametrize("name", sorted(numpy_ref.FORWARDS))

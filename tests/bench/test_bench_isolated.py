@@ -1,0 +1,66 @@
+"""The fresh-process measurements of bench/isolated.py (peak memory, cold and warm compiles) and their tables."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from bench import report, run  # noqa: E402
+from bench.isolated import Job, measure_path, peak_mib, reset_peak, rss_mib, run_jobs  # noqa: E402
+from bench.models import cases  # noqa: E402
+
+CHAIN = next(c for c in cases(quick=True) if c.model == "chain")
+
+
+def test_peak_follows_a_native_allocation_after_a_reset():
+    reset_peak()
+    before = peak_mib()
+    assert before == pytest.approx(rss_mib(), abs=8)
+    block = np.ones(64 << 18, np.float32)  # 64 MiB, every page touched (numpy's own allocator, not tracemalloc's)
+    del block
+    assert peak_mib() - before >= 60
+    reset_peak()
+    assert peak_mib() < before + 32
+
+
+def test_measure_path_counts_the_path_above_its_baseline():
+    rec = measure_path(Job(CHAIN, "numpy"), calls=2)
+    assert rec["weights_mib"] == 0 and rec["baseline_mib"] > 50
+    # the row's output (4 MiB) and gelu's temporaries are allocated after the baseline
+    assert rec["setup_peak_mib"] >= 4 and rec["run_peak_mib"] >= 4 and rec["setup_s"] > 0
+
+
+def test_jobs_run_in_fresh_processes_and_report_failures():
+    eager, unknown = run_jobs([Job(CHAIN, "tensorplay eager"), Job(CHAIN, "no such path")], timeout_s=300)
+    assert eager["backend"] == "tensorplay eager" and eager["baseline_mib"] > 50
+    assert eager["run_peak_mib"] >= 4 and "error" not in eager
+    assert unknown["error"] == "error: KeyError: 'no such path'"
+
+
+def test_isolated_jobs_cover_every_path_once_and_the_compiler_twice(tmp_path):
+    case = next(c for c in cases(quick=True) if c.model == "resnet50")
+    jobs = run.isolated_jobs(case, ["torch eager", "tensorplay compiled", "onnxruntime", "numpy"], tmp_path)
+    assert [(j.backend, j.cache) for j in jobs] == [("torch eager", ""), ("tensorplay compiled", "cold"),
+                                                    ("tensorplay compiled", "warm")]  # no export, no numpy forward
+    assert jobs[1].cache_dir == jobs[2].cache_dir == str(tmp_path / "cache-resnet50")
+
+
+def test_compile_and_memory_tables():
+    iso = [{"model": "m", "case": "b1", "backend": "torch eager", "weights_mib": 97.5, "setup_peak_mib": 30.0,
+            "run_peak_mib": 20.0, "setup_s": 0.1},
+           {"model": "m", "case": "b1", "backend": "tensorplay compiled", "cache": "cold", "weights_mib": 97.5,
+            "setup_peak_mib": 400.0, "run_peak_mib": 120.0, "setup_s": 9.0, "export_s": 1.5, "compile_s": 7.25,
+            "first_call_s": 0.25, "from_cache": False},
+           {"model": "m", "case": "b1", "backend": "tensorplay compiled", "cache": "warm", "weights_mib": 97.5,
+            "setup_peak_mib": 150.0, "run_peak_mib": 110.0, "setup_s": 1.6, "export_s": 1.5, "compile_s": 0.04,
+            "first_call_s": 0.06, "from_cache": True},
+           {"model": "m", "case": "b1", "backend": "onnxruntime", "error": "export error: " + "x" * 60}]
+    cut = "export error: " + "x" * 23 + "..."  # 40 characters
+    assert report.compile_table(iso).splitlines()[2] == f"| m | b1 | 1.500 | 7.250 | 0.040 | 0.060 |  | {cut} |"
+    missed = [{**r, "from_cache": False} if r.get("cache") == "warm" else r for r in iso]
+    assert "| 0.040 (miss) |" in report.compile_table(missed)
+    table = report.memory_table(iso, ["torch eager", "tensorplay compiled", "onnxruntime"]).splitlines()
+    assert table[0] == ("| model | case | weights | torch eager | tensorplay compiled cold | tensorplay compiled warm "
+                        "| onnxruntime |")
+    assert table[2] == f"| m | b1 | 98 | 30 / 20 | 400 / 120 | 150 / 110 | {cut} |"
