@@ -66,6 +66,7 @@ from tensorplay.runtime.abi import Executable, Signature, TensorSpec
 from tensorplay.runtime.threadpool import CHUNK_FN, declare_parallel_for
 
 from ..dtypes import SIGNATURE_NAMES, to_storage
+from ..fusion import memory_plan
 from ..fusion.memory_plan import GEMM_SCRATCH, INDEX_ERROR_WORD, gemm_scratch_expr, gemm_splittable, runtime_areas
 from ..microkernels.gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
 from ..microkernels.gemm_parallel import ENV_TYPE as GEMM_ENV
@@ -90,6 +91,11 @@ MAX_THREADS = 64
 #: Scalar ops per thread below which a parallel loop is not split (handing a loop to the worker pool of
 #: tensorplay.runtime.threadpool costs a few us; 32K ops are ~5-20 us of work).
 PARALLEL_GRAIN = 1 << 15
+#: Multiply-adds of a GEMM worth one scalar op of PARALLEL_GRAIN (vectorized FMAs: GEMM grain 256K MACs ~ 32K ops).
+GEMM_MACS_PER_OP = 8
+#: Fewest iterations per chunk for which a parallel loop of GEMMs is split (else the loop runs serially and each
+#: GEMM splits on its own): see the measurements in the module docstring.
+GEMM_LOOP_ITERS = 2
 _ALIGN = 64
 _FASTMATH = {"fast", "nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
 _UNARY = frozenset(name for name, *_ in UNARY_OPS)
@@ -98,14 +104,15 @@ _UNARY = frozenset(name for name, *_ in UNARY_OPS)
 class _Scope:
     """What emitted code sees: builder, symbol emitter, scalar ops, and dialect value -> LLVM value."""
 
-    __slots__ = ("b", "em", "ops", "vals", "fn", "ws", "in_parallel")
+    __slots__ = ("b", "em", "ops", "vals", "fn", "ws", "in_parallel", "scratch")
 
     def __init__(self, fn: ir.Function, b: ir.IRBuilder, em: ExprEmitter, fastmath: Sequence[str],
-                 vals: dict[Value, ir.Value], ws: ir.Value, in_parallel: bool) -> None:
+                 vals: dict[Value, ir.Value], ws: ir.Value, in_parallel: bool, scratch: ir.Value | None = None) -> None:
         self.fn, self.b, self.em, self.ws = fn, b, em, ws
         self.ops = ScalarOps(b, fastmath)
         self.vals = vals
         self.in_parallel = in_parallel
+        self.scratch = scratch  # in a chunk of a parallel loop of GEMMs: its own packing scratch
 
 
 class _Codegen:
@@ -136,6 +143,8 @@ class _Codegen:
         workspace = runtime_areas(f, f.workspace)
         self.workspace_size = workspace.size
         self.scratch_offset = dict(workspace.offsets).get(GEMM_SCRATCH)
+        self.chunk_scratch_offset = dict(workspace.offsets).get(memory_plan.CHUNK_SCRATCH)
+        self.chunk_copies = memory_plan.has_chunk_copies(f.workspace)  # private buffers have a copy per chunk
         self.index_error = ErrorWord(dict(workspace.offsets).get(INDEX_ERROR_WORD), len(self.plan.assertions) + 1, f)
         self.counts_offset, self.counts_meta = counts_layout(f)  # where plan-memory put the nonzero counts
         # top-level kernels: one internal function per distinct key (see tensorplay.lowering.codegen.functions)
@@ -308,9 +317,10 @@ class _Codegen:
         if "_pack_sites" not in self.__dict__:
             self._pack_sites = pack_sites(self.f)
         plan = plan_kernel(op, set(self.plan.symbols), self._pack_sites)
-        fn = self.kernel_fns.get(plan.key)
+        key = plan.key, self._private_positions(op, plan.externals)
+        fn = self.kernel_fns.get(key)
         if fn is None:
-            fn = self.kernel_fns[plan.key] = self._kernel_function(plan, [sc.vals[v].type for v in plan.externals])
+            fn = self.kernel_fns[key] = self._kernel_function(plan, [sc.vals[v].type for v in plan.externals])
         args = [sc.vals[v] for v in plan.externals] + [sc.em.emit(o) for o in plan.offsets]
         args += [sc.em.symbols[s] for s in self.plan.symbols] + [sc.ws, self.nthreads]
         if self.profiler is None:
@@ -405,7 +415,7 @@ class _Codegen:
 
     def _for(self, sc: _Scope, op: Operation) -> None:
         a = op.attr
-        if a.parallel and not sc.in_parallel and not any(o.name == "kernel.gemm" for o in op.walk()):
+        if a.parallel and not sc.in_parallel:
             self._parallel_for(sc, op)
             return
         lower, upper = sc.em.emit(a.lower), sc.em.emit(a.upper)
@@ -439,7 +449,12 @@ class _Codegen:
 
     # ----------------------------------------------------------------- parallel loops
     def _parallel_for(self, sc: _Scope, op: Operation) -> None:
-        """Outline the loop body into ``<prefix>.par<k>(env..., lo, hi)`` and fork-join over chunks."""
+        """Outline the loop body into ``<prefix>.par<k>(env..., lo, hi[, t])`` and fork-join over chunks.
+
+        A loop with per-chunk state (a ``kernel.gemm``, or buffers private to its iterations,
+        :func:`tensorplay.lowering.fusion.memory_plan.loop_privates`) takes the chunk index ``t`` too: its GEMMs
+        pack into scratch ``t`` of the ``chunk_scratch`` area and run on the calling thread, its private buffers
+        are copy ``t``."""
         k = self.par_count
         self.par_count += 1
         inside = {id(o) for o in op.walk()}
@@ -451,10 +466,13 @@ class _Codegen:
                     (not isinstance(owner, Operation) and v in sc.vals)
                 if outer and v not in env_vals and v in sc.vals:
                     env_vals.append(v)
+        stride = memory_plan.chunk_scratch_stride(op)
+        privates = [v for v in memory_plan.loop_privates(op) if v in env_vals] if self.chunk_copies else []
+        chunked = stride is not None or bool(privates)
         env_syms = list(sc.em.symbols)
         env = [sc.vals[v] for v in env_vals] + [sc.em.symbols[s] for s in env_syms] + [sc.ws]
         env_types = [x.type for x in env]
-        fty = ir.FunctionType(ir.VoidType(), env_types + [I64, I64])
+        fty = ir.FunctionType(ir.VoidType(), env_types + [I64, I64] + [I64] * chunked)
         par = ir.Function(self.module, fty, f"{self.prefix}.par{k}")
         par.linkage = "internal"
         par.attributes.add("nounwind")
@@ -465,15 +483,37 @@ class _Codegen:
         n_v = len(env_vals)
         pem = ExprEmitter(pb, {s: par.args[n_v + i] for i, s in enumerate(env_syms)}, sc.em.variant)
         pvals = {v: par.args[i] for i, v in enumerate(env_vals)}
-        psc = _Scope(par, pb, pem, self.fastmath, pvals, par.args[len(env) - 1], True)
-        self._loop(psc, op, par.args[-2], par.args[-1], lambda s, acc: self._block(s, op.body.ops))
+        ws = par.args[len(env) - 1]
+        lo, hi = par.args[len(env)], par.args[len(env) + 1]
+        scratch = None
+        if chunked:
+            t = par.args[-1]
+            for v in privates:
+                copy = pb.mul(t, pem.emit(memory_plan.private_copy_bytes(v.type)))
+                pvals[v] = pb.gep(pvals[v], [copy], inbounds=True, source_etype=ir.IntType(8))
+            if stride is not None:
+                at = pb.add(pem.emit(self.chunk_scratch_offset), pb.mul(t, pem.emit(stride)))
+                scratch = pb.gep(ws, [at], inbounds=True, source_etype=ir.IntType(8))
+        psc = _Scope(par, pb, pem, self.fastmath, pvals, ws, True, scratch)
+        self._loop(psc, op, lo, hi, lambda s, acc: self._block(s, op.body.ops))
         pb.ret_void()
-        thunk, st = self._thunk(par, env_types, k)
-        self._fork_join(sc, op, par, thunk, st, env)
+        thunk, st = self._thunk(par, env_types, k, chunked)
+        inner = any(o is not op and o.name == "kernel.for" and o.attr.parallel for o in op.walk())
+        self._fork_join(sc, op, par, thunk, st, env, chunked, nested=stride is not None or inner)
 
-    def _thunk(self, par: ir.Function, env_types: list[ir.Type], k: int) -> tuple[ir.Function, ir.Type]:
+    def _private_positions(self, kernel: Operation, externals: Sequence[Value]) -> tuple[int, ...]:
+        """Which of a kernel function's parameters its parallel loops privatize (part of its key: kernels equal
+        but for a buffer another kernel reads too must not share code)."""
+        if not self.chunk_copies:
+            return ()
+        private = {v for o in kernel.walk() if o.name == "kernel.for" and o.attr.parallel
+                   for v in memory_plan.loop_privates(o)}
+        return tuple(i for i, v in enumerate(externals) if v in private)
+
+    def _thunk(self, par: ir.Function, env_types: list[ir.Type], k: int, chunked: bool) -> tuple[ir.Function, ir.Type]:
         """``<prefix>.par<k>.chunk(env*, t, n)``: run chunk ``t`` of ``n`` (a :mod:`tensorplay.runtime.threadpool` chunk
-        function); ``env*`` holds the outlined loop's environment, then lower, upper, step and trip count."""
+        function); ``env*`` holds the outlined loop's environment, then lower, upper, step and trip count.
+        ``chunked``: ``t`` is passed on (per-chunk scratch and private buffers)."""
         st = ir.LiteralStructType(env_types + [I64] * 4)
         fn = ir.Function(self.module, CHUNK_FN, f"{self.prefix}.par{k}.chunk")
         fn.linkage = "internal"
@@ -488,11 +528,12 @@ class _Codegen:
             v = b.add(lower, b.mul(step, b.sdiv(b.mul(trip, t), n)))
             return b.select(b.icmp_signed("<", upper, v), upper, v)
 
-        b.call(par, fields[:-4] + [bound(t), bound(b.add(t, i64(1)))])
+        b.call(par, fields[:-4] + [bound(t), bound(b.add(t, i64(1)))] + [t] * chunked)
         b.ret_void()
         return fn, st
 
     def _work(self, ops: Sequence[Operation]) -> sympy.Expr:
+        """Scalar ops one iteration of ``ops`` runs (a GEMM's multiply-adds count 1/:data:`GEMM_MACS_PER_OP`)."""
         total = sympy.Integer(0)
         known = set(self.plan.symbols)
         for o in ops:
@@ -503,14 +544,23 @@ class _Codegen:
                 total += ext * self._work(o.body.ops)
             elif o.name == "kernel.kernel":
                 total += self._work(o.body.ops)
+            elif o.name == "kernel.gemm":
+                total += sympy.floor(o.attr.m * o.attr.n * o.attr.k / GEMM_MACS_PER_OP) + 1
             else:
                 total += 1
         return total
 
     def _fork_join(self, sc: _Scope, op: Operation, par: ir.Function, thunk: ir.Function, st: ir.Type,
-                   env: list[ir.Value]) -> None:
+                   env: list[ir.Value], chunked: bool, nested: bool) -> None:
         """Run ``par`` over the loop's range: on this thread when one chunk suffices, else through the
-        persistent pool (``tp_parallel_for(thunk, &env, n)``, see :mod:`tensorplay.runtime.threadpool`)."""
+        persistent pool (``tp_parallel_for(thunk, &env, n)``, see :mod:`tensorplay.runtime.threadpool`).
+
+        ``n = min(num_threads, trip, work / PARALLEL_GRAIN + 1)``, at most :data:`MAX_THREADS`, or
+        :data:`~tensorplay.lowering.fusion.memory_plan.MAX_CHUNKS` for a ``chunked`` loop. A ``nested`` loop (one
+        holding GEMMs or parallel loops of its own: a convolution over images) is split only when its chunks are
+        even (``trip % n == 0``) or have :data:`GEMM_LOOP_ITERS` iterations each; else it runs inline on this
+        thread, where its inner parallel loops and its GEMMs split instead (a convolution of one image).
+        """
         b, em, a = sc.b, sc.em, op.attr
         lower, upper, step = em.emit(a.lower), em.emit(a.upper), em.emit(a.step)
         span = b.sub(upper, lower)
@@ -518,12 +568,19 @@ class _Codegen:
         work = b.mul(trip, em.emit(sympy.Max(1, self._work(op.body.ops))))
         by_work = b.add(b.sdiv(work, i64(PARALLEL_GRAIN)), i64(1))
         n = b.sext(self.nthreads, I64)
-        for cap in (i64(MAX_THREADS), trip, by_work):
+        for cap in (i64(memory_plan.MAX_CHUNKS if chunked else MAX_THREADS), trip, by_work):
             n = b.select(b.icmp_signed("<", cap, n), cap, n)
+        if nested:  # chunks uneven and under GEMM_LOOP_ITERS iterations each: inline, the inner work splits
+            even = b.icmp_signed("==", b.srem(trip, n), i64(0))
+            many = b.icmp_signed(">=", trip, b.mul(n, i64(GEMM_LOOP_ITERS)))
+            n = b.select(b.or_(even, many), n, i64(1))
         serial_bb, pool_bb, done_bb = (sc.fn.append_basic_block(f"{par.name}.{x}") for x in ("serial", "pool", "done"))
         b.cbranch(b.icmp_signed("<=", n, i64(1)), serial_bb, pool_bb)
         b.position_at_end(serial_bb)
-        b.call(par, env + [lower, upper])
+        if nested:
+            self._loop(sc, op, lower, upper, lambda s, acc: self._block(s, op.body.ops))
+        else:
+            b.call(par, env + [lower, upper] + [i64(0)] * chunked)
         b.branch(done_bb)
         b.position_at_end(pool_bb)
         slot = self._entry_alloca(sc, st)
@@ -563,7 +620,7 @@ class _Codegen:
         extra = list(ops[3:])
         bias = at(extra.pop(0), 0) if a.bias else null
         resid = at(extra.pop(0), a.c_offset) if a.residual else null
-        scratch = b.gep(sc.ws, [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
+        scratch = sc.scratch or b.gep(sc.ws, [em.emit(self.scratch_offset)], inbounds=True, source_etype=ir.IntType(8))
         args = [i64(1), m, n, k, at(ops[0], a.a_offset), lda, i64(0), at(ops[1], a.b_offset), ldb, i64(0),
                 at(ops[2], a.c_offset), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch]
         call = self._gemm_caller(sc, op, elem)

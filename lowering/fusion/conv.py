@@ -40,7 +40,9 @@ import sympy
 from tensorplay.dialect.ir import Operation, Value
 from tensorplay.dialect.types import TensorType
 
+from .depthwise import direct_conv_applies, emit_direct_conv
 from .emit import NestEmitter, origin
+from .image_copy import close_to, copy_image, parallel_loops, store
 from .index import numel
 from .winograd import emit_winograd, winograd_applies
 
@@ -72,11 +74,6 @@ def conv_col_type(op: Operation) -> TensorType | None:
     return TensorType([g, sympy.cancel(xt.shape[1] / g) * numel(wt.shape[2:]), numel(yt.shape[2:])], xt.dtype)
 
 
-def _close_to(em: NestEmitter, depth: int) -> None:
-    while len(em.levels) > depth:
-        em.close_loop()
-
-
 def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
               input_buffer: Value | None) -> None:
     """The loop over images of ``op`` (a tp.conv without its bias) writing ``out`` (NC... layout).
@@ -84,10 +81,20 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: 
     ``weight`` and ``out`` are buffers, ``alloc`` gives workspace buffers. ``input_buffer`` is the input's
     buffer, or None when the input is computed inline: each image of it is then computed once into the
     image copy (the fused elementwise prologue) instead of being recomputed by every kernel tap.
-    3x3 stride-1 convolutions :func:`tensorplay.lowering.fusion.winograd.winograd_applies` to go through Winograd.
+    3x3 stride-1 convolutions :func:`tensorplay.lowering.fusion.winograd.winograd_applies` to go through Winograd;
+    depthwise and narrow grouped ones (:func:`tensorplay.lowering.fusion.depthwise.direct_conv_applies`) are a
+    direct loop nest.
+
+    The loop over images is parallel: the image copy and the columns are per-iteration buffers, so each chunk of
+    images has its own (:func:`tensorplay.lowering.fusion.memory_plan.loop_privates`) and its GEMMs run on the
+    calling thread. With fewer images than threads it runs on one thread and its inner loops (border, copy,
+    im2col, the GEMM per group) and the GEMMs themselves are split instead.
     """
     if winograd_applies(op):
         emit_winograd(em, op, weight, out, alloc, input_buffer)
+        return
+    if direct_conv_applies(op):
+        emit_direct_conv(em, op, weight, out, alloc, input_buffer)
         return
     x = op.operands[0]
     xt, wt, yt = x.type, op.operands[1].type, op.result.type
@@ -101,34 +108,26 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: 
     image = None
     if input_buffer is None or any(pads):
         image = alloc(TensorType([xt.shape[1], *(xt.shape[2 + d] + 2 * pads[d] for d in range(nd))], dt))
-        if any(pads):  # zero border, once per call (the interior is rewritten per image)
-            idx = em.loops(image.type.shape)
-            _store(em, em.constant(0.0, dt), image, idx)
-            _close_to(em, 1)
-    (n_i,) = em.loops([xt.shape[0]], parallel=False)
+    (n_i,) = em.loops([xt.shape[0]])
     depth = len(em.levels)
     if image is not None:
-        c_i, *s_i = em.loops(xt.shape[1:], parallel=False)
-        val = em.scalar(x, (n_i, c_i, *s_i)) if input_buffer is None else \
-            em.op("kernel.load", input_buffer, index=[n_i, c_i, *s_i])
-        _store(em, val, image, [c_i, *(e + q for e, q in zip(s_i, pads))])
-        _close_to(em, depth)
+        copy_image(em, x, input_buffer, n_i, image, pads)
         src, at, img_off = image, [], sympy.Integer(0)
     else:
         src, at, img_off = input_buffer, [n_i], n_i * xt.shape[1] * numel(xt.shape[2:])
     if col is not None:  # every tap is in range: the input has no padding, or src is the zero-bordered copy
-        g_i, c_i, *rest = em.loops([g, cg, *ks, *sp], parallel=False)
+        g_i, c_i, *rest = parallel_loops(em, [g, cg, *ks, *sp])
         k_i, o_i = rest[:nd], rest[nd:]
         pos = [o_i[d] * a["stride"][d] + k_i[d] * a["dilation"][d] for d in range(nd)]
-        _store(em, em.op("kernel.load", src, index=[sympy.expand(e) for e in (*at, g_i * cg + c_i, *pos)]), col,
+        store(em, em.op("kernel.load", src, index=[sympy.expand(e) for e in (*at, g_i * cg + c_i, *pos)]), col,
                [g_i, _flat(c_i, k_i, ks), _flat(sympy.Integer(0), o_i, sp)])
-        _close_to(em, depth)
-    (g_i,) = em.loops([g], parallel=False)
+        close_to(em, depth)
+    (g_i,) = parallel_loops(em, [g])
     b_src, b_off = (col, g_i * ck * p) if col is not None else (src, img_off + g_i * cg * p)
     attrs = {"m": og, "n": p, "k": ck, "a_offset": sympy.expand(g_i * og * ck), "b_offset": sympy.expand(b_off),
              "c_offset": sympy.expand((n_i * yt.shape[1] + g_i * og) * p), **origin(op)}
     em.create(len(em.levels) - 1, "kernel.gemm", [weight, b_src, out], attrs, [])
-    _close_to(em, 1)
+    close_to(em, 1)
 
 
 def _flat(lead: sympy.Expr, index: list, shape: list) -> sympy.Expr:
@@ -136,7 +135,3 @@ def _flat(lead: sympy.Expr, index: list, shape: list) -> sympy.Expr:
     for e, d in zip(index, shape):
         lead = lead * d + e
     return sympy.expand(lead)
-
-
-def _store(em: NestEmitter, value: Value, buf: Value, index) -> None:
-    em.create(len(em.levels) - 1, "kernel.store", [value, buf], {"index": [sympy.expand(e) for e in index]}, [])

@@ -33,6 +33,13 @@ and :class:`tensorplay.runtime.abi.Executable` reads them. After the slots come 
 uses on its own (:func:`runtime_areas`): ``gemm_scratch``, the packing scratch of the ``kernel.gemm`` ops
 (64-byte aligned, as big as the biggest GEMM's, as in the examples), and ``index_error``, the word where a
 failed ``kernel.check_index`` stores its code (8-byte aligned).
+
+Per-chunk state of parallel loops: the code generator splits a ``kernel.for {parallel = true}`` into at most
+:data:`MAX_CHUNKS` chunks when it holds a ``kernel.gemm`` or per-iteration workspace buffers
+(:func:`loop_privates`: a buffer only that loop uses, written in it at positions its iterations share, such as
+a convolution's im2col columns). Chunk ``t`` uses copy ``t`` of every such buffer (the slot holds
+``MAX_CHUNKS`` copies, :func:`private_copy_bytes` apart) and packs its GEMMs into scratch ``t``
+(:func:`chunk_scratch_stride` apart). Pages of copies no chunk uses are never touched.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from typing import Any
 import sympy
 
 from tensorplay.dialect.attrs import WorkspacePlan
-from tensorplay.dialect.ir import Function, Module, Operation
+from tensorplay.dialect.ir import Function, Module, Operation, Value
 from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.symbolic import Facts
 from tensorplay.dialect.types import BufferType
@@ -56,16 +63,21 @@ from ..microkernels.gemm import DEFAULT_SHAPE
 from ..microkernels.gemm_parallel import GRAIN as GEMM_GRAIN
 from ..microkernels.gemm_parallel import MAX_GEMM_THREADS
 
-__all__ = ["ALIGN", "COUNTS", "GEMM_SCRATCH", "INDEX_ERROR_WORD", "SlotInfo", "gemm_scratch_expr", "gemm_splittable",
-           "slot_lifetimes", "runtime_areas", "plan_memory", "PlanMemory"]
+__all__ = ["ALIGN", "CHUNK_SCRATCH", "COUNTS", "GEMM_SCRATCH", "INDEX_ERROR_WORD", "MAX_CHUNKS", "SlotInfo",
+           "chunk_scratch_stride", "gemm_scratch_expr", "gemm_splittable", "has_chunk_copies", "loop_privates",
+           "private_allocs", "private_copy_bytes", "slot_lifetimes", "runtime_areas", "plan_memory", "PlanMemory"]
 
 ALIGN = 64
 #: the workspace entry of the nonzero row counts
 COUNTS = "counts"
 #: the workspace entry of the GEMM packing scratch
 GEMM_SCRATCH = "gemm_scratch"
+#: the workspace entry of the packing scratches of the chunks of parallel loops of GEMMs
+CHUNK_SCRATCH = "chunk_scratch"
 #: the workspace entry of the word a failed ``kernel.check_index`` stores its code in
 INDEX_ERROR_WORD = "index_error"
+#: Most chunks a parallel loop with per-chunk state (GEMM scratch, private buffers) is split into.
+MAX_CHUNKS = MAX_GEMM_THREADS
 
 
 def gemm_scratch_expr(m: Any, n: Any, k: Any, threads: int = 1) -> sympy.Expr:
@@ -101,17 +113,107 @@ def gemm_splittable(op: Operation) -> bool:
     return not (macs.is_Integer and int(macs) < 2 * GEMM_GRAIN)
 
 
+def _use_offsets(op: Operation, i: int) -> tuple[list[sympy.Expr], bool] | None:
+    """The index expressions through which ``op`` uses its operand ``i`` (a buffer) and whether it writes it;
+    None for a use whose positions the expressions do not tell (data-dependent addressing, library calls)."""
+    if op.name == "kernel.load":
+        return list(op.attr.index), False
+    if op.name == "kernel.store" and i == 1:
+        return list(op.attr.index), True
+    if op.name == "kernel.gemm":
+        a = op.attr
+        if i < 3:
+            return [(a.a_offset, a.b_offset, a.c_offset)[i]], i == 2
+        residual = a.residual and i == len(op.operands) - 1
+        return [a.c_offset if residual else sympy.Integer(0)], False
+    return None
+
+
+def loop_privates(loop: Operation) -> list[Value]:
+    """The workspace buffers each iteration of the parallel ``loop`` uses as scratch of its own: ``kernel.alloc``
+    results used only inside ``loop``, written there, at positions that do not depend on its loop variable
+    (nor on inner loops whose bounds do). Iterations of a parallel loop are independent, so each writes such a
+    buffer before reading it: chunk ``t`` of the loop gets copy ``t`` (:func:`private_copy_bytes` apart).
+
+    >>> from tensorplay.dialect import parse
+    >>> f = parse('''func @k(%x: buffer<[4, 8], f32>, %y: buffer<[4, 8], f32>) -> () {
+    ...   %t = kernel.alloc {slot = "t0"} : buffer<[8], f32>
+    ...   kernel.for {iv = i0, parallel = true, upper = 4} {
+    ...     kernel.for {iv = i1, upper = 8} {
+    ...       %0 = kernel.load %x {index = [i0, i1]} : f32
+    ...       kernel.store %0, %t {index = [i1]}
+    ...     }
+    ...     kernel.for {iv = i2, upper = 8} {
+    ...       %1 = kernel.load %t {index = [7 - i2]} : f32
+    ...       kernel.store %1, %y {index = [i0, i2]}
+    ...     }
+    ...   }
+    ...   kernel.return
+    ... }''').functions[0]
+    >>> [str(v.type) for v in loop_privates(f.body.ops[1])]
+    ['buffer<[8], f32>']
+    """
+    inside = set(loop.walk())
+    varying = {loop.attr.iv}
+    for o in loop.walk():
+        if o is not loop and o.name in ("kernel.for", "kernel.reduce"):
+            a = o.attr
+            if any(sympy.sympify(e).free_symbols & varying for e in (a.lower, a.upper, a.step)):
+                varying.add(a.iv)
+    out: list[Value] = []
+    for o in inside:
+        for v in o.operands:
+            owner = v.owner
+            if v in out or not isinstance(owner, Operation) or owner.name != "kernel.alloc":
+                continue
+            written, private = False, True
+            for user, i in v.uses:
+                use = _use_offsets(user, i) if user in inside else None
+                if use is None or any(sympy.sympify(e).free_symbols & varying for e in use[0]):
+                    private = False
+                    break
+                written |= use[1]
+            if private and written:
+                out.append(v)
+    return sorted(out, key=lambda v: v.owner.attr.slot)
+
+
+def private_allocs(f: Function) -> set[Operation]:
+    """The ``kernel.alloc`` ops of ``f`` whose buffer is private to the iterations of some parallel loop
+    (:func:`loop_privates`): their slots hold :data:`MAX_CHUNKS` copies."""
+    return {v.owner for op in f.walk() if op.name == "kernel.for" and op.attr.parallel for v in loop_privates(op)}
+
+
+def private_copy_bytes(t: BufferType) -> sympy.Expr:
+    """Distance in bytes between the per-chunk copies of a private buffer of type ``t``."""
+    return aligned_bytes(t)
+
+
+def chunk_scratch_stride(loop: Operation) -> sympy.Expr | None:
+    """Bytes between the GEMM packing scratches of two chunks of the parallel ``loop`` (64-byte aligned, enough for
+    every ``kernel.gemm`` in it), or None when it holds none."""
+    sizes = {_round_up(gemm_scratch_expr(o.attr.m, o.attr.n, o.attr.k), ALIGN)
+             for o in loop.walk() if o.name == "kernel.gemm"}
+    if not sizes:
+        return None
+    return sympy.Max(*sizes) if len(sizes) > 1 else sizes.pop()
+
+
 def runtime_areas(f: Function, plan: WorkspacePlan | None) -> WorkspacePlan:
     """``plan`` (None: an empty one) with the areas ``f``'s native code uses on its own placed after it, where
     missing: :data:`GEMM_SCRATCH` (64-byte aligned; :data:`~tensorplay.lowering.microkernels.gemm_parallel.
-    MAX_GEMM_THREADS` scratches for a GEMM that may be split over threads) and :data:`INDEX_ERROR_WORD` (8-byte
-    aligned). Kernel IR that did not go through ``plan-memory`` (written by hand, or stored before these
-    entries were planned) gets the layout ``plan-memory`` would give it."""
+    MAX_GEMM_THREADS` scratches for a GEMM that may be split over threads), :data:`CHUNK_SCRATCH` (the
+    :data:`MAX_CHUNKS` scratches of the chunks of a parallel loop of GEMMs, :func:`chunk_scratch_stride` apart;
+    the same bytes as ``gemm_scratch`` when both are placed together) and :data:`INDEX_ERROR_WORD` (8-byte
+    aligned). Kernel IR that did not go through ``plan-memory`` (written by hand, or stored before these entries
+    were planned) gets the layout ``plan-memory`` would give it; a plan without ``chunk_scratch`` was made
+    before private buffers had per-chunk copies (:func:`has_chunk_copies`)."""
     plan = plan if plan is not None else WorkspacePlan(sympy.Integer(0))
     names = {k for k, _ in plan.offsets}
     sizes: list[sympy.Expr] = []
+    chunk_sizes: list[sympy.Expr] = []
     seen: set[tuple[sympy.Expr, sympy.Expr, sympy.Expr, int]] = set()
-    check = False
+    check = chunked = False
     for op in f.walk():
         if op.name == "kernel.gemm" and GEMM_SCRATCH not in names:
             a = op.attr
@@ -119,18 +221,36 @@ def runtime_areas(f: Function, plan: WorkspacePlan | None) -> WorkspacePlan:
             if mnk not in seen:  # sympy.Max over many equal sizes is quadratic (an unrolled LSTM: 128)
                 seen.add(mnk)
                 sizes.append(gemm_scratch_expr(*mnk))
+        if op.name == "kernel.for" and op.attr.parallel and CHUNK_SCRATCH not in names:
+            stride = chunk_scratch_stride(op)
+            if stride is not None and MAX_CHUNKS * stride not in chunk_sizes:
+                chunk_sizes.append(MAX_CHUNKS * stride)
+            chunked |= stride is not None or bool(loop_privates(op))
         check |= op.name == "kernel.check_index"
     size, offsets = plan.size, list(plan.offsets)
-    if sizes and GEMM_SCRATCH not in names:
+    together = GEMM_SCRATCH not in names and CHUNK_SCRATCH not in names
+    if (sizes or together and chunk_sizes) and GEMM_SCRATCH not in names:
         at = _round_up(size, ALIGN)
         offsets.append((GEMM_SCRATCH, at))
+        if together and chunked:
+            offsets.append((CHUNK_SCRATCH, at))
         # unevaluated: simplifying a Max of symbolic sizes costs seconds and the code generator takes it as it is
-        size = at + sympy.Max(*sizes, evaluate=False)
+        size = at + sympy.Max(*sizes, *(chunk_sizes if together else ()), evaluate=False)
+    if chunked and CHUNK_SCRATCH not in {k for k, _ in offsets}:
+        at = _round_up(size, ALIGN)
+        offsets.append((CHUNK_SCRATCH, at))
+        size = at + (sympy.Max(*chunk_sizes, evaluate=False) if chunk_sizes else 0)
     if check and INDEX_ERROR_WORD not in names:
         at = sympy.ceiling(sympy.sympify(size) / 8) * 8
         offsets.append((INDEX_ERROR_WORD, at))
         size = at + 8
     return plan if len(offsets) == len(plan.offsets) else WorkspacePlan(size, tuple(offsets))
+
+
+def has_chunk_copies(plan: WorkspacePlan | None) -> bool:
+    """Whether ``plan`` (made by ``plan-memory``) gave private buffers :data:`MAX_CHUNKS` copies: plans made before
+    did not, and their parallel loops with private buffers must run on one thread."""
+    return plan is not None and CHUNK_SCRATCH in dict(plan.offsets)
 
 
 def aligned_bytes(t: BufferType) -> sympy.Expr:
@@ -165,16 +285,18 @@ def _top_index(f: Function) -> dict[Operation, int]:
 
 
 def slot_lifetimes(f: Function) -> list[SlotInfo]:
-    """The slots of a kernel-level function with their sizes and live ranges."""
+    """The slots of a kernel-level function with their sizes (:data:`MAX_CHUNKS` copies of a private buffer,
+    :func:`private_allocs`) and live ranges."""
     where = _top_index(f)
     slots: dict[str, SlotInfo] = {}
+    private = private_allocs(f)
     for k, op in enumerate(f.body.ops):
         if op.name != "kernel.alloc":
             continue
         uses = [where[u] for u, _ in op.result.uses if u in where]
         first, last = (min(uses), max(uses)) if uses else (k, k)
         name = op.attr.slot
-        size = aligned_bytes(op.result.type)
+        size = aligned_bytes(op.result.type) * (MAX_CHUNKS if op in private else 1)
         if name in slots:
             s = slots[name]
             s.ops.append(op)

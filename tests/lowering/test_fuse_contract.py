@@ -110,7 +110,8 @@ def test_conv(nd, stride, pad, dil, groups, bias):
     y = b.conv(x, *f.args[1:], stride=stride, padding=pad, dilation=dil, groups=groups)
     b.ret(b.tanh(y))
     m = check_lowering(print_function(f), [{"s0": 1}, {"s0": 2}])
-    assert count(m, "kernel.gemm") == 1 and count(m, "kernel.abs") == 1
+    direct = nd == 2 and groups > 1  # grouped 2-d convolutions are a direct loop nest (fusion/depthwise.py)
+    assert count(m, "kernel.gemm") == (0 if direct else 1) and count(m, "kernel.abs") == 1
 
 
 def test_fusion_stats_of_a_two_layer_model():
