@@ -168,7 +168,7 @@ def call_other_extents(program: ExportedProgram, flat_args: list, error: Constra
     if not differing:
         raise error
     check_other_extents(program, differing)
-    key = tuple(d[3] for d in _differing(program, flat_args))
+    key = tuple(differing)  # every undeclared extent that differs, with its value
     code = program.graph_module.code
     cached = program.__dict__.get("_specialized")
     if cached is None or cached[0] is not code:

@@ -105,6 +105,16 @@ def test_specialized_code_is_keyed_by_its_shapes_in_the_compile_cache(compiles):
     assert keys[1] == keys[3] != keys[4] and keys[1] != keys[0]  # batch 6 twice, batch 3, batch 4
 
 
+def test_specializations_are_told_apart_by_dimension(compiles):
+    prog = export(lambda x: x.sum(0), tp.ones(4, 3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SpecializationWarning)
+        for shape in ((6, 3), (4, 6), (6, 3), (4, 6), (6, 6)):
+            x = rand(*shape)
+            np.testing.assert_allclose(prog(tp.tensor(x)).numpy(), x.sum(0), rtol=1e-5, atol=1e-6)
+    assert len(compiles) == 4  # the program, then (6, 3), (4, 6) and (6, 6)
+
+
 def test_a_size_that_reaches_a_value_raises_naming_the_line():
     prog = export(lambda x: x * x.shape[0], tp.ones(4, 3))
     np.testing.assert_array_equal(prog(tp.ones(4, 3)).numpy(), np.full((4, 3), 4.0))
