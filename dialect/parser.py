@@ -124,7 +124,12 @@ class _Expr:
                 raise _err(ch[0], f"unknown function {fname!r}; expected one of {', '.join(FUNCTIONS)}")
             if len(ch) - 1 > MAX_MINMAX_ARGS:
                 raise _err(node, f"{fname} with {len(ch) - 1} arguments; at most {MAX_MINMAX_ARGS} are allowed")
-            return FUNCTIONS[fname](*[sub(c) for c in ch[1:]])
+            args = [sub(c) for c in ch[1:]]
+            if fname in ("Max", "Min") and not all(isinstance(a, int | float) or a.is_Number for a in args):
+                # The printer writes Max/Min evaluated; evaluating again only re-proves that no argument dominates
+                # another (pairwise, seconds for a GEMM program's nested scratch sizes). Numbers still fold.
+                return FUNCTIONS[fname](*args, evaluate=False)
+            return FUNCTIONS[fname](*args)
         if k == "compare":
             return _CMP[str(ch[1])](sub(ch[0]), sub(ch[2]))
         raise _err(node, f"unexpected {k} in expression")

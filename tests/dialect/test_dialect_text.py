@@ -22,6 +22,7 @@ from tensorplay.dialect import (
 )
 from tensorplay.dialect.attrs import WorkspacePlan
 from tensorplay.dialect.ops import BINARY_OPS, UNARY_OPS
+from tensorplay.dialect.symbolic import expr_str
 from tensorplay.dialect.types import BufferType, DType, TypeError_, scalar
 
 s0, s1 = sym("s0"), sym("s1")
@@ -135,3 +136,23 @@ def test_workspace_and_kernel_round_trip():
     m = parse(text)
     assert str(m) == text
     assert m.functions[0].workspace == WorkspacePlan(64 * s0, (("t0", 0), ("t1", 32 * s0)))
+
+
+def test_printed_max_min_parse_without_pairwise_evaluation(monkeypatch):
+    """The printer writes Max/Min evaluated: parsing rebuilds them as they are (sympy's pairwise dominance check
+    took seconds on a GEMM program's scratch size) and the result equals the evaluated expression; Max/Min of
+    numbers still fold."""
+    size = 8 * sympy.ceiling(sympy.Max(512 * sympy.ceiling(sympy.Max(256, 2048 * sympy.ceiling(sympy.Min(128, s0) / 8)
+                                                                     + 8192 * sympy.ceiling(sympy.Min(1536, s1) / 32))
+                                                           / 64) + 1024, 4 * s0, 64 * s1 + 32) / 8)
+    text = ("func @k(%x: buffer<[s0, s1], f32>) -> () where {s0 in [1, 64]; s1 in [1, 64]} workspace {size = "
+            f"{expr_str(size)}, t0 = 0}} {{\n  kernel.return\n}}\n")
+    for cls in (sympy.Max, sympy.Min):
+        monkeypatch.setattr(cls, "_find_localzeros", classmethod(lambda *a, **k: pytest.fail("re-evaluated")))
+    m = parse(text)
+    monkeypatch.undo()
+    assert str(m) == text
+    assert m.functions[0].workspace == WorkspacePlan(size, (("t0", 0),))
+    assert hash(m.functions[0].workspace.size) == hash(size)
+    folded = parse(text.replace("t0 = 0", "t0 = Max(2, 3)")).functions[0].workspace
+    assert folded == WorkspacePlan(size, (("t0", 3),))
