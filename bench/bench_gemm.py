@@ -9,6 +9,10 @@ OpenBLAS core-type overrides (they slow a current numpy down)::
 Ours is timed through the raw native entry with cached pointers (what a compiled graph
 does); the numpy-wrapper overhead is reported separately. Prints GFLOP/s from the best of many
 short batches of calls (robust to a loaded machine), and writes the same numbers as JSON.
+
+``--threads T`` (T > 1) adds a table of the same linear and GEMV shapes through a compiled
+``kernel.gemm`` (dynamic sizes, B as N x K) at 1 and T threads: the split of
+:mod:`tensorplay.lowering.microkernels.gemm_parallel`, pool included (interleaved, best of each).
 """
 
 from __future__ import annotations
@@ -94,10 +98,46 @@ def torch_module():
     return torch
 
 
+_SPLIT_GEMM = """func @g(%a: buffer<[s0, s2], f32>, %b: buffer<[s1, s2], f32>, %c: buffer<[s0, s1], f32>) -> ()
+    where {s0 in [1, 65536]; s1 in [1, 65536]; s2 in [1, 65536]} {
+  kernel.gemm %a, %b, %c {m = s0, n = s1, k = s2, trans_b = true}
+  kernel.return
+}
+"""
+
+
+def split_rows(threads: int, rng: np.random.Generator, rounds: int = 3) -> list[dict]:
+    """The linear and GEMV shapes through a compiled, splittable ``kernel.gemm`` at 1 and ``threads`` threads."""
+    from tensorplay.dialect import parse
+    from tensorplay.lowering.codegen.llvm import compile_kernel_module
+    from tensorplay.lowering.microkernels.gemm_parallel import gemm_grid
+
+    exe = compile_kernel_module(parse(_SPLIT_GEMM), num_threads=1)
+    print(f"\n{'M x K x N, B as N x K':>22} {'1 thread':>10} {f'{threads} threads':>10} {'speedup':>8}  grid"
+          "   (microseconds per call, compiled kernel.gemm split over the pool)")
+    rows = []
+    for m, k, n in list(LINEAR) + [(1, k, n) for k, n in GEMV]:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        w = rng.standard_normal((n, k), dtype=np.float32)
+        best = {1: float("inf"), threads: float("inf")}
+        for _ in range(rounds):  # interleaved: a busy moment hits both thread counts
+            for t in best:
+                exe.num_threads = t
+                best[t] = min(best[t], best_seconds(partial(exe, a, w), min_time=0.1))
+        grid = gemm_grid(m, n, k, threads=threads, packed_b=False)
+        row = {"M": m, "K": k, "N": n, "threads": threads, "us_1": 1e6 * best[1], "us_t": 1e6 * best[threads],
+               "grid": list(grid)}
+        rows.append(row)
+        print(f"{f'{m}x{k}x{n}':>22} {row['us_1']:10.2f} {row['us_t']:10.2f} {best[1] / best[threads]:8.2f}  "
+              f"{grid[0]}x{grid[1]}")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=Path(__file__).with_name("gemm.json"))
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SQUARE))
+    parser.add_argument("--threads", type=int, default=1, help="also time the split GEMM at 1 and this many threads")
     opts = parser.parse_args()
     if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
         print("warning: OPENBLAS_NUM_THREADS is not 1; numpy may use several threads", file=sys.stderr)
@@ -168,6 +208,8 @@ def main() -> None:
         print(f"{f'{k}->{n}':>22} {row['numpy_us']:9.2f} {row.get('torch_us', float('nan')):9.2f} "
               f"{row['ours_us']:9.2f} {row['numpy_us'] / row['ours_us']:8.2f}x {row['ours_prepacked_us']:9.2f}")
 
+    if opts.threads > 1:
+        results["split"] = split_rows(opts.threads, rng)
     opts.json.write_text(json.dumps(results, indent=2))
     print(f"\nwrote {opts.json}")
 
