@@ -86,14 +86,24 @@ class _ExampleDecider:
         return value
 
     def holds(self, fact, reason: str = "") -> bool:
-        self.decisions.append(fact)
-        return bool(self.value(fact))
+        value = bool(self.value(fact))
+        self.decisions.append((fact, value))
+        return value
 
     def obliviously(self, fact) -> bool:
         return bool(self.value(fact, 2))
 
     def unknown_extent(self, reason: str) -> sympy.Symbol:
         return self.symbol(None)  # deciding on it fails: the shadow of that op is then unknown
+
+
+def _pinned(fact, value: bool) -> int | None:
+    """``n`` when deciding ``fact`` as ``value`` pins one extent to ``n`` (``Eq(s, n)`` held), else None."""
+    if value and isinstance(fact, sympy.Eq):
+        for a, b in (fact.args, reversed(fact.args)):
+            if isinstance(a, sympy.Symbol) and b.is_Integer:
+                return int(b)
+    return None
 
 
 class Tracer:
@@ -178,8 +188,9 @@ class Tracer:
         return self.to_meta(value, sizes_as_numbers=numbers)
 
     def _follow_extents(self, op: Op, args: tuple, kwargs: dict, numbers: bool, result) -> None:
-        """The shadow shapes of ``result`` (outputs of ``op`` on ``args``); an op whose number of outputs
-        follows a static input extent (``unbind`` over it) depends on that extent."""
+        """The shadow shapes of ``result`` (outputs of ``op`` on ``args``). The program depends on a static
+        input extent when the op needs it to be one number (``linear`` matching a weight: a call with another
+        one is refused like a pinned dim) or when the op's number of results follows it (``unbind`` over it)."""
         inputs = [a for a in (*args, *kwargs.values()) for a in (a if isinstance(a, list | tuple) else (a,))
                   if isinstance(a, Proxy) and a.node in self._shadow]
         if not inputs:
@@ -195,10 +206,14 @@ class Tracer:
         except Exception:  # noqa: BLE001 - a meta rule that cannot run on symbols: nothing is known
             metas = []
         origins = frozenset().union(*(self._shadow_origins[a.node] for a in inputs))
+        for fact, value in guards[decided:]:
+            pinned = _pinned(fact, value)
+            if pinned is not None:
+                self.extent_used(self._origins_of(fact), f"in {op.name}, which needs it to be {pinned}")
         if isinstance(result, list):  # the graph reads a fixed number of results: did a size decide it?
             if len(metas) != len(outputs):
                 self.extent_used(origins, f"as the number of results of {op.name}")
-            for fact in guards[decided:]:
+            for fact, _ in guards[decided:]:
                 self.extent_used(self._origins_of(fact), f"as the number of results of {op.name}")
         del guards[decided:]
         if len(metas) != len(outputs) or not all(isinstance(m, TensorMeta) for m in metas):

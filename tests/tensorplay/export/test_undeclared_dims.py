@@ -65,7 +65,7 @@ def test_mlp_runs_natively_with_other_batches_compiled_once_per_size(compiles):
     prog = export(model, tp.ones(4, 5))
     assert prog.range_constraints == {}
     assert [tuple(n.meta["val"].shape) for n in prog.graph.placeholders if n.name == "x"] == [(4, 5)]
-    assert facts(prog) == {("x", 0): None, ("x", 1): None}
+    assert facts(prog) == {("x", 0): None, ("x", 1): "in linear, which needs it to be 5"}
     compiled = tp.compile(prog)
     assert len(compiles) == 1
     with warnings.catch_warnings(record=True) as caught:
@@ -172,6 +172,14 @@ def test_which_extents_a_program_depends_on(fn, dependent):
     assert {site for site, how in facts(prog).items() if how is not None} == dependent
 
 
+def test_an_extent_a_weight_fixes_is_refused_before_any_op_runs():
+    prog = export(MLP(), tp.ones(4, 5))
+    with pytest.raises(ConstraintsExceededError) as info:
+        prog(tp.ones(4, 6))
+    assert re.search(r"'x': expected dimension 1 to be 5, got 6: the program uses this extent in linear, which "
+                     r"needs it to be 5 \(.*self\.fc1\(x\)", str(info.value)), str(info.value)
+
+
 def test_an_intermediate_size_follows_the_input_it_came_from():
     def f(x):
         h = tp.relu(x).flatten(1)  # (batch, 12)
@@ -187,7 +195,7 @@ def test_declared_and_pinned_dims_keep_their_behaviour(compiles):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert tuple(prog(tp.ones(9, 5)).shape) == (9, 3)  # symbolic: no specialization
-    assert len(compiles) == 1 and facts(prog) == {("x", 1): None}
+    assert len(compiles) == 1 and facts(prog) == {("x", 1): "in linear, which needs it to be 5"}
     pinned = export(lambda x: x.sum(0), tp.ones(4, 3), dynamic_shapes={"x": {0: 4}})
     with pytest.raises(ConstraintsExceededError, match=r"runtime assertion failed"):
         pinned(tp.ones(5, 3))
