@@ -64,3 +64,14 @@ def test_compile_and_memory_tables():
     assert table[0] == ("| model | case | weights | torch eager | tensorplay compiled cold | tensorplay compiled warm "
                         "| onnxruntime |")
     assert table[2] == f"| m | b1 | 98 | 30 / 20 | 400 / 120 | 150 / 110 | {cut} |"
+
+
+def test_report_renders_the_isolated_tables_when_there_are_records():
+    doc = {"date": "d", "quick": True, "seconds": 1.0, "versions": {"numpy": "2"}, "load_before": (0.5,),
+           "load_after": (0.5,), "results": [{"model": "m", "case": "b1", "threads": 1, "backend": "torch eager",
+                                              "median_ms": 1.0, "p90_ms": 1.0}],
+           "isolated": [{"model": "m", "case": "b1", "backend": "torch eager", "weights_mib": 1.0,
+                         "setup_peak_mib": 3.0, "run_peak_mib": 2.0, "setup_s": 0.1}]}
+    text = run.render(doc, ["torch eager"], "torch eager")
+    assert "### Compile time in a new process" in text and "| m | b1 | 1 | 3 / 2 |" in text
+    assert "### Peak memory" not in run.render({**doc, "isolated": []}, ["torch eager"], "torch eager")
