@@ -13,7 +13,7 @@ code is kept in the runtime's disk cache, so a later process loads it in about a
 >>> sigmoid = eager_unary("sigmoid", np.float32)
 >>> np.allclose(sigmoid(x), [0.26894142, 0.5, 0.62245935, 1.0, np.nan], equal_nan=True)
 True
->>> eager_unary("erf", np.float64) is None  # erf is float32 only
+>>> eager_unary("gelu", np.float64) is None  # gelu is float32 only
 True
 """
 from __future__ import annotations

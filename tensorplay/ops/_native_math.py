@@ -4,7 +4,7 @@ numpy has no ``erf`` ufunc (a Python call per element: 1M floats took 250 ms), a
 branch-free costs it three exponentials. These ops call the compiler's vector-math kernels instead
 (:func:`tensorplay.lowering.api.eager_unary`: the code compiled programs run, compiled once per (function,
 dtype) and cached on disk), at numpy-ufunc speed. The compiler is imported on the first such call, so
-``import tensorplay`` stays light. Arrays of a dtype without a kernel (float64 ``erf``), or every array
+``import tensorplay`` stays light. Arrays of a dtype without a kernel (float64 ``gelu``), or every array
 when ``TENSORPLAY_EAGER_NATIVE=0``, take the numpy formula.
 
 >>> import numpy as np
