@@ -476,8 +476,10 @@ class _Codegen:
         par = ir.Function(self.module, fty, f"{self.prefix}.par{k}")
         par.linkage = "internal"
         par.attributes.add("nounwind")
-        for i, v in enumerate(env_vals):
-            if isinstance(v.type, BufferType) and v.is_block_arg:
+        for i, v in enumerate(env_vals):  # a function argument, or a kernel function's noalias parameter
+            outer = sc.vals[v]
+            if isinstance(v.type, BufferType) and (v.is_block_arg or isinstance(outer, ir.Argument)
+                                                   and "noalias" in outer.attributes):
                 par.args[i].add_attribute("noalias")
         pb = ir.IRBuilder(par.append_basic_block("entry"))
         n_v = len(env_vals)
