@@ -16,7 +16,8 @@ entries along ``dim``. The code generator records them in the signature's ``meta
 after reading the counts (``meta["counts"]`` i64 values at the end of the workspace).
 
 Values sized by ``u`` may flow through elementwise ops, gathers, permutes, broadcasts, reshapes keeping
-``u`` in the leading dim, and reductions/scans/sorts along other dims. A sum or product over a ``c * u``
+``u`` in the leading dim, reductions/scans/sorts along other dims, cumulative sums along it (the padding
+comes last) and matmuls whose rows it sizes (``x[m] @ w``). A sum or product over a ``c * u``
 dim reads the count (the nonzero input's nonzero elements, summed again) and replaces the padding rows
 by its identity first (:func:`mask_reductions`; ``x[x > 0].sum()``, a size ``x.nonzero().shape[0]`` read
 as a number)::
@@ -29,8 +30,9 @@ as a number)::
     %k = tp.lt (tp.iota {shape = [u0], axis = 0}), %c                  // the valid rows
     %5 = tp.sum (tp.where %k, %4, 0.0) {axes = [0]} : tensor<[], f32>
 
-Anything else that would mix the padding rows into real ones (a max over ``u``, a concat or pad along
-it, a contraction) is refused by :func:`check_unbacked_uses`, as is an output extent that is not ``c * u``.
+Anything else that would mix the padding rows into real ones (a max or a sort over ``u``, a concat or pad
+along it, a contraction over it) is refused by :func:`check_unbacked_uses`, as is an output extent that is
+not ``c * u``.
 """
 
 from __future__ import annotations
@@ -95,6 +97,12 @@ def check_unbacked_uses(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr],
 
 def _why_not(o: Operation, v: Value, us: set) -> str | None:
     a, dims = o.attributes, _u_dims(v, us)
+    if o.name == "tp.matmul":  # rows are independent: padding rows give padding rows
+        lhs, rhs = o.operands
+        contracted = _u_dims(rhs, us) or lhs.type.rank - 1 in _u_dims(lhs, us)
+        return "a contraction over the data-sized dim" if contracted else None
+    if o.name == "tp.cumsum":  # the padding rows come last: they change no valid prefix
+        return None
     if o.name == "tp.slice":
         ax = a["axis"] % v.type.rank
         if ax in dims and not (a["start"] == 0 and sympy.expand(a["stop"] - v.type.shape[ax]) == 0):

@@ -95,3 +95,37 @@ def test_masked_reduction_at_the_tp_level():
     out = np.zeros((), np.int64)
     run(g, [x, out])
     assert int(out) == np.argwhere(x).sum()  # the padding rows (index 0) count nothing: 1 + 3
+
+
+def test_rows_of_a_selection_through_matmul_and_cumsum():
+    lin = tp.nn.Linear(3, 2)
+
+    def body(x, m):
+        rows = x[m]
+        return rows @ x[:3].T, lin(rows).relu(), rows.cumsum(0)
+
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    m = np.array([True, False, True, True, False])
+    prog = export(body, tp.tensor(x), tp.tensor(m), dynamic_shapes={"x": {0: Dim("n", min=3)},
+                                                                    "m": {0: Dim("n", min=3)}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tp.compile(prog)
+    w, b = lin.weight.detach().numpy(), lin.bias.detach().numpy()
+    for n in (5, 3, 8):
+        x = RNG.standard_normal((n, 3)).astype(np.float32)
+        for m in (RNG.random(n) < 0.5, np.zeros(n, bool), np.ones(n, bool)):
+            prod, act, run_sum = (t.numpy() for t in prog(tp.tensor(x), tp.tensor(m)))
+            np.testing.assert_allclose(prod, x[m] @ x[:3].T, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(act, np.maximum(x[m] @ w.T + b, 0), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(run_sum, np.cumsum(x[m], 0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("body, why", [
+    (lambda x: x[x > 0].amax(), "a reduction over the data-sized dim"),  # eager raises on an empty selection
+    (lambda x: x[x > 0].sort()[0], "a scan/sort along the data-sized dim"),
+    (lambda x: (lambda r: r.T @ r)(x[x > 0].reshape(-1, 1)), "a contraction over the data-sized dim"),
+])
+def test_uses_reading_padding_rows_stay_refused(body, why):
+    with pytest.raises(NotImplementedError, match=why):
+        tp.compile(export(body, tp.randn(6)))
