@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import sympy
 
-from tensorplay.dialect import I64, Builder, Function, Module, TensorType, Value, sym
+from tensorplay.dialect import F64, I64, Builder, Function, Module, TensorType, Value, sym
 from tensorplay.dialect.attrs import Dense, WeightRef
 from tensorplay.dialect.opdef import OpError
 from tensorplay.dialect.symbolic import INF
@@ -306,6 +306,11 @@ class _Converter:
             self.values[node] = self.container_input(node, name, (), args, sources)
             return
         value = example if example is not None else val
+        if type(value) is float and node.users:  # a float the computation reads: a 0-d f64 argument
+            args.append((_weight_name(name), TensorType([], F64)))
+            sources.append(ArgSource("input", name))
+            self.values[node] = _Arg(len(args) - 1)
+            return
         self.values[node] = value
         self.binding.fixed[name] = value
 

@@ -24,6 +24,9 @@ from tensorplay.export.native_archive import ModelRunners, NativeRecompileWarnin
 from tensorplay.runtime.artifact import IncompatibleArtifact
 from tensorplay.runtime.jit import stats
 
+# an archive must come back as native code: an interpreter fallback fails the test
+pytestmark = pytest.mark.filterwarnings("error::tensorplay.export.native.UnsupportedProgramWarning")
+
 
 def mlp_program():
     tp.manual_seed(0)

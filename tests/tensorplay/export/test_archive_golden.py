@@ -17,7 +17,11 @@ from hostile.programs import reference
 
 import tensorplay as tp
 from tensorplay import nn
+from tensorplay.export.native import UnsupportedProgramWarning
 from tensorplay.export.save_load import load, load_pt2
+
+# an archive must come back as native code: an interpreter fallback fails the test
+pytestmark = pytest.mark.filterwarnings("error::tensorplay.export.native.UnsupportedProgramWarning")
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "small_program_v1.pt2"
 
@@ -47,7 +51,11 @@ def test_golden_archive_loads_and_computes_the_same_values():
     assert extra == {"origin.txt": "tensorplay archive v1 golden file"}
     w = raw_weights()
     x = tp.tensor(np.linspace(-2, 2, 15, dtype=np.float32).reshape(5, 3))
-    out = ep(x, scale=0.5)
+    # Interpreter-only by design: the v1 golden file was written from a hand-built graph whose parameters and
+    # intermediate nodes carry no shape meta ("val"); the compiler needs every tensor's shape, so this archive
+    # runs on the graph interpreter (archives written by export carry them and compile: test_save_load*.py).
+    with pytest.warns(UnsupportedProgramWarning, match="'p_fc_weight' must have a static shape"):
+        out = ep(x, scale=0.5)
     ref = reference(w["fc.weight"], w["fc.bias"], x.numpy(), 0.5)
     np.testing.assert_allclose(out["y"].numpy(force=True), ref["y"], rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(out["head"].numpy(force=True), ref["head"], rtol=1e-6, atol=1e-6)

@@ -27,6 +27,9 @@ from tensorplay.export.native_archive import native_entry
 from tensorplay.runtime.abi import Signature, TensorSpec
 from tensorplay.runtime.jit import compile_object
 
+# an archive must come back as native code: an interpreter fallback fails the test
+pytestmark = pytest.mark.filterwarnings("error::tensorplay.export.native.UnsupportedProgramWarning")
+
 REPO = Path(__file__).resolve().parents[3]
 BASE = "data/native/model/{triple}/"
 

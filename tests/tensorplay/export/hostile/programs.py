@@ -3,7 +3,8 @@
 The graph covers what archives must carry: parameters, a persistent buffer that the program
 mutates, a non-persistent buffer, a lifted constant, a user input with a dynamic batch, a scalar
 input with a default, registry ops, ``operator`` functions, method calls, slicing, a runtime
-assertion function, a dict output rebuilt by a tree spec, and symbolic shapes in node meta.
+assertion function, a dict output rebuilt by a tree spec, and symbolic shapes in node meta (every node has its
+``val``, as exported programs do, so the program compiles natively).
 """
 from __future__ import annotations
 
@@ -53,17 +54,24 @@ def small_program(seed: int = 0, dtype: tp.dtype = tp.float32) -> ExportedProgra
     w, b, steps, offset, const, x = (g.placeholder(n) for n in names)
     scale = g.placeholder("scale", default_value=2.0)
     x.meta["val"] = TensorMeta((batch, 3), tp.float32)
+    out = tp.promote_types(tp.float32, dtype)
+    for node, shape, dt in ((w, (4, 3), dtype), (b, (4,), dtype), (steps, (1,), tp.float32),
+                            (offset, (4,), tp.float32), (const, (4,), tp.float32)):
+        node.meta["val"] = TensorMeta(shape, dt)
     lin = g.call_function(REGISTRY["linear"], (x, w, b))
-    lin.meta["val"] = TensorMeta((batch, 4), tp.float32)
+    lin.meta["val"] = TensorMeta((batch, 4), out)
     lin.meta["stack_trace"] = "model.py:3 in forward: fc(x)"
     act = g.call_method("relu", (lin,))
     scaled = g.call_function(operator.mul, (act, const))
     shifted = g.call_function(operator.add, (scaled, offset))
     y = g.call_function(operator.mul, (shifted, scale))
-    y.meta["val"] = TensorMeta((batch, 4), tp.float32)
+    for node in (act, scaled, shifted, y):
+        node.meta["val"] = TensorMeta((batch, 4), out)
     y.meta["nn_module_stack"] = {"fc": ("fc", "tensorplay.nn.Linear")}
     head = g.call_function(operator.getitem, (y, (slice(None, None, None), slice(None, 2, None))))
+    head.meta["val"] = TensorMeta((batch, 2), out)
     step = g.call_method("add_", (steps, 1))
+    step.meta["val"] = TensorMeta((1,), tp.float32)
     g.call_function(assertions.assert_dim_range, (x, "x", 0, 1, 64, "batch"))
     g.output((step, y, head))
     gm = GraphModule(root, g)
