@@ -97,6 +97,18 @@ def _report(title: str, unit: str, rows: list[tuple[int, float, float]], gain: f
     return edge
 
 
+def _second_core(exe, x: np.ndarray) -> float:
+    """CPU seconds per wall second of a long 2-thread loop: ~2 when a second core is free, ~1 or less on a
+    busy machine (then no 2-thread timing here means anything)."""
+    import time
+
+    exe.num_threads = 2
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(20):
+        exe(x)
+    return (time.process_time() - cpu) / (time.perf_counter() - wall)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gain", type=float, default=0.10, help="speedup a split must reach (default 0.10)")
@@ -107,13 +119,16 @@ def main() -> None:
     def f32(*shape: int) -> np.ndarray:
         return rng.standard_normal(shape, dtype=np.float32)
 
+    elementwise = _forced(lambda: compile_kernel_module(parse(_ELEMENTWISE), num_threads=1))
+    busy = _second_core(elementwise, f32(1 << 22))
+    print(f"two threads use {busy:.2f} cores" + ("" if busy > 1.6 else
+          ": the machine is busy, the 2-thread timings below do not measure the split"))
     gemm = _forced(lambda: compile_kernel_module(parse(_GEMM), num_threads=1))
     gemv = [(256 * n, [f32(1, 256), f32(n, 256)]) for n in (64, 128, 256, 384, 512, 768, 1024, 2048, 4096)]
     _report("GEMV 1 x 256 x N (B as N x K): GRAIN", "MACs", _speedups(gemm, gemv, opts.repeat), opts.gain)
     blocked = [(64 * 64 * k, [f32(64, k), f32(64, k)]) for k in (8, 16, 32, 48, 64, 96, 128, 256, 512, 1024)]
     _report("GEMM 64 x 64 x K: BLOCKED_GRAIN", "MACs", _speedups(gemm, blocked, opts.repeat), opts.gain)
 
-    elementwise = _forced(lambda: compile_kernel_module(parse(_ELEMENTWISE), num_threads=1))
     # work in the code generator's unit: scalar ops per iteration (load, tanh, store)
     loops = [(3 * n, [f32(n)]) for n in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)]
     _report("tanh over N floats: PARALLEL_GRAIN (scalar ops per thread)", "ops",

@@ -17,8 +17,9 @@ panels of ``C`` by ``tc`` bands of whole ``NR``-column panels (the last band of 
 * a prepacked ``B`` (:mod:`tensorplay.lowering.microkernels.gemm_prepack`) is panel-major, so column
   band ``j0..`` is the pointer ``packed + j0*K`` for any ``K``.
 
-The constants come from ``bench/calibrate_parallel.py`` on the development machine (AMD EPYC, Zen 4, 2
-cores), each the break-even point it measured with some margin: see their comments.
+The constants were measured on the development machine (AMD EPYC, Zen 4, 2 cores) with
+``bench/calibrate_parallel.py`` (break-even sizes of 1 vs 2 threads, packing against multiply-adds): see
+their comments; rerun it on a quiet machine to recalibrate.
 
 Every chunk has at least ``MR`` rows (> 1: the kernel keeps its blocked path) or all of them, and at least
 ``NR`` columns (> 16: no switch to the few-columns path) or all of them; each element of ``C`` is computed by
@@ -58,15 +59,20 @@ __all__ = ["BLOCKED_GRAIN", "ENV_TYPE", "GRAIN", "MAX_GEMM_THREADS", "PACK_COST"
 
 #: Most threads one GEMM is split over (the workspace holds this many packing scratches).
 MAX_GEMM_THREADS = 8
-#: Fewest multiply-adds per thread of a split blocked GEMM (``M >= MR``). Measured: 64 x 64 x K products
-#: gain from a second thread from ~200K multiply-adds on (~4 us at 1 thread; the pool's job costs ~1-2 us).
+#: Fewest multiply-adds per thread of a split blocked GEMM (``M >= MR``). Measured (bench/calibrate_parallel.py,
+#: on a shared machine): 64 x 64 x K products at ~50 GMAC/s gain from a second thread from 200-260K
+#: multiply-adds on, ~2.5 us per thread against the pool's ~1 us round trip.
 BLOCKED_GRAIN = 1 << 17
 #: Fewest multiply-adds per thread of a split matrix-vector product (``M < MR``), and the smallest grain of any
-#: split (:mod:`tensorplay.lowering.fusion.memory_plan` sizes per-thread scratch from two of it). Measured: a
-#: prepacked 1 x K x N GEMV (~20 GMAC/s at 1 thread) gains from a second thread from ~64K multiply-adds on.
+#: split (:mod:`tensorplay.lowering.fusion.memory_plan` sizes per-thread scratch from two of it). A GEMV runs at
+#: ~20 GMAC/s on one thread (1 x 256 x 1024 in 13.6 us), so this is ~1.6 us per thread, the same margin over
+#: the pool's round trip as the blocked grain; a worker that wakes too late costs little: the caller claims the
+#: chunks nobody took.
 GRAIN = 1 << 15
-#: Cost of packing one element of ``A`` or ``B``, in multiply-adds of the micro-kernel (measured ~6-12).
-PACK_COST = 8
+#: Cost of packing one element of ``A`` or ``B``, in multiply-adds of the micro-kernel: measured 4.4-5.9
+#: (packing ``B`` of 8 x {512, 1024} x {256, 512} products, ~0.1 ns per element, against ~20 ps per
+#: multiply-add of a 512^3 product).
+PACK_COST = 6
 _ALIGN = 64
 _I32, _I64 = ir.IntType(32), ir.IntType(64)
 _ARG = {name: i for i, name in enumerate(_ARG_NAMES)}
