@@ -19,6 +19,9 @@ from tensorplay.cli._common import progress
 from tensorplay.export import Dim, export, load, load_pt2, save
 from tensorplay.runtime.jit import stats
 
+# an archive must come back as native code: an interpreter fallback fails the test
+pytestmark = pytest.mark.filterwarnings("error::tensorplay.export.native.UnsupportedProgramWarning")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
