@@ -3,6 +3,7 @@ a masked selection, a data-dependent size read as a number or used as an output 
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,3 +130,26 @@ def test_rows_of_a_selection_through_matmul_and_cumsum():
 def test_uses_reading_padding_rows_stay_refused(body, why):
     with pytest.raises(NotImplementedError, match=why):
         tp.compile(export(body, tp.randn(6)))
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
+
+
+@pytest.mark.parametrize("body, example", [
+    (lambda x: tp.nn.functional.one_hot(x.long()), tp.tensor([0.0, 2.0, 1.0])),
+    (lambda x: x[x > 0].max(), None),
+    (lambda x: x[x > 0].argmax(), None),
+    (lambda x: tp.cat([x[x > 0], x]), None),
+    (lambda x: (lambda r: r.T @ r)(x[x > 0].reshape(-1, 1)), None),
+    (lambda x: x[x > 0].reshape(1, -1), None),
+    (lambda x: tp.ones(x.nonzero().shape[0] + 1), None),
+], ids=["one_hot", "max", "argmax", "cat", "contraction", "reshape", "extent_plus_one"])
+def test_the_guide_lists_each_interpreter_only_case_with_its_message(body, example):
+    """docs/guide.md "What compiles natively": each row's message is what tp.compile says."""
+    section = GUIDE.read_text().split("### What compiles natively")[1].split("\n## ")[0]
+    rows = [line.split("|")[2].strip().strip("`") for line in section.splitlines() if line.startswith("| ")][1:]
+    with pytest.raises(NotImplementedError) as e:
+        tp.compile(export(body, example if example is not None else tp.randn(6)))
+    said = str(e.value)
+    shown = [r for r in rows if all(part in said for part in r.replace("<file:line>", "...").split("..."))]
+    assert shown, f"no row of the guide's table gives {said!r}"
