@@ -108,3 +108,18 @@ def test_kernel_level_check_interprets_as_the_assertion():
         run(g, [np.array([0, -1, 2], np.float32), out])
     with pytest.raises(AssertionError, match="^x must be non-negative$"):
         run(f, [np.array([0, -1, 2], np.float32)])
+
+
+def test_standalone_bundle_raises_the_assertion(tmp_path):
+    from tensorplay.lowering.aot import build_library
+    from tensorplay.runtime.standalone import StandaloneModel
+
+    prog = export(Positive(), tp.ones(3), dynamic_shapes=({0: Dim("n", min=1)},))
+    compiled = tp.compile(prog)
+    build_library(compiled, tmp_path, "checked", program=prog, link=False)
+    model = StandaloneModel.load(tmp_path, "checked")
+    (y,) = model(np.array([1.0, 2.0], np.float32))
+    np.testing.assert_array_equal(y, [2.0, 4.0])
+    with pytest.raises(AssertionError) as e:
+        model(np.array([1.0, -2.0], np.float32))
+    assert str(e.value) == "x must sum to a positive value, got {x.sum()}"
