@@ -26,12 +26,14 @@ THREADS = (1, 2, 3, 8)
 MS, NS, KS = (1, 3, 64, 257), (1, 17, 512, 1000), (1, 300, 2000)
 
 
-def _gemm_module(*, trans_b: bool, epilogue: bool) -> str:
-    """``c = a @ b`` (``b`` as ``N x K`` with ``trans_b``) over dynamic ``M, N, K``; with ``epilogue``
-    ``c = gelu(a @ b + bias) + r``."""
+def _gemm_module(*, trans_a: bool, trans_b: bool, epilogue: bool) -> str:
+    """``c = a @ b`` (``a`` as ``K x M`` with ``trans_a``, ``b`` as ``N x K`` with ``trans_b``) over dynamic
+    ``M, N, K``; with ``epilogue`` ``c = gelu(a @ b + bias) + r``."""
+    a_shape = "[s2, s0]" if trans_a else "[s0, s2]"
     b_shape = "[s1, s2]" if trans_b else "[s2, s1]"
-    args = ["%a: buffer<[s0, s2], f32>", f"%b: buffer<{b_shape}, f32>"]
-    extra, attrs = "", f"m = s0, n = s1, k = s2, trans_b = {str(trans_b).lower()}"
+    args = [f"%a: buffer<{a_shape}, f32>", f"%b: buffer<{b_shape}, f32>"]
+    extra = ""
+    attrs = f"m = s0, n = s1, k = s2, trans_a = {str(trans_a).lower()}, trans_b = {str(trans_b).lower()}"
     if epilogue:
         args += ["%bias: buffer<[s1], f32>", "%r: buffer<[s0, s1], f32>"]
         extra, attrs = ", %bias, %r", attrs + ", bias = true, residual = true, activation = gelu"
@@ -63,20 +65,23 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1 + np.vectorize(erf)(x / np.sqrt(2)))
 
 
-@pytest.mark.parametrize("trans_b,epilogue", [(True, False), (False, False), (True, True)],
-                         ids=["linear", "plain", "bias_gelu_residual"])
-def test_gemm_shapes(trans_b: bool, epilogue: bool) -> None:
-    exe = compile_kernel_module(parse(_gemm_module(trans_b=trans_b, epilogue=epilogue)), num_threads=1)
+@pytest.mark.parametrize("trans_a,trans_b,epilogue", [(False, True, False), (False, False, False),
+                                                      (True, False, False), (False, True, True)],
+                         ids=["linear", "plain", "a_transposed", "bias_gelu_residual"])
+def test_gemm_shapes(trans_a: bool, trans_b: bool, epilogue: bool) -> None:
+    """Every shape of the M x N x K grid; at 8 threads 257 x 512 x K splits in two dimensions (2 x 4)."""
+    module = _gemm_module(trans_a=trans_a, trans_b=trans_b, epilogue=epilogue)
+    exe = compile_kernel_module(parse(module), num_threads=1)
     rng = np.random.default_rng(16)
     for m, n, k in itertools.product(MS, NS, KS):
         if epilogue and (k == 1 or m * n * k < 1 << 16):
             continue  # the epilogue's split behaviour is the same at every size: keep the big products
-        a = rng.standard_normal((m, k), dtype=np.float32)
+        a = rng.standard_normal((k, m) if trans_a else (m, k), dtype=np.float32)
         w = rng.standard_normal((n, k) if trans_b else (k, n), dtype=np.float32)
         inputs = [a, w]
-        b64 = (w.T if trans_b else w).astype(np.float64)
-        want = a.astype(np.float64) @ b64
-        scale = np.abs(a).astype(np.float64) @ np.abs(b64)
+        a64, b64 = (a.T if trans_a else a).astype(np.float64), (w.T if trans_b else w).astype(np.float64)
+        want = a64 @ b64
+        scale = np.abs(a64) @ np.abs(b64)
         if epilogue:
             bias, res = rng.standard_normal(n, dtype=np.float32), rng.standard_normal((m, n), dtype=np.float32)
             inputs += [bias, res]
