@@ -467,7 +467,12 @@ class _Codegen:
                 if outer and v not in env_vals and v in sc.vals:
                     env_vals.append(v)
         stride = memory_plan.chunk_scratch_stride(op)
-        privates = [v for v in memory_plan.loop_privates(op) if v in env_vals] if self.chunk_copies else []
+        privates = [v for v in memory_plan.loop_privates(op) if v in env_vals]
+        if privates and not self.chunk_copies:  # a plan made before per-chunk copies: one copy, one thread
+            self.par_count -= 1
+            self._loop(sc, op, sc.em.emit(op.attr.lower), sc.em.emit(op.attr.upper),
+                       lambda s, acc: self._block(s, op.body.ops))
+            return
         chunked = stride is not None or bool(privates)
         env_syms = list(sc.em.symbols)
         env = [sc.vals[v] for v in env_vals] + [sc.em.symbols[s] for s in env_syms] + [sc.ws]
