@@ -350,6 +350,23 @@ def _weight_grad(x, grad, kernel, stride, pads, dilation, groups):
     return gw.transpose(0, 1)
 
 
+def _weight_grad_2d(x, grad, kernel, stride, pads, dilation):
+    """d conv / d weight of an ungrouped 2-d convolution: the gradient times the input's im2col columns,
+    ``(N, O, L) @ (N, L, C*kh*kw)`` summed over the batch (GEMMs whose depth is the output positions). The
+    columns are the ``kh*kw`` strided slices of the padded input, one per kernel offset."""
+    t = tp()
+    (top, bottom), (left, right) = pads
+    xp = t.pad(x, (left, right, top, bottom)) if top or bottom or left or right else x
+    n, c = x.shape[:2]
+    o, oh, ow = grad.shape[1:]
+    (sh, sw), (dh, dw) = stride, dilation
+    offsets = [xp[:, :, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+               for i in range(kernel[0]) for j in range(kernel[1])]
+    cols = t.stack(offsets, 2).reshape(n, -1, oh * ow)  # (N, C*kh*kw, L)
+    products = t.matmul(grad.reshape(n, o, -1), cols.transpose(1, 2))  # (N, O, C*kh*kw)
+    return t.sum(products, (0,)).reshape(o, c, *kernel)
+
+
 @conv.def_backward
 def _conv_backward(ctx, grad):
     input, weight = ctx.args[0], ctx.args[1]
@@ -364,8 +381,11 @@ def _conv_backward(ctx, grad):
         if input.requires_grad else None
     if gi is not None and input.ndim == nd + 1:
         gi = gi.squeeze(0)
-    gw = _weight_grad(x, g, tuple(weight.shape[2:]), stride, pads, dilation, a["groups"]) \
-        if weight.requires_grad else None
+    gw = None
+    if weight.requires_grad:
+        kernel = tuple(weight.shape[2:])
+        gw = _weight_grad_2d(x, g, kernel, stride, pads, dilation) if nd == 2 and a["groups"] == 1 else \
+            _weight_grad(x, g, kernel, stride, pads, dilation, a["groups"])
     bias = a["bias"]
     gb = tp().sum(g, (0, *range(2, 2 + nd))) if bias is not None and bias.requires_grad else None
     return (gi, gw, gb) + (None,) * (len(ctx.args) - 3)
