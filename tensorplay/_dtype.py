@@ -156,8 +156,8 @@ def promote_types(a: dtype, b: dtype) -> dtype:
 def _scalar_dtype(value) -> dtype:
     if isinstance(value, builtins_bool | np.bool_):
         return bool
-    if isinstance(value, builtins_int | np.integer):
-        return int64
+    if isinstance(value, builtins_int | np.integer) or getattr(value, "is_integer", None) is True:
+        return int64  # a symbolic size acts as a Python int
     return get_default_dtype()
 
 

@@ -270,8 +270,7 @@ def _arange_meta(*args, dtype=None, **kw):
     if isinstance(step, int | float) and step == 0:
         raise RuntimeError("arange(): step must be nonzero")
     if dtype is None:
-        # a symbolic bound is a size: an integer (int64, as eager gives)
-        dtype = _dtype.result_type(*(v if isinstance(v, int | float) else 0 for v in (start, end, step)))
+        dtype = _dtype.result_type(*(v for v in (start, end, step)))
     dt = _dtype.as_dtype(dtype)
     if all(isinstance(v, int | float) for v in (start, end, step)):
         length = max(0, math.ceil((end - start) / step))

@@ -69,6 +69,7 @@ def test_sum_over_rows_of_a_two_dim_selection():
     (lambda x: tp.ones(x.nonzero().shape[0]) * 2, lambda x: np.full(np.count_nonzero(x), 2.0, np.float32)),
     (lambda x: tp.full((x.nonzero().shape[0], 2), 3.0), lambda x: np.full((np.count_nonzero(x), 2), 3.0, np.float32)),
     (lambda x: tp.arange(x.nonzero().shape[0]), lambda x: np.arange(np.count_nonzero(x), dtype=np.int64)),
+    (lambda x: tp.full((), x.nonzero().shape[0]), lambda x: np.array(np.count_nonzero(x), np.int64)),
     (lambda x: tp.zeros(2 * (x > 0).nonzero().shape[0], dtype=tp.int32),
      lambda x: np.zeros(2 * np.count_nonzero(x > 0), np.int32)),
 ])
