@@ -153,11 +153,11 @@ def check_other_extents(program: ExportedProgram, differing: list[tuple[str, int
             raise _dependence_error(program, label, axis, captured, given,
                                     "the program carries no record of which input extents it depends on (an archive "
                                     "written before that record, or a program imported from torch), so it is taken "
-                                    "to depend on all of them")
+                                    "to depend on all of them") from None
         how, where = facts.get((label, axis), (None, None))
         if (label, axis) in facts and how is not None:
             raise _dependence_error(program, label, axis, captured, given, f"the program uses this extent {how} "
-                                    f"({where})")
+                                    f"({where})") from None  # the native check that failed adds nothing
 
 
 def call_other_extents(program: ExportedProgram, flat_args: list, error: ConstraintsExceededError) -> Any:
