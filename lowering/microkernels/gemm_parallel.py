@@ -10,10 +10,11 @@ panels of ``C`` by ``tc`` bands of whole ``NR``-column panels (the last band of 
   of multiply-adds, :data:`GRAIN` when ``M < MR`` (matrix-vector products, bound by the memory traffic of
   ``B``), else :data:`BLOCKED_GRAIN`; a product under two grains stays on the calling thread;
 * **grid** ``tr x tc <= T``, ``tr`` at most ``M / MR`` and ``tc`` at most ``N / NR``, the one with the least
-  cost of its largest chunk, ``rows * cols + PACK_COST * (rows + cols)`` (multiply-adds per ``K``, plus the
-  packing of its rows of ``A`` and columns of ``B``; prepacked ``B`` costs no packing); ties go to more row
-  bands. A GEMV (``M < MR``) splits by columns over any thread count, a tall product by rows, and a short
-  one by columns, and a short narrow one (``M = N = 64`` on 8 threads) in both dimensions;
+  cost of its largest chunk, ``rows * cols + (PACK_COST + READ_COST) * (rows + cols)`` per ``K``
+  (multiply-adds, plus packing and streaming in its rows of ``A`` and columns of ``B``; a prepacked ``B`` is
+  only read); ties go to more row bands. A GEMV (``M < MR``) and a few-row product split by columns over any
+  thread count (each thread reads its part of the weights only), a tall product by rows, and a short narrow
+  one (``M = N = 64`` on 8 threads) or a large one on many threads in both dimensions;
 * a prepacked ``B`` (:mod:`tensorplay.lowering.microkernels.gemm_prepack`) is panel-major, so column
   band ``j0..`` is the pointer ``packed + j0*K`` for any ``K``.
 
@@ -54,8 +55,8 @@ from tensorplay.runtime.threadpool import CHUNK_FN, declare_parallel_for
 from .gemm import _ARG_NAMES, _ARG_TYPES, DEFAULT_SHAPE, scratch_bytes
 from .gemm_kernels import GemmShape
 
-__all__ = ["BLOCKED_GRAIN", "ENV_TYPE", "GRAIN", "MAX_GEMM_THREADS", "PACK_COST", "emit_split_gemm", "gemm_grid",
-           "split_chunk_function", "thread_scratch_bytes"]
+__all__ = ["BLOCKED_GRAIN", "ENV_TYPE", "GRAIN", "MAX_GEMM_THREADS", "PACK_COST", "READ_COST", "emit_split_gemm",
+           "gemm_grid", "split_chunk_function", "thread_scratch_bytes"]
 
 #: Most threads one GEMM is split over (the workspace holds this many packing scratches).
 MAX_GEMM_THREADS = 8
@@ -73,6 +74,11 @@ GRAIN = 1 << 15
 #: (packing ``B`` of 8 x {512, 1024} x {256, 512} products, ~0.1 ns per element, against ~20 ps per
 #: multiply-add of a 512^3 product).
 PACK_COST = 6
+#: Cost of streaming one element of an operand from outside the core's L2 (a chunk reads its rows of ``A`` and
+#: its columns of ``B`` once), in multiply-adds: measured 2.6 (the prepacked 1 x 256 x 1024 GEMV reads ``B`` at
+#: ~0.05 ns per element). It makes few-row products split by columns: each thread then reads a part of the
+#: weights, which stays in its own L2 across calls (an LSTM's recurrent step).
+READ_COST = 3
 _ALIGN = 64
 _I32, _I64 = ir.IntType(32), ir.IntType(64)
 _ARG = {name: i for i, name in enumerate(_ARG_NAMES)}
@@ -103,7 +109,7 @@ def gemm_grid(m: int, n: int, k: int, *, threads: int, packed_b: bool,
             continue
         tc = max(1, min(t // tr, col_panels))
         rows, cols = -(-m // tr), -(-n // tc)
-        cost = rows * cols + PACK_COST * (rows + (0 if packed_b else cols))
+        cost = rows * cols + (PACK_COST + READ_COST) * rows + (READ_COST + (0 if packed_b else PACK_COST)) * cols
         if best_cost is None or cost < best_cost:
             best, best_cost = (tr, tc), cost
     return best
@@ -215,8 +221,8 @@ def grid_function(module: ir.Module, shape: GemmShape = DEFAULT_SHAPE) -> ir.Fun
     tc = b.select(b.icmp_signed("<", tc, _i64(1)), _i64(1), tc)
     rows = b.sdiv(b.add(m, b.sub(tr, _i64(1))), tr)
     cols = b.sdiv(b.add(n, b.sub(tc, _i64(1))), tc)
-    packing = b.add(rows, b.select(packed, _i64(0), cols))
-    cost = b.add(b.mul(rows, cols), b.mul(packing, _i64(PACK_COST)))
+    col_cost = b.select(packed, _i64(READ_COST), _i64(READ_COST + PACK_COST))
+    cost = b.add(b.mul(rows, cols), b.add(b.mul(rows, _i64(PACK_COST + READ_COST)), b.mul(cols, col_cost)))
     allowed = b.or_(b.icmp_signed("==", tr, _i64(1)), b.icmp_signed("<=", tr, row_panels))
     better = b.and_(allowed, b.or_(b.icmp_signed("<", best_cost, _i64(0)), b.icmp_signed("<", cost, best_cost)))
     b.branch(keep)
