@@ -140,11 +140,12 @@ GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guide.md"
     (lambda x: tp.nn.functional.one_hot(x.long()), tp.tensor([0.0, 2.0, 1.0])),
     (lambda x: x[x > 0].max(), None),
     (lambda x: x[x > 0].argmax(), None),
+    (lambda x: x[x > 0].std(), None),
     (lambda x: tp.cat([x[x > 0], x]), None),
     (lambda x: (lambda r: r.T @ r)(x[x > 0].reshape(-1, 1)), None),
     (lambda x: x[x > 0].reshape(1, -1), None),
     (lambda x: tp.ones(x.nonzero().shape[0] + 1), None),
-], ids=["one_hot", "max", "argmax", "cat", "contraction", "reshape", "extent_plus_one"])
+], ids=["one_hot", "max", "argmax", "std", "cat", "contraction", "reshape", "extent_plus_one"])
 def test_the_guide_lists_each_interpreter_only_case_with_its_message(body, example):
     """docs/guide.md "What compiles natively": each row's message is what tp.compile says."""
     section = GUIDE.read_text().split("### What compiles natively")[1].split("\n## ")[0]
