@@ -234,7 +234,8 @@ def _sub_type(t: Any, m: Mapping) -> Any:
 def pad_unbacked(f: Function) -> Function:
     """``f`` with every data-dependent extent ``u`` at its bound (a copy; ``f`` itself when there is none):
     each tp.nonzero then has one row per input element and records its count ``slot`` and the result
-    ``extents`` it sizes. Raises :class:`UnbackedExtentError`.
+    ``extents`` it sizes (the sums it masks, :func:`mask_reductions`, are rewritten in ``f`` itself first).
+    Raises :class:`UnbackedExtentError`.
 
     >>> from tensorplay.dialect import parse
     >>> f = parse('''func @main(%x: tensor<[s0, 3], f32>) -> (tensor<[u0, 2], i64>)
