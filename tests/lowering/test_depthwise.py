@@ -1,0 +1,95 @@
+"""Depthwise and narrow grouped 2-d convolutions as a direct loop nest (fusion/depthwise.py): which convolutions
+take it, that it has no GEMM and sums the taps with the output width innermost, and that it matches a direct
+float64 numpy formula with a fused prologue and with dynamic batch, height and width."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+import tensorplay.nn.functional as F
+from tensorplay.dialect import parse
+from tensorplay.export import Dim, export
+from tensorplay.lowering.fusion.depthwise import MAX_GROUP_CHANNELS, direct_conv_applies
+
+
+def _conv_ref(x, w, stride, padding, groups):
+    """out[n, g*og + o, i, j] = sum_{c, r, s} x[n, g*cg + c, i*stride - pad + r, j*stride - pad + s]
+    * w[g*og + o, c, r, s], zero outside x."""
+    n, cin, h, wd = x.shape
+    cout, cg, kh, kw = w.shape
+    og = cout // groups
+    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (padding, padding), (padding, padding)])
+    oh, ow = (h + 2 * padding - kh) // stride + 1, (wd + 2 * padding - kw) // stride + 1
+    out = np.zeros((n, cout, oh, ow))
+    for o, c, r, s in itertools.product(range(cout), range(cg), range(kh), range(kw)):
+        ci = (o // og) * cg + c
+        out[:, o] += xp[:, ci, r:r + stride * (oh - 1) + 1:stride, s:s + stride * (ow - 1) + 1:stride] * w[o, c, r, s]
+    return out
+
+
+def _conv_op(cin: int, cout: int, groups: int, k: int = 3, dtype: str = "f32"):
+    f = parse(f"""func @f(%x: tensor<[s0, {cin}, 9, 9], {dtype}>,
+        %w: tensor<[{cout}, {cin // groups}, {k}, {k}], {dtype}>)
+        -> (tensor<[s0, {cout}, 9, 9], {dtype}>) where {{s0 in [1, 8]}} {{
+  %0 = tp.conv %x, %w {{dilation = [1, 1], groups = {groups}, padding = [{k // 2}, {k // 2}], stride = [1, 1]}}
+      : tensor<[s0, {cout}, 9, 9], {dtype}>
+  tp.return %0
+}}""").functions[0]
+    return f.body.ops[0]
+
+
+def test_which_convolutions_are_direct():
+    assert direct_conv_applies(_conv_op(32, 32, 32))                   # depthwise
+    assert direct_conv_applies(_conv_op(16, 48, 16))                   # depthwise, channel multiplier 3
+    assert direct_conv_applies(_conv_op(64, 64, 64 // MAX_GROUP_CHANNELS))
+    assert not direct_conv_applies(_conv_op(64, 64, 64 // (2 * MAX_GROUP_CHANNELS)))  # wide groups: GEMMs
+    assert not direct_conv_applies(_conv_op(8, 8, 1))                  # one group: im2col or Winograd
+    assert direct_conv_applies(_conv_op(8, 8, 8, dtype="f64"))
+    assert not direct_conv_applies(_conv_op(8, 8, 8, dtype="i32"))
+
+
+class _Block(tp.nn.Module):
+    """``conv(relu6(x * scale + shift), w)``, depthwise: the prologue runs once per input element."""
+
+    def __init__(self, stride: int, padding: int, groups: int):
+        super().__init__()
+        self.args = stride, padding, 1, groups
+
+    def forward(self, x, w, scale, shift):
+        return F.conv2d(F.hardtanh(x * scale + shift, 0.0, 6.0), w, None, *self.args)
+
+
+@pytest.mark.parametrize("stride,padding,groups,cg", [(1, 1, 16, 1), (2, 1, 16, 1), (1, 2, 4, 4), (2, 0, 8, 2)])
+def test_direct_nest_matches_numpy_with_a_fused_prologue(stride, padding, groups, cg):
+    rng = np.random.default_rng(stride * 10 + padding)
+    cin = groups * cg
+    w = rng.standard_normal((cin, cg, 3, 3), dtype=np.float32)
+    scale = rng.uniform(0.5, 2, (cin, 1, 1)).astype(np.float32)
+    shift = rng.uniform(-1, 1, (cin, 1, 1)).astype(np.float32)
+    x = rng.standard_normal((2, cin, 11, 12), dtype=np.float32) * 3
+    dims = ({0: Dim("n", min=1, max=8), 2: Dim("h", min=5, max=40), 3: Dim("w", min=5, max=40)}, None, None, None)
+    prog = export(_Block(stride, padding, groups), *map(tp.tensor, (x, w, scale, shift)), dynamic_shapes=dims)
+    compiled = tp.compile(prog, num_threads=2, strict=True)
+    kernel = compiled.ir("kernel")
+    assert "kernel.gemm" not in kernel and kernel.count("kernel.minimum") == 1  # the clamp computed once
+    for shape in ((1, cin, 11, 12), (3, cin, 16, 7), (2, cin, 5, 33)):
+        x = rng.standard_normal(shape, dtype=np.float32) * 3
+        got = np.asarray(prog(*map(tp.tensor, (x, w, scale, shift))))
+        np.testing.assert_allclose(got, _conv_ref(np.clip(x * scale + shift, 0, 6), w, stride, padding, groups),
+                                   rtol=1e-5, atol=1e-5)
+
+
+def test_taps_are_summed_with_the_output_width_innermost():
+    """The store of every output sits in a loop over the output width whose body holds the 9 taps."""
+    x = np.zeros((1, 8, 10, 10), np.float32)
+    w = np.zeros((8, 1, 3, 3), np.float32)
+    prog = export(_Block(1, 1, 8), tp.tensor(x), tp.tensor(w), tp.tensor(np.ones((8, 1, 1), np.float32)),
+                  tp.tensor(np.zeros((8, 1, 1), np.float32)))
+    kernel = tp.compile(prog, num_threads=1, strict=True).ir("kernel")
+    body = kernel[kernel.rindex("upper = 10}"):]
+    body = body[:body.index("kernel.store")]
+    assert body.count("kernel.mul") == 9 and body.count("kernel.add") == 8
