@@ -1,9 +1,9 @@
 """Compiled code gives the same bits at 1, 2, 3 and 8 threads (8: oversubscribed on a small machine).
 
 Single GEMMs over a grid of shapes (GEMV, few rows, short and tall; one, a few and many columns; shallow
-and deep), with bias/activation/residual epilogues and prepacked weights; an LSTM; large elementwise
-loops and reductions (sum, mean, softmax, layer norm). Every output is also checked against a float64
-numpy reference.
+and deep), with bias/activation/residual epilogues and prepacked weights; an LSTM and a GRU; large
+elementwise loops and reductions (sum, mean, softmax, layer norm). Every output is also checked against a
+float64 numpy reference (PyTorch for the GRU).
 """
 
 from __future__ import annotations
@@ -176,6 +176,30 @@ def test_lstm(batch: int) -> None:
     _assert_bitwise(outs)
     np.testing.assert_allclose(outs[1][0], _lstm_ref(np.asarray(x._data), model.lstm), rtol=1e-4, atol=1e-5)
     assert jobs[1] == 0 and all(jobs[t] >= 2 * 12 for t in THREADS[1:]), jobs  # every step of both layers
+
+
+def test_gru_matches_torch_at_every_thread_count() -> None:
+    torch = pytest.importorskip("torch")
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gru = nn.GRU(64, 256, batch_first=True)
+
+        def forward(self, x):
+            return self.gru(x)[0]
+
+    model = Model()
+    x = tp.randn(1, 10, 64)
+    compiled, run = _program(model, (x,))
+    outs, jobs = _by_threads(lambda t: run(t, np.asarray(x._data)))
+    _assert_bitwise(outs)
+    assert jobs[1] == 0 and all(jobs[t] >= 10 for t in THREADS[1:]), jobs  # the recurrent GEMV of every step
+    ref = torch.nn.GRU(64, 256, batch_first=True)
+    ref.load_state_dict({k: torch.from_numpy(np.asarray(v._data).copy()) for k, v in model.gru.state_dict().items()})
+    with torch.no_grad():
+        want = ref(torch.from_numpy(np.asarray(x._data).copy()))[0].numpy()
+    np.testing.assert_allclose(outs[1][0], want, rtol=1e-4, atol=1e-5)
 
 
 class _Reductions(nn.Module):
