@@ -2,10 +2,10 @@
 
 Prints, for the current machine, the values that :mod:`tensorplay.lowering.microkernels.gemm_parallel`
 (``GRAIN``, ``BLOCKED_GRAIN``, ``PACK_COST``) and :mod:`tensorplay.lowering.codegen.llvm`
-(``PARALLEL_GRAIN``, elementwise loops) hard-code, each from a sweep timed at 1 thread and at 2 threads
-with splitting forced (grain 1):
+(``PARALLEL_GRAIN``, elementwise loops) hard-code, each from a sweep timed at 1 thread and at ``--threads``
+threads (default 2) with splitting forced (grain 1):
 
-* a grain is the work per thread at the smallest size of the sweep from which 2 threads are at least
+* a grain is the work per thread at the smallest size of the sweep from which T threads are at least
   ``--gain`` (default 10%) faster than 1 thread, and stay so for every larger size;
 * ``PACK_COST`` is the time to pack one element of ``B`` (unpacked minus prepacked ``B`` in an
   8-row product) over the time of one multiply-add of a large blocked product.
@@ -64,45 +64,46 @@ def _forced(build: Callable[[], object]) -> object:
         gemm_parallel.GRAIN, gemm_parallel.BLOCKED_GRAIN, codegen.PARALLEL_GRAIN = saved
 
 
-def _speedups(exe, sizes: Iterable[tuple[int, list[np.ndarray]]], repeat: int) -> list[tuple[int, float, float]]:
-    """``(work, seconds at 1 thread, seconds at 2 threads)`` per size (min of ``repeat`` interleaved runs)."""
+def _speedups(exe, sizes: Iterable[tuple[int, list[np.ndarray]]], repeat: int,
+              threads: int) -> list[tuple[int, float, float]]:
+    """``(work, seconds at 1 thread, seconds at threads)`` per size (min of ``repeat`` interleaved runs)."""
     rows = []
     for work, inputs in sizes:
-        best = {1: float("inf"), 2: float("inf")}
+        best = {1: float("inf"), threads: float("inf")}
         for _ in range(repeat):
-            for t in (1, 2):
+            for t in best:
                 exe.num_threads = t
                 best[t] = min(best[t], best_seconds(partial(exe, *inputs), min_time=0.05))
-        rows.append((work, best[1], best[2]))
+        rows.append((work, best[1], best[threads]))
     return rows
 
 
-def _break_even(rows: list[tuple[int, float, float]], gain: float) -> int | None:
-    """Work per thread at the smallest size from which 2 threads win by ``gain`` at every larger size."""
+def _break_even(rows: list[tuple[int, float, float]], gain: float, threads: int) -> int | None:
+    """Work per thread at the smallest size from which ``threads`` threads win by ``gain`` at every larger size."""
     edge = None
     for work, one, two in reversed(rows):
         if two * (1 + gain) > one:
             break
         edge = work
-    return None if edge is None else edge // 2
+    return None if edge is None else edge // threads
 
 
-def _report(title: str, unit: str, rows: list[tuple[int, float, float]], gain: float) -> int | None:
+def _report(title: str, unit: str, rows: list[tuple[int, float, float]], gain: float, threads: int) -> int | None:
     print(f"\n{title}")
-    print(f"{unit:>12} {'1 thread us':>12} {'2 threads us':>13} {'speedup':>8}")
+    print(f"{unit:>12} {'1 thread us':>12} {f'{threads} threads us':>13} {'speedup':>8}")
     for work, one, two in rows:
         print(f"{work:12d} {one * 1e6:12.2f} {two * 1e6:13.2f} {one / two:8.2f}")
-    edge = _break_even(rows, gain)
+    edge = _break_even(rows, gain, threads)
     print(f"-> grain (per thread): {edge if edge is not None else 'no size gained'}")
     return edge
 
 
-def _second_core(exe, x: np.ndarray) -> float:
-    """CPU seconds per wall second of a long 2-thread loop: ~2 when a second core is free, ~1 or less on a
-    busy machine (then no 2-thread timing here means anything)."""
+def _cores_used(exe, x: np.ndarray, threads: int) -> float:
+    """CPU seconds per wall second of a long loop on ``threads`` threads: ~``threads`` when that many cores are
+    free, less on a busy machine (then the multi-thread timings here mean little)."""
     import time
 
-    exe.num_threads = 2
+    exe.num_threads = threads
     cpu, wall = time.process_time(), time.perf_counter()
     for _ in range(20):
         exe(x)
@@ -113,6 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gain", type=float, default=0.10, help="speedup a split must reach (default 0.10)")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved runs per size (min taken)")
+    parser.add_argument("--threads", type=int, default=2, help="thread count compared with 1 (default 2)")
     opts = parser.parse_args()
     rng = np.random.default_rng(0)
 
@@ -120,19 +122,22 @@ def main() -> None:
         return rng.standard_normal(shape, dtype=np.float32)
 
     elementwise = _forced(lambda: compile_kernel_module(parse(_ELEMENTWISE), num_threads=1))
-    busy = _second_core(elementwise, f32(1 << 22))
-    print(f"two threads use {busy:.2f} cores" + ("" if busy > 1.6 else
-          ": the machine is busy, the 2-thread timings below do not measure the split"))
+    threads = opts.threads
+    used = _cores_used(elementwise, f32(1 << 22), threads)
+    print(f"{threads} threads use {used:.2f} cores" + ("" if used > 0.8 * threads else
+          f": the machine is busy, the {threads}-thread timings below do not measure the split"))
     gemm = _forced(lambda: compile_kernel_module(parse(_GEMM), num_threads=1))
     gemv = [(256 * n, [f32(1, 256), f32(n, 256)]) for n in (64, 128, 256, 384, 512, 768, 1024, 2048, 4096)]
-    _report("GEMV 1 x 256 x N (B as N x K): GRAIN", "MACs", _speedups(gemm, gemv, opts.repeat), opts.gain)
+    _report("GEMV 1 x 256 x N (B as N x K): GRAIN", "MACs", _speedups(gemm, gemv, opts.repeat, threads), opts.gain,
+            threads)
     blocked = [(64 * 64 * k, [f32(64, k), f32(64, k)]) for k in (8, 16, 32, 48, 64, 96, 128, 256, 512, 1024)]
-    _report("GEMM 64 x 64 x K: BLOCKED_GRAIN", "MACs", _speedups(gemm, blocked, opts.repeat), opts.gain)
+    _report("GEMM 64 x 64 x K: BLOCKED_GRAIN", "MACs", _speedups(gemm, blocked, opts.repeat, threads), opts.gain,
+            threads)
 
     # work in the code generator's unit: scalar ops per iteration (load, tanh, store)
     loops = [(3 * n, [f32(n)]) for n in (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144)]
     _report("tanh over N floats: PARALLEL_GRAIN (scalar ops per thread)", "ops",
-            _speedups(elementwise, loops, opts.repeat), opts.gain)
+            _speedups(elementwise, loops, opts.repeat, threads), opts.gain, threads)
 
     # PACK_COST: packing B (K x N) in an 8-row product, in multiply-adds of a large product
     m, n, k = 8, 1024, 512
