@@ -83,7 +83,8 @@ class ErrorWord:
         return b.load(self._ptr(b, em, ws), typ=ir.IntType(32))
 
     def emit_check(self, sc: Any, op: Operation) -> None:
-        """Codegen of ``kernel.check_index``: an atomic store of the code when the position is out of range."""
+        """Codegen of ``kernel.check_index``: when the position is out of range, the code is stored unless an
+        earlier failure's is there (the first failure is reported, as eager stops at it)."""
         b = sc.b
         pos = _as_i64(b, sc.vals[op.operand.position])
         bad = b.icmp_unsigned(">=", pos, sc.em.emit(op.attr.upper))  # negative: huge unsigned
@@ -91,7 +92,8 @@ class ErrorWord:
         code = self.codes[op.attr.message]
         with b.if_then(bad, likely=False):
             word = b.gep(sc.ws, [offset], inbounds=True, source_etype=ir.IntType(8))
-            b.atomic_rmw("xchg", word, ir.Constant(ir.IntType(32), code), "monotonic")  # threads may race
+            i32 = ir.IntType(32)
+            b.cmpxchg(word, ir.Constant(i32, 0), ir.Constant(i32, code), "monotonic", "monotonic")  # threads race
 
 
 def _as_i64(b: ir.IRBuilder, v: ir.Value) -> ir.Value:

@@ -123,3 +123,15 @@ def test_standalone_bundle_raises_the_assertion(tmp_path):
     with pytest.raises(AssertionError) as e:
         model(np.array([1.0, -2.0], np.float32))
     assert str(e.value) == "x must sum to a positive value, got {x.sum()}"
+
+
+def test_the_first_failure_is_reported_as_in_eager():
+    class Guarded(tp.nn.Module):
+        def forward(self, x, i):
+            tp._assert((i < x.shape[0]).all(), "index too large")
+            return x[i] * 2  # would also fail: eager stops at the assertion
+
+    m = Guarded()
+    prog = _native(m, tp.randn(5), tp.tensor([1, 2]), dynamic=(None, {0: Dim("k")}))
+    outcomes = [_same_outcome(prog, m, tp.arange(5.0), tp.tensor(i)) for i in ([1, 7], [0, 4], [9])]
+    assert outcomes == [False, True, False]
