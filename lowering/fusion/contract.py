@@ -27,6 +27,7 @@ from tensorplay.dialect.ir import Operation, Value
 
 from .conv import conv_col_type, emit_conv
 from .emit import NestEmitter, origin, uniform_constant
+from .image_copy import parallel_loops
 from .index import numel
 
 __all__ = ["GemmChain", "match_epilogue", "gemm_operand", "gemm_copy_source", "emit_gemm", "emit_conv",
@@ -183,7 +184,8 @@ def emit_gemm(em: NestEmitter, ch: GemmChain, a: tuple[Value, bool], b: tuple[Va
     ta, tb = ch.matmul.operands[0].type, ch.matmul.operands[1].type
     m, n, k = y.type.shape[-2], y.type.shape[-1], ta.shape[-1]
     out_batch = tuple(y.type.shape[:-2])
-    index = em.loops(out_batch)
+    index = em.loops(out_batch[:1])  # every batch loop parallel (attention: batch x heads), inner ones split
+    index += tuple(i for d in out_batch[1:] for i in parallel_loops(em, [d]))  # when the outer ones are short
     c_off = sympy.Integer(0)
     for e, d in zip(index, out_batch):
         c_off = c_off * d + e
