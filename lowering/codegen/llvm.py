@@ -11,10 +11,15 @@ How ops are lowered:
   kernels equal up to those share one function (:mod:`tensorplay.lowering.codegen.functions`); with
   ``profile=True`` every call is timed (:mod:`tensorplay.lowering.codegen.profile`);
 * index expressions become ``i64`` arithmetic (:mod:`tensorplay.lowering.codegen.expr`) over ``inbounds`` GEPs;
-* ``kernel.for {parallel = true}`` (outermost only) is outlined into ``<prefix>.par<k>`` and split
+* ``kernel.for {parallel = true}`` (the outermost one running) is outlined into ``<prefix>.par<k>`` and split
   into ``num_threads`` contiguous chunks run by the persistent worker pool of
   :mod:`tensorplay.runtime.threadpool` (``tp_parallel_for``; the calling thread takes chunks too; small loops
-  and ``num_threads = 1`` stay on the calling thread without touching the pool);
+  and ``num_threads = 1`` stay on the calling thread without touching the pool). A loop with per-chunk state
+  (``kernel.gemm``, or buffers its iterations use as scratch,
+  :func:`tensorplay.lowering.fusion.memory_plan.loop_privates`) has at most ``MAX_CHUNKS`` chunks: chunk ``t``
+  packs into GEMM scratch ``t`` and uses copy ``t`` of those buffers, its GEMMs are plain calls. A loop holding
+  GEMMs or parallel loops of its own runs inline instead when its chunks would be uneven and short
+  (:data:`GEMM_LOOP_ITERS`): its inner loops and GEMMs split (a convolution of one image, attention heads);
 * ``kernel.reduce`` is a loop with a ``phi`` accumulator (``reassoc`` float add/mul so it vectorizes);
 * scalar ops follow numpy per dtype (:mod:`tensorplay.lowering.codegen.scalar`), transcendentals through
   :mod:`tensorplay.lowering.codegen.vector_math`;

@@ -31,7 +31,9 @@ known, so it holds :data:`MAX_GEMM_THREADS` scratches (pages no thread uses are 
 run the job on the calling thread alone (``k == 1``): chunk 0 of 1 is the whole product.
 
 Loops of GEMMs (batched matmul, attention heads, conv per image) are split as parallel loops by
-:mod:`tensorplay.lowering.codegen.llvm`; a GEMM inside such a chunk is a plain call.
+:mod:`tensorplay.lowering.codegen.llvm`; a GEMM inside such a chunk is a plain call on the calling thread,
+packing into scratch ``t`` of the workspace's ``chunk_scratch`` area
+(:func:`tensorplay.lowering.fusion.memory_plan.chunk_scratch_stride`).
 
 Example::
 
