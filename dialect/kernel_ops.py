@@ -79,7 +79,8 @@ class Kernel:
 @op("kernel.for", attrs=LOOP_ATTRS + [A("parallel", BOOL, False)], traits=[SIDE_EFFECT], regions=1)
 class For:
     """Loop ``iv`` from ``lower`` (default 0) while < ``upper`` by ``step`` (default 1); ``parallel`` marks
-    iterations as independent.
+    iterations as independent (a workspace buffer used only inside the loop at positions not depending on
+    ``iv`` is each iteration's scratch: the code generator gives every chunk of iterations its own copy).
 
         kernel.for {iv = i0, parallel = true, upper = s0} {
           %0 = kernel.load %x {index = [i0]} : f32
