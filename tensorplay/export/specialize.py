@@ -43,7 +43,7 @@ from ..nn import Parameter
 from ..ops import TensorMeta
 from . import assertions
 from .dynamic_shapes import ConstraintsExceededError
-from .graph_signature import ExportGraphSignature, OutputSpec, TensorArgument
+from .graph_signature import ExportGraphSignature, InputKind, OutputSpec, TensorArgument
 
 if TYPE_CHECKING:
     from .exported_program import ExportedProgram
@@ -65,8 +65,6 @@ def _sites(program: ExportedProgram) -> list[tuple[str, int, tuple, TensorMeta]]
     code = program.graph_module.code
     if cached is not None and cached[0] is code:
         return cached[1]
-    from .graph_signature import InputKind
-
     user = {s.arg.name for s in program.graph_signature.input_specs if s.kind is InputKind.USER_INPUT}
     index = {n: i for i, n in enumerate(program.graph.placeholders)}
     found: dict[Any, tuple[str, int, tuple]] = {n: (n.name, i, ()) for n, i in index.items() if n.name in user}
@@ -130,10 +128,11 @@ def _declaration(program: ExportedProgram, label: str, axis: int) -> str:
 
 def _dependence_error(program: ExportedProgram, label: str, axis: int, captured: int, given: int,
                       why: str) -> ConstraintsExceededError:
-    return ConstraintsExceededError(
-        f"input {label!r}: expected dimension {axis} to be {captured}, got {given}: {why}. To call the program "
-        f"with other sizes there, declare the dimension when exporting: dynamic_shapes="
-        f"{_declaration(program, label, axis)} (from tensorplay.export import Dim)")
+    text = f"input {label!r}: expected dimension {axis} to be {captured}, got {given}: {why}"
+    if "which needs it to be" not in why:  # an op's own requirement (a weight's extent): no Dim changes it
+        text += (f". To call the program with other sizes there, declare the dimension when exporting: "
+                 f"dynamic_shapes={_declaration(program, label, axis)} (from tensorplay.export import Dim)")
+    return ConstraintsExceededError(text)
 
 
 def undeclared(program: ExportedProgram, differing: list[tuple[str, int, int, int]]) -> list:
