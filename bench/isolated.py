@@ -10,14 +10,14 @@ What is counted, identically for every path: the process builds the row's inputs
 (interpreter, libraries, inputs, the two models). **Setup peak** is the peak resident size (``VmHWM``) minus
 the baseline from there to the first result: export, compile or session creation, and one call. **Run
 peak** is the same over :data:`CALLS` more calls, after the setup's leftovers kept only for later rows (the
-ONNX bytes, the export caches) are dropped and the peak is reset (``/proc/self/clear_refs``): what the path
-holds to serve beyond the model objects (its own copies of the weights: ONNX initializers, prepacked GEMM
-panels; native code; workspace and activations; its runtime's arenas). Native allocations count, which
-``tracemalloc`` would miss.
+ONNX bytes, the export caches) are dropped, the C heap's free pages handed back (``malloc_trim``) and the
+peak reset (``/proc/self/clear_refs``): what the path holds to serve beyond the model objects (its own
+copies of the weights: ONNX initializers, prepacked GEMM panels; native code; workspace and activations;
+its runtime's arenas). Native allocations count, which ``tracemalloc`` would miss.
 
 tensorplay compiled runs twice per model: **cold**, on an empty ``TENSORPLAY_CACHE_DIR`` (nothing comes from
 the cache, not even the GEMM micro-kernels), then **warm**, a new process on the cache the cold one filled;
-both record export, compile and first-call seconds, and the cold one gives the memory cells. ONNX Runtime's
+both record export, compile and first-call seconds and have memory cells of their own. ONNX Runtime's
 process reads the ONNX file the timing pass exported (its setup is reading it and creating the session).
 
 >>> peak_mib() >= rss_mib() > 0
@@ -25,6 +25,7 @@ True
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import multiprocessing
 import os
@@ -56,6 +57,14 @@ def rss_mib() -> float:
 def peak_mib() -> float:
     """This process's peak resident set size since it started or since :func:`reset_peak`."""
     return _status_kib("VmHWM") / 1024
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``), so the resident size counts
+    what is held, not what was freed."""
+    libc = ctypes.CDLL(None)
+    if hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def reset_peak() -> None:
@@ -98,6 +107,7 @@ def measure_path(job: Job, calls: int = CALLS) -> dict:
         pair = make_pair(case.model)
         rec["weights_mib"] = sum(v.numel() * v.element_size() for v in pair[0].state_dict().values()) / MIB
         gc.collect()
+        trim_heap()
         rec["baseline_mib"] = base = rss_mib()
         reset_peak()
         try:
@@ -120,6 +130,7 @@ def measure_path(job: Job, calls: int = CALLS) -> dict:
                        from_cache=bool(info["compiler_stats"].get("from_cache")))
         release(case.model)
         gc.collect()
+        trim_heap()
         reset_peak()
         for _ in range(calls):
             runner.call()
