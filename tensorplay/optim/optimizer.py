@@ -122,11 +122,17 @@ class Optimizer:
                     if p.grad is None:
                         continue
                     state = self.state.setdefault(p, {})
-                    write(p, self._update(p, values(p), values(p.grad), state, group))
+                    if not self._update_in_place(p, group):
+                        write(p, self._update(p, values(p), values(p.grad), state, group))
         return loss
 
     def _update(self, p: Tensor, param: np.ndarray, grad: np.ndarray, state: dict, group: dict) -> np.ndarray:
         raise NotImplementedError
+
+    def _update_in_place(self, p: Tensor, group: dict) -> bool:
+        """Update ``p`` directly, with the same result as :meth:`_update` then :func:`write`; False when this
+        optimizer has no such path for ``p`` and ``group`` (the default)."""
+        return False
 
     # ------------------------------------------------------------------ state dict
     def state_dict(self) -> dict[str, Any]:

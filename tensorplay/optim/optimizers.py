@@ -18,6 +18,8 @@ from .optimizer import Optimizer, as_tensor, values
 
 __all__ = ["SGD", "Adam", "AdamW", "RMSprop"]
 
+_BLOCK = 1 << 16  # elements per in-place block: its float64 temporaries stay in cache
+
 
 def _check(name: str, value, low: float = 0.0) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= low:
@@ -63,6 +65,26 @@ class SGD(Optimizer):
             state["momentum_buffer"] = as_tensor(buf, p)
             grad = grad + momentum * buf if group["nesterov"] else buf
         return param - group["lr"] * grad
+
+    def _update_in_place(self, p, group):
+        """Plain SGD (no momentum, weight decay or maximize) on a float32/float64 parameter: the float64
+        ``param - lr * grad`` of :meth:`_update`, rounded back, block by block in cache (the same bits)
+        instead of through whole-tensor float64 copies."""
+        data, grad = p._data, p.grad._data
+        if (group["momentum"] or group["weight_decay"] or group["maximize"] or data.dtype != p.dtype.compute
+                or grad.dtype != data.dtype or grad.shape != data.shape or not data.flags.c_contiguous
+                or not grad.flags.c_contiguous):
+            return False
+        flat, flat_grad, lr = data.reshape(-1), grad.reshape(-1), group["lr"]
+        for start in range(0, flat.size, _BLOCK):
+            block = slice(start, start + _BLOCK)
+            step = flat_grad[block].astype(np.float64)
+            step *= lr
+            new = flat[block].astype(np.float64)
+            new -= step
+            flat[block] = new
+        p._version += 1
+        return True
 
 
 class Adam(Optimizer):
