@@ -141,6 +141,8 @@ def _argument(a: ArgSource, placeholders: dict[str, Any]) -> _Described:
     """What the program says user argument ``a`` holds (a container's item: its example value)."""
     if a.kind == "seed":
         return _SIZE
+    if a.kind == "number":  # a Python float input, passed as a 0-d float64
+        return "float64", ()
     node = placeholders.get(a.name)
     if node is None:
         raise ValueError(f"stored native code reads input {a.name!r}, which the program does not have")

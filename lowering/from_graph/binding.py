@@ -16,10 +16,11 @@ __all__ = ["Binding", "ArgSource", "Field", "Result", "Write", "rebuild", "as_ar
 class ArgSource:
     """Where one function argument comes from: a graph placeholder (``key`` walks into a container
     placeholder, one step per level: an index/key, or a :class:`Field` for a dataclass field; ``()`` for a
-    plain tensor), module state (``kind="state"``, ``name`` its path) or the i64 seed of the program's
-    random ops (``kind="seed"``; drawn from tensorplay's generator if not given)."""
+    plain tensor), a Python number input the computation reads (``kind="number"``, passed as a 0-d
+    float64), module state (``kind="state"``, ``name`` its path) or the i64 seed of the program's random
+    ops (``kind="seed"``; drawn from tensorplay's generator if not given)."""
 
-    kind: str  # "input" | "state" | "seed"
+    kind: str  # "input" | "number" | "state" | "seed"
     name: str
     key: tuple = ()
 
@@ -79,6 +80,9 @@ class Binding:
             if a.name not in inputs:
                 raise KeyError(f"missing input {a.name!r}; the function takes {[x.name for x in self.arguments]}")
             v = inputs[a.name]
+            if a.kind == "number":
+                out.append(np.asarray(float(v), np.float64))
+                continue
             for k in a.key:
                 v = getattr(v, k.name) if isinstance(k, Field) else v[k]
             out.append((convert or as_array)(v))

@@ -308,7 +308,7 @@ class _Converter:
         value = example if example is not None else val
         if type(value) is float and node.users:  # a float the computation reads: a 0-d f64 argument
             args.append((_weight_name(name), TensorType([], F64)))
-            sources.append(ArgSource("input", name))
+            sources.append(ArgSource("number", name))
             self.values[node] = _Arg(len(args) - 1)
             return
         self.values[node] = value

@@ -374,3 +374,13 @@ def test_user_functions_on_the_allow_list(monkeypatch):
         load(buf)
     with pytest.raises(ValueError, match="importable module-level"):
         serde.allow_function(lambda v: v)
+
+
+def test_a_float_input_the_program_reads_is_an_argument_of_native_code():
+    loaded = load(saved(small_program()))
+    tp.compile(loaded)  # strict: native
+    x = tp.randn(4, 3)
+    for scale in (1.5, 2, np.float32(0.25), True):
+        out = loaded(x, scale=scale)
+        want = reference(*weights(loaded), x.numpy(), float(scale))
+        np.testing.assert_allclose(out["y"].numpy(force=True), want["y"], rtol=1e-6, atol=1e-6)
