@@ -109,15 +109,33 @@ _UNARY = frozenset(name for name, *_ in UNARY_OPS)
 class _Scope:
     """What emitted code sees: builder, symbol emitter, scalar ops, and dialect value -> LLVM value."""
 
-    __slots__ = ("b", "em", "ops", "vals", "fn", "ws", "in_parallel", "scratch")
+    __slots__ = ("b", "em", "ops", "vals", "fn", "ws", "in_parallel", "scratch", "chunk", "bases")
 
     def __init__(self, fn: ir.Function, b: ir.IRBuilder, em: ExprEmitter, fastmath: Sequence[str],
-                 vals: dict[Value, ir.Value], ws: ir.Value, in_parallel: bool, scratch: ir.Value | None = None) -> None:
+                 vals: dict[Value, ir.Value], ws: ir.Value, in_parallel: bool) -> None:
         self.fn, self.b, self.em, self.ws = fn, b, em, ws
         self.ops = ScalarOps(b, fastmath)
         self.vals = vals
         self.in_parallel = in_parallel
-        self.scratch = scratch  # in a chunk of a parallel loop of GEMMs: its own packing scratch
+        self.scratch: ir.Value | None = None  # in a chunk of a parallel loop of GEMMs: its own packing scratch
+        self.chunk: ir.Value | None = None  # in a chunk with per-chunk state: its index
+        self.bases: dict[Value, ir.Value] = {}  # buffers this chunk uses a copy of: the first copy
+
+
+@dataclasses.dataclass
+class _Outlined:
+    """A parallel loop's body as a function ``par(env..., lo, hi[, t])`` and its pool chunk function ``thunk``
+    reading ``st``; ``env_vals``/``env_syms`` are the values and symbols it takes, ``privates`` the buffers it
+    offsets to copy ``t``; ``chunked``: takes ``t``; ``nested``: holds GEMMs or parallel loops."""
+
+    par: Any
+    thunk: Any
+    st: Any
+    env_vals: list[Value]
+    env_syms: list[Any]
+    privates: list[Value]
+    chunked: bool
+    nested: bool
 
 
 class _Codegen:
@@ -150,6 +168,9 @@ class _Codegen:
         self.scratch_offset = dict(workspace.offsets).get(GEMM_SCRATCH)
         self.chunk_scratch_offset = dict(workspace.offsets).get(memory_plan.CHUNK_SCRATCH)
         self.chunk_copies = memory_plan.has_chunk_copies(f.workspace)  # private buffers have a copy per chunk
+        strides = {memory_plan.chunk_scratch_stride(op) for op in f.walk() if op.name == "kernel.for"
+                   and op.attr.parallel} - {None}
+        self.chunk_stride = sympy.Max(*strides) if strides else None  # between the GEMM scratches of two chunks
         self.index_error = ErrorWord(dict(workspace.offsets).get(INDEX_ERROR_WORD), len(self.plan.assertions) + 1, f)
         self.counts_offset, self.counts_meta = counts_layout(f)  # where plan-memory put the nonzero counts
         # top-level kernels: one internal function per distinct key (see tensorplay.lowering.codegen.functions)
@@ -420,8 +441,8 @@ class _Codegen:
 
     def _for(self, sc: _Scope, op: Operation) -> None:
         a = op.attr
-        if a.parallel and not sc.in_parallel:
-            self._parallel_for(sc, op)
+        if a.parallel:
+            (self._inner_parallel_for if sc.in_parallel else self._parallel_for)(sc, op)
             return
         lower, upper = sc.em.emit(a.lower), sc.em.emit(a.upper)
         self._loop(sc, op, lower, upper, lambda s, acc: self._block(s, op.body.ops))
@@ -454,14 +475,45 @@ class _Codegen:
 
     # ----------------------------------------------------------------- parallel loops
     def _parallel_for(self, sc: _Scope, op: Operation) -> None:
-        """Outline the loop body into ``<prefix>.par<k>(env..., lo, hi[, t])`` and fork-join over chunks.
+        """Run a parallel loop over chunks of its range (:meth:`_outline`, :meth:`_fork_join`)."""
+        out = self._outline(sc, op)
+        if out is None:  # a plan made before per-chunk copies: its private buffers have one copy, one thread
+            self._loop(sc, op, sc.em.emit(op.attr.lower), sc.em.emit(op.attr.upper),
+                       lambda s, acc: self._block(s, op.body.ops))
+            return
+        self._fork_join(sc, op, out, self._env(sc, out))
+
+    def _inner_parallel_for(self, sc: _Scope, op: Operation) -> None:
+        """A parallel loop inside a chunk of another: its outlined function (shared with the path where the outer
+        loop runs inline and this one splits) over the whole range, on this thread, as chunk ``sc.chunk``."""
+        out = self._outline(sc, op)
+        lower, upper = sc.em.emit(op.attr.lower), sc.em.emit(op.attr.upper)
+        if out is None:
+            self._loop(sc, op, lower, upper, lambda s, acc: self._block(s, op.body.ops))
+            return
+        t = sc.chunk if sc.chunk is not None else i64(0)
+        sc.b.call(out.par, self._env(sc, out) + [lower, upper] + [t] * out.chunked)
+
+    def _env(self, sc: _Scope, out: _Outlined) -> list[ir.Value]:
+        """The arguments of ``out.par`` before its range: buffers it privatizes itself at their base."""
+        vals = [sc.bases.get(v, sc.vals[v]) if v in out.privates else sc.vals[v] for v in out.env_vals]
+        return vals + [sc.em.symbols[s] for s in out.env_syms] + [sc.ws]
+
+    def _outline(self, sc: _Scope, op: Operation) -> _Outlined | None:
+        """The loop body as ``<prefix>.par<k>(env..., lo, hi[, t])`` and its chunk function (made once per loop;
+        None for a loop with private buffers the workspace plan has one copy of).
 
         A loop with per-chunk state (a ``kernel.gemm``, or buffers private to its iterations,
         :func:`tensorplay.lowering.fusion.memory_plan.loop_privates`) takes the chunk index ``t`` too: its GEMMs
-        pack into scratch ``t`` of the ``chunk_scratch`` area and run on the calling thread, its private buffers
-        are copy ``t``."""
-        k = self.par_count
-        self.par_count += 1
+        pack into scratch ``t`` of the ``chunk_scratch`` area (one stride for the whole function, so an inner
+        loop run as chunk ``t`` of an outer one uses the outer chunk's scratch) and run on the calling thread,
+        its private buffers are copy ``t``. Its parallel loops are outlined too and called on the chunk's
+        thread (:meth:`_inner_parallel_for`)."""
+        cache = self.__dict__.setdefault("_outlined", {})
+        out = cache.get(op)
+        if out is not None and all(v in sc.vals for v in out.env_vals) and \
+                all(s in sc.em.symbols for s in out.env_syms):
+            return out
         inside = {id(o) for o in op.walk()}
         env_vals: list[Value] = []
         for o in op.walk():
@@ -471,47 +523,47 @@ class _Codegen:
                     (not isinstance(owner, Operation) and v in sc.vals)
                 if outer and v not in env_vals and v in sc.vals:
                     env_vals.append(v)
-        stride = memory_plan.chunk_scratch_stride(op)
+        gemms = any(o.name == "kernel.gemm" for o in op.walk())
         privates = [v for v in memory_plan.loop_privates(op) if v in env_vals]
-        if privates and not self.chunk_copies:  # a plan made before per-chunk copies: one copy, one thread
-            self.par_count -= 1
-            self._loop(sc, op, sc.em.emit(op.attr.lower), sc.em.emit(op.attr.upper),
-                       lambda s, acc: self._block(s, op.body.ops))
-            return
-        chunked = stride is not None or bool(privates)
+        if privates and not self.chunk_copies:
+            return None
+        k = self.par_count
+        self.par_count += 1
+        chunked = gemms or bool(privates)
         env_syms = list(sc.em.symbols)
-        env = [sc.vals[v] for v in env_vals] + [sc.em.symbols[s] for s in env_syms] + [sc.ws]
-        env_types = [x.type for x in env]
+        env_types = [x.type for x in self._env(sc, _Outlined(None, None, None, env_vals, env_syms, [], False, False))]
         fty = ir.FunctionType(ir.VoidType(), env_types + [I64, I64] + [I64] * chunked)
         par = ir.Function(self.module, fty, f"{self.prefix}.par{k}")
         par.linkage = "internal"
         par.attributes.add("nounwind")
+        par.attributes.add("noinline")
         for i, v in enumerate(env_vals):  # a function argument, or a kernel function's noalias parameter
-            outer = sc.vals[v]
-            if isinstance(v.type, BufferType) and (v.is_block_arg or isinstance(outer, ir.Argument)
-                                                   and "noalias" in outer.attributes):
+            base = sc.bases.get(v, sc.vals[v])
+            if isinstance(v.type, BufferType) and (v.is_block_arg or isinstance(base, ir.Argument)
+                                                   and "noalias" in base.attributes):
                 par.args[i].add_attribute("noalias")
         pb = ir.IRBuilder(par.append_basic_block("entry"))
         n_v = len(env_vals)
         pem = ExprEmitter(pb, {s: par.args[n_v + i] for i, s in enumerate(env_syms)}, sc.em.variant)
         pvals = {v: par.args[i] for i, v in enumerate(env_vals)}
-        ws = par.args[len(env) - 1]
-        lo, hi = par.args[len(env)], par.args[len(env) + 1]
-        scratch = None
+        ws = par.args[len(env_types) - 1]
+        lo, hi = par.args[len(env_types)], par.args[len(env_types) + 1]
+        psc = _Scope(par, pb, pem, self.fastmath, pvals, ws, True)
         if chunked:
-            t = par.args[-1]
+            t = psc.chunk = par.args[-1]
             for v in privates:
+                psc.bases[v] = pvals[v]
                 copy = pb.mul(t, pem.emit(memory_plan.private_copy_bytes(v.type)))
                 pvals[v] = pb.gep(pvals[v], [copy], inbounds=True, source_etype=ir.IntType(8))
-            if stride is not None:
-                at = pb.add(pem.emit(self.chunk_scratch_offset), pb.mul(t, pem.emit(stride)))
-                scratch = pb.gep(ws, [at], inbounds=True, source_etype=ir.IntType(8))
-        psc = _Scope(par, pb, pem, self.fastmath, pvals, ws, True, scratch)
+            if gemms:
+                at = pb.add(pem.emit(self.chunk_scratch_offset), pb.mul(t, pem.emit(self.chunk_stride)))
+                psc.scratch = pb.gep(ws, [at], inbounds=True, source_etype=ir.IntType(8))
         self._loop(psc, op, lo, hi, lambda s, acc: self._block(s, op.body.ops))
         pb.ret_void()
         thunk, st = self._thunk(par, env_types, k, chunked)
         inner = any(o is not op and o.name == "kernel.for" and o.attr.parallel for o in op.walk())
-        self._fork_join(sc, op, par, thunk, st, env, chunked, nested=stride is not None or inner)
+        out = cache[op] = _Outlined(par, thunk, st, env_vals, env_syms, privates, chunked, gemms or inner)
+        return out
 
     def _private_positions(self, kernel: Operation, externals: Sequence[Value]) -> tuple[int, ...]:
         """Which of a kernel function's parameters its parallel loops privatize (part of its key: kernels equal
@@ -562,10 +614,9 @@ class _Codegen:
                 total += 1
         return total
 
-    def _fork_join(self, sc: _Scope, op: Operation, par: ir.Function, thunk: ir.Function, st: ir.Type,
-                   env: list[ir.Value], chunked: bool, nested: bool) -> None:
-        """Run ``par`` over the loop's range: on this thread when one chunk suffices, else through the
-        persistent pool (``tp_parallel_for(thunk, &env, n)``, see :mod:`tensorplay.runtime.threadpool`).
+    def _fork_join(self, sc: _Scope, op: Operation, out: _Outlined, env: list[ir.Value]) -> None:
+        """Run ``out.par`` over the loop's range: on this thread when one chunk suffices, else through the
+        persistent pool (``tp_parallel_for(out.thunk, &env, n)``, see :mod:`tensorplay.runtime.threadpool`).
 
         ``n = min(num_threads, trip, work / PARALLEL_GRAIN + 1)``, at most :data:`MAX_THREADS`, or
         :data:`~tensorplay.lowering.fusion.memory_plan.MAX_CHUNKS` for a ``chunked`` loop. A ``nested`` loop (one
@@ -573,6 +624,7 @@ class _Codegen:
         even (``trip % n == 0``) or have :data:`GEMM_LOOP_ITERS` iterations each; else it runs inline on this
         thread, where its inner parallel loops and its GEMMs split instead (a convolution of one image).
         """
+        par, thunk, st, chunked, nested = out.par, out.thunk, out.st, out.chunked, out.nested
         b, em, a = sc.b, sc.em, op.attr
         lower, upper, step = em.emit(a.lower), em.emit(a.upper), em.emit(a.step)
         span = b.sub(upper, lower)
