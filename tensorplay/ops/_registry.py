@@ -199,9 +199,15 @@ def _find_override(args, kwargs):
     return None
 
 
+_EXACT_PLAIN = frozenset(_PLAIN)
+
+
 def _override_of(value):
-    if isinstance(value, _PLAIN) and not hasattr(value, "__tensorplay_function__") or type(value) is _Tensor:
-        return None  # a traced size (an int subclass, tensorplay.graph.extents) takes over like a proxy
+    if isinstance(value, _PLAIN):  # a subclass may take over: a traced size (tensorplay.graph.extents)
+        return value if type(value) not in _EXACT_PLAIN and hasattr(type(value), "__tensorplay_function__") \
+            else None
+    if type(value) is _Tensor:
+        return None
     if isinstance(value, list | tuple):
         for v in value:
             h = _override_of(v)
