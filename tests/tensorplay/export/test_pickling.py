@@ -7,13 +7,15 @@ import io
 import multiprocessing
 import pickle
 import pickletools
+import struct
+import zipfile
 
 import numpy as np
 import pytest
 
 import tensorplay as tp
 from tensorplay import nn
-from tensorplay.export import Dim, export, load, load_pt2, save
+from tensorplay.export import Dim, export, load_pt2, save
 from tensorplay.runtime.jit import stats
 
 # an archive must come back as native code: an interpreter fallback fails the test
@@ -161,10 +163,18 @@ def test_tampered_payload_raises_the_loaders_value_error():
     data = bytearray(pickle.dumps(program))
     archive = program.__reduce__()[1][0]
     start = bytes(data).index(archive)
-    weights = archive.index(b"data/weights/model/0") + 200  # inside the first weight payload (CRC-checked)
-    data[start + weights] ^= 0xFF
+    data[start + _payload_offset(archive, "data/weights/")] ^= 0xFF
     with pytest.raises(ValueError, match="corrupt"):
         pickle.loads(bytes(data))
+
+
+def _payload_offset(archive: bytes, prefix: str) -> int:
+    """Offset of the middle byte of the largest stored entry under ``prefix`` (a CRC-checked payload)."""
+    entry = max((i for i in zipfile.ZipFile(io.BytesIO(archive)).infolist() if i.filename.startswith(prefix)),
+                key=lambda i: i.file_size)
+    assert entry.compress_type == zipfile.ZIP_STORED and entry.file_size > 0
+    name_len, extra_len = struct.unpack_from("<HH", archive, entry.header_offset + 26)  # local file header
+    return entry.header_offset + 30 + name_len + extra_len + entry.file_size // 2
 
 
 def test_tensors_stay_unpicklable_naming_the_right_calls():
