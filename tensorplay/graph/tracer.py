@@ -125,6 +125,7 @@ class Tracer:
         self._shadow: dict[Any, tuple] = {}  # node -> its shape with every static input extent a symbol
         self._shadow_origins: dict[Any, frozenset] = {}  # node -> the input extents its shadow shape follows
         self._origins: dict[sympy.Symbol, frozenset] = {}  # such a symbol -> the (label, axis) it stands for
+        self._picked: dict[tuple, set] = {}  # (node, axis) -> the single positions read along that axis
         self._use = "as a value of the graph"
 
     # ------------------------------------------------------------------ static extents
@@ -206,6 +207,8 @@ class Tracer:
         except Exception:  # noqa: BLE001 - a meta rule that cannot run on symbols: nothing is known
             metas = []
         origins = frozenset().union(*(self._shadow_origins[a.node] for a in inputs))
+        if op.name in ("getitem", "select") and isinstance(result, Proxy):
+            self._count_positions(op, args, kwargs)
         for fact, value in guards[decided:]:
             pinned = _pinned(fact, value)
             if pinned is not None:
@@ -233,6 +236,36 @@ class Tracer:
             if found:
                 self._shadow[proxy.node] = shape
                 self._shadow_origins[proxy.node] = found
+
+    def _count_positions(self, op: Op, args: tuple, kwargs: dict) -> None:
+        """A loop over an extent (``for t in range(x.shape[1]): x[:, t]``) unrolls: once every position of
+        that axis was read one by one, the program depends on the extent."""
+        source = args[0]
+        if not isinstance(source, Proxy) or source.node not in self._shadow:
+            return
+        ndim = len(source.node.meta["val"].shape)
+        if op.name == "select":
+            dim, index = (list(args[1:]) + [kwargs.get("dim"), kwargs.get("index")])[:2]
+            picks = [(dim, index)] if isinstance(dim, int) and isinstance(index, int) else []
+        else:
+            index = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if Ellipsis in index:
+                at = index.index(Ellipsis)
+                index = index[:at] + (slice(None),) * (ndim - len(index) + 1) + index[at + 1:]
+            whole = [i == slice(None) for i in index]
+            picks = [(axis, i) for axis, i in enumerate(index) if isinstance(i, int) and not isinstance(i, bool)]
+            if len(picks) != 1 or sum(whole) != len(index) - 1:
+                return
+        for axis, i in picks:
+            axis = axis + ndim if axis < 0 else axis
+            extent = source.node.meta["val"].shape[axis] if 0 <= axis < ndim else None
+            if not isinstance(extent, int) or not -extent <= plain(i) < extent:
+                continue
+            seen = self._picked.setdefault((source.node, axis), set())
+            seen.add(plain(i) % extent)
+            if len(seen) == extent:
+                self.extent_used(self._origins_of(self._shadow[source.node][axis]),
+                                 "as the length of a loop over it (every position read one by one)")
 
     # ------------------------------------------------------------------ values <-> nodes
     def _node_meta(self, node, val, example) -> None:

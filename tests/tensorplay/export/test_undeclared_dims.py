@@ -166,6 +166,9 @@ def test_a_branch_on_a_size_raises():
     (lambda x: tp.softmax(x @ x.T, -1).sum(0), set()),  # shape propagation only
     (lambda x: x.reshape(-1, 3).mean(0), set()),
     (lambda x: x.relu().flatten().view(x.shape[1], -1), {("x", 1)}),  # read through an intermediate
+    (lambda x: tp.stack([x[:, t] * 2 for t in range(x.shape[1])], 1), {("x", 1)}),  # an unrolled loop
+    (lambda x: sum(x.select(0, t) for t in range(x.shape[0])), {("x", 0)}),
+    (lambda x: x[:, 0] + x[:, -1] + x[1].sum(), set()),  # single positions: any extent has them
 ])
 def test_which_extents_a_program_depends_on(fn, dependent):
     prog = export(fn, tp.ones(4, 3))
