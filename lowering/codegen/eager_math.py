@@ -28,7 +28,7 @@ import numpy as np
 
 from .vector_math import MATH_FUNCTIONS, emit_unary
 
-__all__ = ["LANES", "EAGER_FUNCTIONS", "eager_unary", "kernel_ir"]
+__all__ = ["LANES", "EAGER_FUNCTIONS", "eager_lstm_cell", "eager_unary", "kernel_ir", "lstm_cell_ir"]
 
 #: Vector width of the main loop, per dtype tag (one 512-bit register).
 LANES = {"f32": 16, "f64": 8}
@@ -82,6 +82,108 @@ def kernel_ir(name: str, tag: str) -> str:
     b.position_at_end(exit_)
     b.ret_void()
     return str(module)
+
+
+def lstm_cell_ir(tag: str) -> str:
+    """LLVM IR of ``tp_eager_lstm_cell_<tag>(gates, gates_x, c, h_out, c_out, rows, hidden)``: per row, with
+    ``g = gates + gates_x`` split into ``i, f, g, o`` (``hidden`` each), ``c_out = sigmoid(f) * c + sigmoid(i) *
+    tanh(g)`` and ``h_out = sigmoid(o) * tanh(c_out)``; rows are contiguous (``4 * hidden`` and ``hidden``)."""
+    elem, _ = _TYPES[tag]
+    lanes = LANES[tag]
+    module = ir.Module(name=f"tp_eager_lstm_cell_{tag}")
+    ptr = ir.PointerType(elem)
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 5 + [I64, I64]), f"tp_eager_lstm_cell_{tag}")
+    gates, gates_x, c, h_out, c_out, rows, hidden = fn.args
+    for arg in (gates, gates_x, c, h_out, c_out):  # inputs and the fresh outputs never overlap
+        arg.add_attribute("noalias")
+    align = _TYPES[tag][1].itemsize
+    blocks = [fn.append_basic_block(n) for n in ("entry", "row", "vloop", "vdone", "sloop", "next", "exit")]
+    entry, row, vloop, vdone, sloop, nxt_row, exit_ = blocks
+    b = ir.IRBuilder(entry)
+    full = b.mul(b.sdiv(hidden, I64(lanes)), I64(lanes))
+    b.cbranch(b.icmp_signed(">", b.mul(rows, hidden), I64(0)), row, exit_)
+
+    b.position_at_end(row)
+    r = b.phi(I64, "r")
+    r.add_incoming(I64(0), entry)
+    gate_row, c_row = b.mul(r, b.mul(hidden, I64(4))), b.mul(r, hidden)
+    b.cbranch(b.icmp_signed(">", full, I64(0)), vloop, vdone)
+
+    def step(j: ir.Value, ty: ir.Type) -> None:
+        def load(base: ir.Value, at: ir.Value) -> ir.Value:
+            p = b.gep(base, [at])
+            return b.load(b.bitcast(p, ir.PointerType(ty)), align=align) if ty != elem else b.load(p)
+
+        def store(value: ir.Value, base: ir.Value, at: ir.Value) -> None:
+            p = b.gep(base, [at])
+            b.store(value, b.bitcast(p, ir.PointerType(ty)), align=align) if ty != elem else b.store(value, p)
+
+        at = [b.add(gate_row, b.add(b.mul(hidden, I64(k)), j)) for k in range(4)]
+        i, f, g, o = (b.fadd(load(gates, a), load(gates_x, a)) for a in at)
+        cj = b.add(c_row, j)
+        c_new = b.fadd(b.fmul(emit_unary(b, "sigmoid", f), load(c, cj)),
+                       b.fmul(emit_unary(b, "sigmoid", i), emit_unary(b, "tanh", g)))
+        store(c_new, c_out, cj)
+        store(b.fmul(emit_unary(b, "sigmoid", o), emit_unary(b, "tanh", c_new)), h_out, cj)
+
+    b.position_at_end(vloop)  # whole vectors of a row
+    j = b.phi(I64, "j")
+    j.add_incoming(I64(0), row)
+    step(j, ir.VectorType(elem, lanes))
+    j_next = b.add(j, I64(lanes))
+    j.add_incoming(j_next, vloop)
+    b.cbranch(b.icmp_signed("<", j_next, full), vloop, vdone)
+
+    b.position_at_end(vdone)
+    b.cbranch(b.icmp_signed("<", full, hidden), sloop, nxt_row)
+
+    b.position_at_end(sloop)  # the row's tail, one element at a time
+    k = b.phi(I64, "k")
+    k.add_incoming(full, vdone)
+    step(k, elem)
+    k_next = b.add(k, I64(1))
+    k.add_incoming(k_next, sloop)
+    b.cbranch(b.icmp_signed("<", k_next, hidden), sloop, nxt_row)
+
+    b.position_at_end(nxt_row)
+    r_next = b.add(r, I64(1))
+    r.add_incoming(r_next, nxt_row)
+    b.cbranch(b.icmp_signed("<", r_next, rows), row, exit_)
+
+    b.position_at_end(exit_)
+    b.ret_void()
+    return str(module)
+
+
+@functools.cache
+def _lstm_cell_kernel(tag: str) -> Callable:
+    from tensorplay.runtime.jit import compile_ir
+
+    symbol = f"tp_eager_lstm_cell_{tag}"
+    with _LOCK:
+        library = compile_ir(lstm_cell_ir(tag), name=symbol)
+    return library.function(symbol, None, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
+
+
+def eager_lstm_cell(dtype: np.dtype | type) -> Callable[..., tuple[np.ndarray, np.ndarray]] | None:
+    """``f(gates, gates_x, c) -> (h, c)``: the elementwise part of an LSTM step in one native loop, for float32
+    or float64 arrays (``gates`` and ``gates_x`` of shape ``(*, 4 * hidden)``, ``c`` of ``(*, hidden)``); None
+    for other dtypes. Compiled on the first call."""
+    tag = _TAGS.get(np.dtype(dtype))
+    if tag is None:
+        return None
+
+    def run(gates: np.ndarray, gates_x: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        kernel = _lstm_cell_kernel(tag)
+        gates, gates_x, c = (a if a.flags.c_contiguous and a.flags.aligned else np.array(a, order="C")
+                             for a in (gates, gates_x, c))
+        h_out, c_out = np.empty(c.shape, c.dtype), np.empty(c.shape, c.dtype)
+        hidden = c.shape[-1] if c.ndim else 1
+        kernel(gates.ctypes.data, gates_x.ctypes.data, c.ctypes.data, h_out.ctypes.data, c_out.ctypes.data,
+               c.size // max(hidden, 1), hidden)
+        return h_out, c_out
+    run.__name__ = f"lstm_cell_{tag}"
+    return run
 
 
 @functools.cache

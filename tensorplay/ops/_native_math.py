@@ -1,4 +1,5 @@
-"""Eager math numpy does slowly, run as native code: ``erf``, ``gelu``, ``sigmoid``, ``silu``.
+"""Eager math numpy does slowly, run as native code: ``erf``, ``gelu``, ``sigmoid``, ``silu``, an LSTM step's
+gates.
 
 numpy has no ``erf`` ufunc (a Python call per element: 1M floats took 250 ms), and ``sigmoid`` written
 branch-free costs it three exponentials. These ops call the compiler's vector-math kernels instead
@@ -20,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["ENV", "native"]
+__all__ = ["ENV", "native", "native_lstm_cell"]
 
 ENV = "TENSORPLAY_EAGER_NATIVE"
 _MISSING = object()
@@ -32,8 +33,8 @@ def _kernel(name: str, dtype: np.dtype) -> Callable | None:
     if os.environ.get(ENV, "1") == "0":
         return None
     try:
-        from tensorplay.lowering.api import eager_unary
-        return eager_unary(name, dtype)
+        from tensorplay.lowering.api import eager_lstm_cell, eager_unary
+        return eager_lstm_cell(dtype) if name == "lstm_cell" else eager_unary(name, dtype)
     except Exception as exc:  # no native code here (llvmlite missing or broken): numpy still works
         warnings.warn(f"eager {name} runs its numpy formula: the native kernel is not available ({exc})",
                       RuntimeWarning, stacklevel=4)
@@ -56,3 +57,13 @@ def native(name: str, formula: Callable[..., np.ndarray]) -> Callable[..., np.nd
     run.__doc__ = f"Elementwise {name} (native kernel, else {getattr(formula, '__name__', 'a numpy formula')})."
     run.quiet = True  # warnings are handled here: no errstate around it
     return run
+
+
+def native_lstm_cell(dtype: np.dtype) -> Callable[..., tuple[np.ndarray, np.ndarray]] | None:
+    """``f(gates, gates_x, c) -> (h, c)``, an LSTM step's gates in one native loop (see
+    :func:`tensorplay.lowering.api.eager_lstm_cell`), or None where numpy computes them."""
+    key = ("lstm_cell", dtype)
+    kernel = _KERNELS.get(key, _MISSING)
+    if kernel is _MISSING:
+        kernel = _KERNELS[key] = _kernel("lstm_cell", dtype)
+    return kernel

@@ -1,11 +1,13 @@
 """Recurrent cells as single ops: ``lstm_cell`` is one LSTM time step, from the input's projection and the
-states to the new hidden and cell states.
+states to the new hidden and cell states; ``lstm_layer`` runs every step of one layer and direction.
 
 An LSTM step is a recurrent matrix product and a dozen small elementwise ops; run eagerly, each would pay
-Python dispatch, so the step is one op whose eager impl does the arithmetic in numpy (sigmoid in native
-code) and whose decomposition (linear, add, chunk, sigmoid, tanh, mul) is what capture and the compiler
-see after ``run_decompositions``. The input's projection is left outside: a sequence computes it for all
-its steps with one matrix product.
+Python dispatch, so the step is one op whose eager impl is the product in numpy and the gates in one native
+loop (numpy where native code is unavailable), and whose decomposition (linear, add, narrow, sigmoid, tanh,
+mul) is what capture and the compiler see after ``run_decompositions``. The input's projection is left
+outside: a sequence computes it for all its steps with one matrix product. ``lstm_layer`` is the step loop as
+one op (its eager impl loops over numpy arrays, so a sequence pays one dispatch instead of one per step); it
+decomposes into ``lstm_cell`` calls.
 
 >>> import tensorplay as tp
 >>> h, c = tp.lstm_cell(tp.zeros(1, 8), tp.zeros(1, 2), tp.ones(1, 2), tp.zeros(8, 2))
@@ -16,13 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._native_math import native
+from ._native_math import native, native_lstm_cell
 from ._nn_util import backward_from_decomposition, require_float, tp
 from ._registry import register
 from ._shapes import TensorMeta, sym_eq
 from .linalg import _linear
 
-__all__ = ["lstm_cell"]
+__all__ = ["lstm_cell", "lstm_layer"]
 
 
 def _np_sigmoid(x):
@@ -61,6 +63,9 @@ def _lstm_cell_meta(gates_x, h, c, weight_hh, bias_hh=None):
 
 def _lstm_cell_impl(gates_x, h, c, weight_hh, bias_hh=None):
     gates = _linear(h, weight_hh, bias_hh)
+    native_cell = native_lstm_cell(c.dtype)
+    if native_cell is not None:
+        return native_cell(gates, gates_x, c)
     gates += gates_x
     hidden = c.shape[-1]
     s = _SIGMOID(gates)  # the four gates at once; the cell gate's sigmoid goes unused
@@ -92,3 +97,46 @@ def _lstm_cell_decomposition(gates_x, h, c, weight_hh, bias_hh=None):
 
 
 lstm_cell.def_backward(backward_from_decomposition(lstm_cell))
+
+
+def _lstm_layer_meta(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
+    if not isinstance(gates_x, TensorMeta) or gates_x.ndim < 2:
+        raise RuntimeError("lstm_layer(): gates_x must be (steps, *, 4*hidden)")
+    step = TensorMeta(gates_x.shape[1:], gates_x.dtype)
+    h_n, c_n = _lstm_cell_meta(step, h, c, weight_hh, bias_hh)
+    if not sym_eq(h.shape[-1], c.shape[-1]):
+        raise RuntimeError(f"lstm_layer(): h has {h.shape[-1]} features but the cell {c.shape[-1]}: the hidden state "
+                           f"feeds the next step (a projected LSTM steps with lstm_cell)")
+    return TensorMeta((gates_x.shape[0], *c.shape), c.dtype), h_n, c_n
+
+
+def _lstm_layer_impl(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
+    steps = gates_x.shape[0]
+    out = np.empty((steps, *c.shape), c.dtype)
+    for t in range(steps - 1, -1, -1) if reverse else range(steps):
+        h, c = _lstm_cell_impl(gates_x[t], h, c, weight_hh, bias_hh)
+        out[t] = h
+    return out, h, c
+
+
+lstm_layer = register(
+    "lstm_layer", _lstm_layer_impl, _lstm_layer_meta, promote="common", out_names=("output", "h", "c"),
+    doc="Every step of one LSTM layer: ``lstm_cell`` over the steps of ``gates_x`` (``(steps, *, 4 * hidden)``, the "
+        "input's projections), from ``h`` and ``c`` (``(*, hidden)``), last step first when ``reverse``; returns "
+        "``(output, h, c)`` with ``output[t]`` the hidden state after step ``t`` and the final states.\n\n"
+        ">>> tensorplay.lstm_layer(tensorplay.zeros(5, 2, 12), tensorplay.zeros(2, 3), tensorplay.zeros(2, 3), "
+        "tensorplay.zeros(12, 3)).output.shape\ntensorplay.Size([5, 2, 3])")
+
+
+@lstm_layer.def_decomposition
+def _lstm_layer_decomposition(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
+    t = tp()
+    steps = int(gates_x.shape[0])
+    out = [None] * steps
+    for k in range(steps - 1, -1, -1) if reverse else range(steps):
+        h, c = t.lstm_cell(gates_x[k], h, c, weight_hh, bias_hh)
+        out[k] = h
+    return t.stack(out, 0), h, c
+
+
+lstm_layer.def_backward(backward_from_decomposition(lstm_layer))

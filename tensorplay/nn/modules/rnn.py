@@ -231,13 +231,17 @@ class _RNNBase(Module):
                 w_ih, w_hh, b_ih, b_hh, w_hr = self._weights(layer, direction)
                 # the input's projections for every step at once, one (steps * batch) x features product
                 rows = layer_input.reshape(steps * batch, layer_input.shape[2])
-                projected = F.linear(rows, w_ih, b_ih).reshape(steps, batch, w_ih.shape[0]).unbind(0)
-                order = range(steps - 1, -1, -1) if direction else range(steps)
-                seq = [None] * steps
-                for t in order:
-                    state = _projected_step(self._mode, projected[t], state, w_hh, b_hh, w_hr)
-                    seq[t] = state[0] if lstm else state
-                outputs.append(REGISTRY["stack"](seq, 0))
+                projected = F.linear(rows, w_ih, b_ih).reshape(steps, batch, w_ih.shape[0])
+                if lstm and w_hr is None:  # every step in one op
+                    out, *state = REGISTRY["lstm_layer"](projected, *state, w_hh, b_hh, reverse=bool(direction))
+                    outputs.append(out)
+                else:
+                    projected = projected.unbind(0)
+                    seq = [None] * steps
+                    for t in range(steps - 1, -1, -1) if direction else range(steps):
+                        state = _projected_step(self._mode, projected[t], state, w_hh, b_hh, w_hr)
+                        seq[t] = state[0] if lstm else state
+                    outputs.append(REGISTRY["stack"](seq, 0))
                 final_h.append(state[0] if lstm else state)
                 if lstm:
                     final_c.append(state[1])

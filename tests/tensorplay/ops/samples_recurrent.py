@@ -1,5 +1,6 @@
 """Samples for ``lstm_cell``: a float64 numpy formula and ``torch.lstm_cell`` (whose input projection is
-made the identity, so its input is our ``gates_x``; torch's cell has no projected hidden state)."""
+made the identity, so its input is our ``gates_x``; torch's cell has no projected hidden state); for
+``lstm_layer``, that formula stepped over the sequence."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,3 +35,23 @@ def _lstm_cell(rng):
         yield Sample((*args, make(rng, (4 * hidden,), dtype)), ref=_lstm_cell_ref, torch=reference)
     unbatched = (make(rng, (12,)), make(rng, (3,)), make(rng, (3,)), make(rng, (12, 3)), make(rng, (12,)))
     yield Sample(unbatched, ref=_lstm_cell_ref, torch=False)  # torch.lstm_cell takes batches only
+
+
+def _lstm_layer_ref(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
+    steps = range(len(gates_x) - 1, -1, -1) if reverse else range(len(gates_x))
+    out = [None] * len(gates_x)
+    for t in steps:
+        h, c = _lstm_cell_ref(gates_x[t], h, c, weight_hh, bias_hh)
+        out[t] = h
+    return np.stack(out), h, c
+
+
+@samples("lstm_layer")
+def _lstm_layer(rng):
+    for steps, batch, hidden, dtype in ((4, 3, 4, tp.float32), (1, 1, 8, tp.float32), (3, 2, 3, tp.float64)):
+        args = (make(rng, (steps, batch, 4 * hidden), dtype), make(rng, (batch, hidden), dtype, low=-1, high=1),
+                make(rng, (batch, hidden), dtype), make(rng, (4 * hidden, hidden), dtype, low=-0.5, high=0.5))
+        yield Sample(args, ref=_lstm_layer_ref, torch=False)
+        yield Sample((*args, make(rng, (4 * hidden,), dtype)), {"reverse": True}, ref=_lstm_layer_ref, torch=False)
+    unbatched = (make(rng, (5, 12)), make(rng, (3,)), make(rng, (3,)), make(rng, (12, 3)), make(rng, (12,)))
+    yield Sample(unbatched, ref=_lstm_layer_ref, torch=False)

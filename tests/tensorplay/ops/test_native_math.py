@@ -98,3 +98,50 @@ def test_native_results_equal_the_numpy_fallback_within_the_contract(tmp_path):
     with np.load(out) as fallback:
         for name, values in native.items():
             np.testing.assert_allclose(values, fallback[name], rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 256), (3, 5), (16, 33), (7,)])
+def test_native_lstm_cell_gates_match_the_float64_formula(dtype, shape):
+    """The native gates of an LSTM step (rows of any width: whole vectors and the tail, unbatched)."""
+    kernel = _native_math.native_lstm_cell(np.dtype(dtype))
+    assert kernel is not None
+    rng = np.random.default_rng(4)
+    *batch, hidden = shape
+    gates, gates_x = (rng.uniform(-6, 6, (*batch, 4 * hidden)).astype(dtype) for _ in range(2))
+    c = rng.uniform(-3, 3, shape).astype(dtype)
+    h_new, c_new = kernel(gates, gates_x[..., ::-1].copy()[..., ::-1], c)  # a strided gates_x is copied
+    i, f, g, o = np.split(gates.astype(np.float64) + gates_x, 4, axis=-1)
+    want_c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+    rtol, atol = DTYPES[tp.float32 if dtype is np.float32 else tp.float64]
+    np.testing.assert_allclose(c_new, want_c, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(h_new, _sigmoid(o) * np.tanh(want_c), rtol=rtol, atol=atol)
+    assert h_new.dtype == c_new.dtype == dtype and h_new.shape == c_new.shape == tuple(shape)
+
+
+def test_an_eager_lstm_dispatches_once_per_layer_not_per_step(monkeypatch):
+    """A stacked LSTM over 9 steps runs one lstm_layer op per layer (each step's arithmetic in numpy and native
+    code), and agrees with the per-step cells."""
+    from tensorplay.ops import _registry
+    lstm = tp.nn.LSTM(4, 6, num_layers=2, batch_first=True)
+    x = tp.randn(2, 9, 4)
+    calls: list[str] = []
+    run_eager = _registry.run_eager
+    monkeypatch.setattr(_registry, "run_eager", lambda op, *a: (calls.append(op.name), run_eager(op, *a))[1])
+    with tp.no_grad():
+        out, (h, c) = lstm(x)
+    assert calls.count("lstm_layer") == 2 and "lstm_cell" not in calls and len(calls) < 30
+    monkeypatch.undo()
+    layer_input = x.transpose(0, 1)
+    with tp.no_grad():
+        for k in range(2):
+            w_ih, w_hh, b_ih, b_hh = (getattr(lstm, f"{n}_l{k}") for n in ("weight_ih", "weight_hh", "bias_ih",
+                                                                             "bias_hh"))
+            hk, ck, steps = tp.zeros(2, 6), tp.zeros(2, 6), []
+            for t in range(9):
+                hk, ck = tp.lstm_cell(tp.nn.functional.linear(layer_input[t], w_ih, b_ih), hk, ck, w_hh, b_hh)
+                steps.append(hk)
+            layer_input = tp.stack(steps)
+            np.testing.assert_allclose(np.asarray(h[k]), np.asarray(hk), rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(np.asarray(c[k]), np.asarray(ck), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(layer_input.transpose(0, 1)), rtol=1e-6, atol=1e-7)
