@@ -20,8 +20,13 @@ than one input channel per group the first channel's sum is stored and the other
 The images loop is split over threads when there are enough images, else the groups loop is; each chunk has
 its own plane buffer (:func:`tensorplay.lowering.fusion.memory_plan.loop_privates`).
 
-Measured against the GEMM per group (one thread, ms; MobileNetV2's depthwise 3x3 layers, batch 1):
-see :data:`MAX_GROUP_CHANNELS` and the report in ``docs/design.md``.
+Measured at one thread, batch 1, ``conv(relu(x))`` (ms: the GEMM per group before / this nest / PyTorch 2; ours
+CPU time, min of many calls; PyTorch wall time, min of 50 calls on a loaded machine): MobileNetV2's depthwise 3x3
+layers 32ch 112x112 1.63 / 0.16 / 6.9, 96ch 112x112 stride 2 1.16 / 0.33 / 0.57, 144ch 56x56 0.87 / 0.16 / 5.7,
+192ch 28x28 0.27 / 0.17 / 1.06, 576ch 14x14 0.27 / 0.16 / 0.65, 960ch 7x7 0.13 / 0.11 / 0.09 (7 wide rows do not
+fill a vector: the one shape PyTorch wins). Grouped 3x3: 2 channels per group (64ch 56x56) 0.64 / 0.13 / 1.2,
+4 per group (128ch 28x28) 0.37 / 0.24 / 0.32, (256ch 14x14) 0.24 / 0.16 / 0.15, 8 per group (128ch 28x28)
+0.36 / 0.41 / 0.23: from 8 channels per group the GEMMs win (:data:`MAX_GROUP_CHANNELS`).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from .image_copy import close_to, copy_image, parallel_loops, store
 __all__ = ["MAX_GROUP_CHANNELS", "direct_conv_applies", "emit_direct_conv"]
 
 #: Most input channels per group for which the direct nest is used (wider groups make a GEMM per group worth it).
-MAX_GROUP_CHANNELS = 8
+MAX_GROUP_CHANNELS = 4
 
 
 def _int(e: sympy.Expr) -> int | None:

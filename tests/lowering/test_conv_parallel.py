@@ -12,6 +12,7 @@ import pytest
 import tensorplay as tp
 import tensorplay.nn.functional as F
 from tensorplay.export import Dim, export
+from tensorplay.lowering.fusion.depthwise import MAX_GROUP_CHANNELS
 from tensorplay.runtime.threadpool import pool_stats
 
 torch = pytest.importorskip("torch")
@@ -48,7 +49,7 @@ def _define(lib):
             self.dw2 = nn.Conv2d(48, 48, 3, 2, 1, groups=48, bias=False)
             self.pw2 = nn.Conv2d(48, 24, 1)
             self.dw3 = nn.Conv2d(24, 48, 5, 1, 2, groups=24)   # channel multiplier 2
-            self.grouped = nn.Conv2d(48, 32, 3, 1, 1, groups=8)  # 6 input channels per group
+            self.grouped = nn.Conv2d(48, 36, 3, 1, 1, groups=12)  # 4 input channels per group
 
         def forward(self, x):
             x = lib.relu(self.stem(x))
@@ -128,6 +129,7 @@ CASES = {
     "depthwise_dilated": ((8, 15, 15), (8, 1, 3, 3), 1, 2, 2, 8),
     "depthwise_multiplier3": ((4, 9, 9), (12, 1, 3, 3), 1, 1, 1, 4),
     "grouped_4_per_group": ((32, 14, 14), (32, 4, 3, 3), 1, 1, 1, 8),
+    "grouped_8_per_group_im2col": ((32, 14, 14), (16, 8, 3, 3), 1, 1, 1, 4),
     "grouped_wide_groups_im2col": ((32, 10, 10), (32, 16, 3, 3), 1, 1, 1, 2),
     "im2col_stride2": ((16, 21, 21), (24, 16, 3, 3), 2, 1, 1, 1),
     "winograd_odd": ((16, 13, 11), (16, 16, 3, 3), 1, 1, 1, 1),
@@ -143,7 +145,7 @@ def test_conv_bitwise_equal_across_threads(case):
     prog = export(_Conv(stride, padding, dilation, groups), tp.tensor(example), tp.tensor(w),
                   dynamic_shapes=({0: Dim("batch", min=1, max=32)}, None))
     compiled = tp.compile(prog, num_threads=1, strict=True)
-    direct = groups > 1 and ws[1] <= 8
+    direct = groups > 1 and ws[1] <= MAX_GROUP_CHANNELS
     assert ("kernel.gemm" in compiled.ir("kernel")) != direct
     exe = compiled.executable
     for batch in (1, 3, 8):
