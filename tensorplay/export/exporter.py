@@ -407,10 +407,12 @@ def _propagate(tracer: ExportTracer, records: list, grads: dict) -> None:
         if all(g is None for g in out_grads):
             continue
         if op.backward is None:
+            if not any(_floating_proxies(a) for a in (*args, *kwargs.values())):
+                continue  # a creation op (zeros, arange ...): nothing to differentiate
             raise GraphCaptureError(f"joint export: {op.name} has no backward formula")
         full = [g if g is not None or not isinstance(o, Proxy) else REGISTRY["zeros_like"](o)
                 for g, o in zip(out_grads, outs, strict=True)]
-        if "backward_from_decomposition" in getattr(op.backward, "__qualname__", "") and op.decomposition:
+        if getattr(op.backward, "differentiates_decomposition", False) and op.decomposition:
             outer, tracer.op_records = tracer.op_records, []
             try:
                 expanded = _as_tuple(op.decomposition(*args, **kwargs))
@@ -418,20 +420,36 @@ def _propagate(tracer: ExportTracer, records: list, grads: dict) -> None:
                 _propagate(tracer, tracer.op_records, inner)
             finally:
                 tracer.op_records = outer
-            found = tuple([inner.get(x.node) if isinstance(x, Proxy) else None for x in a]
-                          if isinstance(a, list | tuple) else inner.get(a.node) if isinstance(a, Proxy) else None
-                          for a in args)
+            # inner holds each input's whole gradient: once per tensor, however many arguments it is
+            pairs = [(a, inner.get(a.node)) for a in _distinct_proxies((*args, *kwargs.values()))]
         else:
             found = _as_tuple(op.backward(BackwardContext(args, kwargs, outs, op.name), *full))
-        for arg, g in zip(args, found, strict=False):
-            pairs = zip(arg, g, strict=False) if isinstance(arg, list | tuple) and isinstance(g, list | tuple) \
-                else [(arg, g)]
-            for a, ga in pairs:
-                if not isinstance(a, Proxy) or not isinstance(ga, Proxy) or not a.is_floating_point():
-                    continue
-                ga = sum_to_shape(ga, a.shape)
-                known = grads.get(a.node)
-                grads[a.node] = ga if known is None else known + ga
+            pairs = [pair for arg, g in zip(args, found, strict=False)
+                     for pair in (zip(arg, g, strict=False) if isinstance(arg, list | tuple)
+                                  and isinstance(g, list | tuple) else [(arg, g)])]
+        for a, ga in pairs:
+            if not isinstance(a, Proxy) or not isinstance(ga, Proxy) or not a.is_floating_point():
+                continue
+            ga = sum_to_shape(ga, a.shape)
+            known = grads.get(a.node)
+            grads[a.node] = ga if known is None else known + ga
+
+
+def _floating_proxies(value: Any) -> bool:
+    """Whether ``value`` (an op argument, possibly a list) holds a floating-point traced tensor."""
+    if isinstance(value, list | tuple):
+        return any(_floating_proxies(v) for v in value)
+    return isinstance(value, Proxy) and value.is_floating_point()
+
+
+def _distinct_proxies(values: Iterable) -> list:
+    """The traced tensors in ``values`` (lists flattened), each node once, in order."""
+    found: dict = {}
+    for value in values:
+        for v in value if isinstance(value, list | tuple) else (value,):
+            if isinstance(v, Proxy):
+                found.setdefault(v.node, v)
+    return list(found.values())
 
 
 def _check_preserved(model: Any, paths: Iterable[str]) -> list[str]:

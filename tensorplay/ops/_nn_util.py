@@ -124,4 +124,5 @@ def backward_from_decomposition(op: Op, n_inputs: int | None = None) -> Callable
         for i, g in zip(positions, found, strict=True):
             result[i] = g
         return tuple(result)
+    backward.differentiates_decomposition = True  # a joint export records the decomposition's own formulas
     return backward

@@ -150,3 +150,6 @@ def _sdpa_backward(ctx, grad):
                            "cannot be differentiated; nn.functional.scaled_dot_product_attention runs the "
                            "decomposition (whose dropout records its mask) when dropout_p > 0")
     return _decomposition_backward(ctx, grad)
+
+
+_sdpa_backward.differentiates_decomposition = True  # a joint export differentiates the decomposition's ops

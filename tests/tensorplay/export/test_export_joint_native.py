@@ -180,3 +180,58 @@ def test_training_loop_on_compiled_joint_program_follows_eager_training(name, op
         np.testing.assert_allclose(float(loss), float(ref), rtol=1e-5, atol=1e-6)
     for key, value in twin.state_dict().items():
         np.testing.assert_allclose(arr(model.state_dict()[key]), arr(value), rtol=1e-4, atol=1e-5, err_msg=key)
+
+
+class Wrapped(nn.Module):
+    """``body(modules, x)`` as a module, so the modules' parameters get gradients."""
+
+    def __init__(self, body, **modules):
+        super().__init__()
+        self.mods = nn.ModuleDict(modules)
+        self.body = body
+
+    def forward(self, x):
+        return self.body(self.mods, x)
+
+
+SMALL = {
+    # one tensor as query and value of a composite whose backward differentiates its decomposition: its gradient
+    # is counted once (it was doubled), and the attention's own formula is recorded (it was silently zero)
+    "attention_shared_inputs": (lambda m, x: F.scaled_dot_product_attention(x, x * 2, x).pow(2).mean(), {},
+                                (2, 3, 5, 5)),
+    "attention_causal": (lambda m, x: F.scaled_dot_product_attention(x, x, x, is_causal=True).pow(2).mean(), {},
+                         (2, 3, 5, 5)),
+    "attention_tensor_mask": (lambda m, x: F.scaled_dot_product_attention(x, x, x, attn_mask=x * 0.5).pow(2).mean(),
+                              {}, (2, 3, 5, 5)),
+    "multihead_attention": (lambda m, x: m["a"](x, x, x)[0].pow(2).mean(),
+                            {"a": lambda: nn.MultiheadAttention(8, 2, batch_first=True)}, (2, 5, 8)),
+    # the recurrent layers create their zero initial state inside the graph: creation ops need no formula
+    "lstm": (lambda m, x: m["r"](x)[0].pow(2).mean(), {"r": lambda: nn.LSTM(3, 5, batch_first=True)}, (2, 4, 3)),
+    "gru": (lambda m, x: m["r"](x)[0].pow(2).mean(), {"r": lambda: nn.GRU(3, 5, batch_first=True)}, (2, 4, 3)),
+    "grouped_conv1d": (lambda m, x: m["c"](x).pow(2).mean(), {"c": lambda: nn.Conv1d(4, 6, 3, groups=2, stride=2)},
+                       (2, 4, 9)),
+    "conv_transpose": (lambda m, x: m["c"](x).pow(2).mean(), {"c": lambda: nn.ConvTranspose2d(3, 2, 3, stride=2)},
+                       (2, 3, 5, 5)),
+    "group_and_instance_norm": (lambda m, x: (m["g"](x) + m["i"](x)).pow(2).mean(),
+                                {"g": lambda: nn.GroupNorm(2, 4), "i": lambda: nn.InstanceNorm2d(4, affine=True)},
+                                (2, 4, 5, 5)),
+    "pools_and_activations": (lambda m, x: F.adaptive_avg_pool2d(F.avg_pool2d(F.silu(x) + F.elu(x), 2), 1).sum()
+                              + F.interpolate(F.max_pool2d(tp.sigmoid(x), 2), scale_factor=2).pow(2).sum(), {},
+                              (2, 3, 8, 8)),
+}
+
+
+@pytest.mark.parametrize("name", SMALL)
+def test_backward_formulas_compile_and_match_eager_autograd(name):
+    body, modules, shape = SMALL[name]
+    tp.manual_seed(0)
+    model = Wrapped(body, **{k: make() for k, make in modules.items()})
+    x = tp.randn(*shape)
+    prog = export_joint(model, x)
+    tp.compile(prog)
+    loss, grads = prog(x)
+    ref_loss, ref_grads, _ = eager_step(model, (x,))
+    np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-5, atol=1e-6)
+    assert sorted(grads) == sorted(ref_grads)
+    for key, expected in ref_grads.items():
+        np.testing.assert_allclose(arr(grads[key]), expected, rtol=1e-5, atol=1e-6, err_msg=key)
