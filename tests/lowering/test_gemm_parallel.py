@@ -70,6 +70,29 @@ def test_thread_scratch_is_per_thread_and_aligned() -> None:
         thread_scratch_bytes(0, 1, 1, 1)
 
 
+def test_generated_grid_is_the_documented_one() -> None:
+    """The run-time grid choice (IR) equals :func:`gemm_grid` over GEMVs, short, tall and 2-D-split products."""
+    import ctypes
+    import itertools
+
+    import llvmlite.ir as ir
+
+    from tensorplay.lowering.microkernels.gemm_parallel import grid_function
+    from tensorplay.runtime.jit import compile_ir
+
+    module = ir.Module(name="grid")
+    i64 = ir.IntType(64)
+    wrap = ir.Function(module, ir.FunctionType(i64, [i64] * 5), "grid")
+    b = ir.IRBuilder(wrap.append_basic_block("entry"))
+    *dims, packed = wrap.args
+    b.ret(b.call(grid_function(module), [*dims, b.icmp_signed("!=", packed, ir.Constant(i64, 0))]))
+    grid = compile_ir(module, cache=False, name="grid").function("grid", ctypes.c_int64, *[ctypes.c_int64] * 5)
+    for m, n, k, t, packed in itertools.product((1, 3, 8, 16, 64, 257, 1024), (1, 17, 64, 512, 1000, 4096),
+                                                (1, 64, 300, 2000), (1, 2, 3, 8, 64), (False, True)):
+        got = grid(m, n, k, t, int(packed))
+        assert (got >> 32, got & 0xFFFFFFFF) == gemm_grid(m, n, k, threads=t, packed_b=packed), (m, n, k, t, packed)
+
+
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)])
 def test_dynamic_m_gemv_small_and_large_m(trans_a: bool, trans_b: bool) -> None:
     """M = 1 (GEMV: columns), 3..24 (few row panels: columns), 200, 333 (rows)."""
