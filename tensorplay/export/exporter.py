@@ -340,7 +340,9 @@ def export_joint(model: Any, *args: Any, dynamic_shapes: Any = None, **kwargs: A
     floating-point user input, built from the registry's backward formulas.
 
     Calling the program returns ``(loss, {target: gradient})``; the signature lists a ``LOSS_OUTPUT``
-    and ``GRADIENT_TO_PARAMETER`` / ``GRADIENT_TO_USER_INPUT`` outputs (``backward_signature``).
+    and ``GRADIENT_TO_PARAMETER`` / ``GRADIENT_TO_USER_INPUT`` outputs (``backward_signature``). It
+    compiles to native code like any program (``tensorplay.compile``, or on the first call); hand the
+    gradients to a ``tensorplay.optim`` optimizer for a training step (docs/guide.md, "Training steps").
 
     >>> import tensorplay as tp
     >>> prog = export_joint(lambda x: (x * x).sum(), tp.tensor([1.0, 2.0]))
