@@ -163,26 +163,80 @@ def call_other_extents(program: ExportedProgram, flat_args: list, error: Constra
     """Run ``program`` natively on inputs whose undeclared extents differ from the example (``error`` is what
     its native code raised): with code specialized for those extents, compiled on first use; re-raises
     ``error`` when no undeclared extent differs, raises when the program depends on one."""
-    differing = undeclared(program, _differing(program, flat_args))
-    if not differing:
-        raise error
-    check_other_extents(program, differing)
-    key = tuple(differing)  # every undeclared extent that differs, with its value
     code = program.graph_module.code
     cached = program.__dict__.get("_specialized")
-    if cached is None or cached[0] is not code:
-        cached = program.__dict__["_specialized"] = (code, {})
-    runners = cached[1]
-    entry = runners.get(key)
+    if cached is None or cached.code is not code:
+        cached = program.__dict__["_specialized"] = _Specializations(program)
+    try:
+        key = cached.key(flat_args)
+    except (LookupError, AttributeError, TypeError):
+        key = None  # not the captured structure or ranks: the checks below report it
+    entry = cached.runners.get(key)
     if entry is None:
-        entry = runners[key] = _compile(program, flat_args, differing)
+        differing = undeclared(program, _differing(program, flat_args))
+        if not differing:
+            raise error
+        check_other_extents(program, differing)
+        entry = cached.runners[key] = _compile(program, flat_args, differing)
         base = program.__dict__.get("_native")
         if base is not None and base[0] is code and hasattr(base[1], "compiled"):
-            base[1].compiled.stats["specializations"] = len(runners)
+            base[1].compiled.stats["specializations"] = len(cached.runners)
+            if not isinstance(base[1], _Dispatcher):  # later calls pick their code without failing first
+                program.__dict__["_native"] = (code, _Dispatcher(base[1], cached))
     special, runner = entry
     if runner == _INTERPRET:
         return program.graph_module(*flat_args)
     return runner(special, flat_args)
+
+
+class _Specializations:
+    """A program's code for other static extents, by the extents of every static axis of its user tensors."""
+
+    __slots__ = ("code", "reads", "captured", "runners")
+
+    def __init__(self, program: ExportedProgram) -> None:
+        self.code = program.graph_module.code
+        sites = _sites(program)
+        self.reads = [(index, steps, tuple(a for a, d in enumerate(meta.shape) if isinstance(d, int)))
+                      for _, index, steps, meta in sites]
+        self.captured = tuple(d for *_, meta in sites for d in meta.shape if isinstance(d, int))
+        self.runners: dict[tuple, tuple[Any, Any]] = {}
+
+    def key(self, flat_args: list) -> tuple:
+        extents: list[int] = []
+        for index, steps, axes in self.reads:
+            value = flat_args[index]
+            for k, attribute in steps:
+                value = getattr(value, k) if attribute else value[k]
+            shape = value._data.shape
+            extents += [shape[a] for a in axes]
+        return tuple(extents)
+
+
+class _Dispatcher:
+    """The runner of a program that has code for other extents: each call goes straight to the code for its
+    static extents (the program's own, a specialization, or the program's own when none fits yet, whose
+    check then fails into :func:`call_other_extents`). Anything else is the program's own runner's."""
+
+    __slots__ = ("base", "specializations")
+
+    def __init__(self, base: Any, specializations: _Specializations) -> None:
+        self.base, self.specializations = base, specializations
+
+    def __call__(self, program: ExportedProgram, flat_args: list) -> Any:
+        specializations = self.specializations
+        try:
+            key = specializations.key(flat_args)
+        except (LookupError, AttributeError, TypeError):
+            return self.base(program, flat_args)
+        entry = specializations.runners.get(key) if key != specializations.captured else None
+        if entry is None:
+            return self.base(program, flat_args)
+        special, runner = entry
+        return program.graph_module(*flat_args) if runner == _INTERPRET else runner(special, flat_args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
 
 
 def _compile(program: ExportedProgram, flat_args: list, differing: list) -> tuple[Any, Any]:

@@ -19,7 +19,7 @@ import pytest
 
 import tensorplay as tp
 from tensorplay.export import ConstraintsExceededError, Dim, export, load, load_pt2, package_pt2, save
-from tensorplay.export.native import UnsupportedProgramWarning
+from tensorplay.export.native import UnsupportedProgramWarning, native_runner
 from tensorplay.export.specialize import SpecializationWarning
 from tensorplay.lowering import api
 
@@ -113,6 +113,22 @@ def test_specializations_are_told_apart_by_dimension(compiles):
             x = rand(*shape)
             np.testing.assert_allclose(prog(tp.tensor(x)).numpy(), x.sum(0), rtol=1e-5, atol=1e-6)
     assert len(compiles) == 4  # the program, then (6, 3), (4, 6) and (6, 6)
+
+
+def test_after_a_specialization_each_call_goes_straight_to_its_code():
+    prog = export(lambda x: x.sum(1), tp.ones(4, 3), dynamic_shapes={"x": {0: Dim("batch", min=2)}})
+    compiled = tp.compile(prog)
+    with pytest.warns(SpecializationWarning):
+        np.testing.assert_array_equal(prog(tp.ones(5, 7)).numpy(), np.full(5, 7.0))
+    runner = native_runner(prog)
+    assert runner.compiled is compiled and compiled.stats["specializations"] == 1
+    base, calls = runner.base, []
+    runner.base = lambda program, flat_args: calls.append(flat_args[0].shape) or base(program, flat_args)
+    np.testing.assert_array_equal(prog(tp.ones(9, 7)).numpy(), np.full(9, 7.0))  # the specialization
+    np.testing.assert_array_equal(prog(tp.ones(2, 3)).numpy(), np.full(2, 3.0))  # the program's own code
+    assert calls == [(2, 3)]
+    with pytest.raises(ConstraintsExceededError, match=r"runtime assertion failed: .* expected dimension 0 in \[2"):
+        prog(tp.ones(1, 7))  # the declared range still holds in the specialized code
 
 
 def test_a_size_that_reaches_a_value_raises_naming_the_line():
