@@ -46,12 +46,21 @@ def _lstm_layer_ref(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
     return np.stack(out), h, c
 
 
+def _torch_lstm_layer(torch, gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
+    out = [None] * len(gates_x)
+    for t in range(len(gates_x) - 1, -1, -1) if reverse else range(len(gates_x)):
+        h, c = _torch_lstm_cell(torch, gates_x[t], h, c, weight_hh, bias_hh)
+        out[t] = h
+    return torch.stack(out), h, c
+
+
 @samples("lstm_layer")
 def _lstm_layer(rng):
     for steps, batch, hidden, dtype in ((4, 3, 4, tp.float32), (1, 1, 8, tp.float32), (3, 2, 3, tp.float64)):
         args = (make(rng, (steps, batch, 4 * hidden), dtype), make(rng, (batch, hidden), dtype, low=-1, high=1),
                 make(rng, (batch, hidden), dtype), make(rng, (4 * hidden, hidden), dtype, low=-0.5, high=0.5))
-        yield Sample(args, ref=_lstm_layer_ref, torch=False)
-        yield Sample((*args, make(rng, (4 * hidden,), dtype)), {"reverse": True}, ref=_lstm_layer_ref, torch=False)
+        yield Sample(args, ref=_lstm_layer_ref, torch=_torch_lstm_layer)
+        yield Sample((*args, make(rng, (4 * hidden,), dtype)), {"reverse": True}, ref=_lstm_layer_ref,
+                     torch=_torch_lstm_layer)
     unbatched = (make(rng, (5, 12)), make(rng, (3,)), make(rng, (3,)), make(rng, (12, 3)), make(rng, (12,)))
-    yield Sample(unbatched, ref=_lstm_layer_ref, torch=False)
+    yield Sample(unbatched, ref=_lstm_layer_ref, torch=False)  # torch.lstm_cell takes batches only
