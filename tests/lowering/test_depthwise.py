@@ -13,7 +13,7 @@ import tensorplay as tp
 import tensorplay.nn.functional as F
 from tensorplay.dialect import parse
 from tensorplay.export import Dim, export
-from tensorplay.lowering.fusion.depthwise import MAX_GROUP_CHANNELS, direct_conv_applies
+from tensorplay.lowering.fusion.depthwise import MAX_GROUP_CHANNELS, WIDE_ROWS_BELOW, direct_conv_applies
 
 
 def _conv_ref(x, w, stride, padding, groups):
@@ -64,32 +64,39 @@ class _Block(tp.nn.Module):
 
 
 @pytest.mark.parametrize("stride,padding,groups,cg", [(1, 1, 16, 1), (2, 1, 16, 1), (1, 2, 4, 4), (2, 0, 8, 2)])
-def test_direct_nest_matches_numpy_with_a_fused_prologue(stride, padding, groups, cg):
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_direct_nest_matches_numpy_with_a_fused_prologue(stride, padding, groups, cg, dynamic):
+    """Dynamic height and width take the row nest; static narrow planes at stride 1 the wide rows."""
     rng = np.random.default_rng(stride * 10 + padding)
     cin = groups * cg
     w = rng.standard_normal((cin, cg, 3, 3), dtype=np.float32)
     scale = rng.uniform(0.5, 2, (cin, 1, 1)).astype(np.float32)
     shift = rng.uniform(-1, 1, (cin, 1, 1)).astype(np.float32)
     x = rng.standard_normal((2, cin, 11, 12), dtype=np.float32) * 3
-    dims = ({0: Dim("n", min=1, max=8), 2: Dim("h", min=5, max=40), 3: Dim("w", min=5, max=40)}, None, None, None)
+    spatial = {2: Dim("h", min=5, max=40), 3: Dim("w", min=5, max=40)} if dynamic else {}
+    dims = ({0: Dim("n", min=1, max=8), **spatial}, None, None, None)
     prog = export(_Block(stride, padding, groups), *map(tp.tensor, (x, w, scale, shift)), dynamic_shapes=dims)
     compiled = tp.compile(prog, num_threads=2, strict=True)
     kernel = compiled.ir("kernel")
     assert "kernel.gemm" not in kernel and kernel.count("kernel.minimum") == 1  # the clamp computed once
-    for shape in ((1, cin, 11, 12), (3, cin, 16, 7), (2, cin, 5, 33)):
+    shapes = ((1, cin, 11, 12), (3, cin, 16, 7), (2, cin, 5, 33)) if dynamic else ((1, cin, 11, 12), (3, cin, 11, 12))
+    for shape in shapes:
         x = rng.standard_normal(shape, dtype=np.float32) * 3
         got = np.asarray(prog(*map(tp.tensor, (x, w, scale, shift))))
         np.testing.assert_allclose(got, _conv_ref(np.clip(x * scale + shift, 0, 6), w, stride, padding, groups),
                                    rtol=1e-5, atol=1e-5)
 
 
-def test_taps_are_summed_with_the_output_width_innermost():
-    """The store of every output sits in a loop over the output width whose body holds the 9 taps."""
-    x = np.zeros((1, 8, 10, 10), np.float32)
+@pytest.mark.parametrize("size,innermost", [(40, "upper = 40}"), (10, "upper = 120}")])
+def test_taps_are_summed_innermost_over_rows_or_wide_rows(size, innermost):
+    """The 9 taps of an output sit in a loop over the output width, or, for planes narrower than
+    WIDE_ROWS_BELOW, over ``OH * Wp`` positions of the flat padded plane (10 x 10, padding 1: 10 * 12)."""
+    assert (size + 2 < WIDE_ROWS_BELOW) == (size == 10)
+    x = np.zeros((1, 8, size, size), np.float32)
     w = np.zeros((8, 1, 3, 3), np.float32)
     prog = export(_Block(1, 1, 8), tp.tensor(x), tp.tensor(w), tp.tensor(np.ones((8, 1, 1), np.float32)),
                   tp.tensor(np.zeros((8, 1, 1), np.float32)))
     kernel = tp.compile(prog, num_threads=1, strict=True).ir("kernel")
-    body = kernel[kernel.rindex("upper = 10}"):]
+    body = kernel[kernel.rindex(innermost):]
     body = body[:body.index("kernel.store")]
     assert body.count("kernel.mul") == 9 and body.count("kernel.add") == 8
