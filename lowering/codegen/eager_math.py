@@ -165,10 +165,19 @@ def _lstm_cell_kernel(tag: str) -> Callable:
     return library.function(symbol, None, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
 
 
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous and a.flags.aligned else np.array(a, order="C")
+
+
 def eager_lstm_cell(dtype: np.dtype | type) -> Callable[..., tuple[np.ndarray, np.ndarray]] | None:
     """``f(gates, gates_x, c) -> (h, c)``: the elementwise part of an LSTM step in one native loop, for float32
     or float64 arrays (``gates`` and ``gates_x`` of shape ``(*, 4 * hidden)``, ``c`` of ``(*, hidden)``); None
-    for other dtypes. Compiled on the first call."""
+    for other dtypes. Compiled on the first call.
+
+    ``f.layer(product, gates_x, h, c, reverse) -> (output, h, c)`` runs every step of a sequence (``gates_x`` of
+    shape ``(steps, *, 4 * hidden)``; ``product(h)`` is the step's recurrent projection): each step's hidden
+    state is written in place into ``output`` and the cell state alternates between two buffers, so a step
+    costs the product and one kernel call."""
     tag = _TAGS.get(np.dtype(dtype))
     if tag is None:
         return None
@@ -182,7 +191,26 @@ def eager_lstm_cell(dtype: np.dtype | type) -> Callable[..., tuple[np.ndarray, n
         kernel(gates.ctypes.data, gates_x.ctypes.data, c.ctypes.data, h_out.ctypes.data, c_out.ctypes.data,
                c.size // max(hidden, 1), hidden)
         return h_out, c_out
+
+    def layer(product: Callable[[np.ndarray], np.ndarray], gates_x: np.ndarray, h: np.ndarray, c: np.ndarray,
+              reverse: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        kernel = _lstm_cell_kernel(tag)
+        gates_x = _contiguous(gates_x)
+        steps, hidden = gates_x.shape[0], (c.shape[-1] if c.ndim else 1)
+        rows = c.size // max(hidden, 1)
+        out = np.empty((steps, *c.shape), c.dtype)
+        cells = np.empty((2, *c.shape), c.dtype)  # step n reads cells[n % 2] and writes cells[(n + 1) % 2]
+        cells[0] = c
+        gx_at, out_at, cells_at = gates_x.ctypes.data, out.ctypes.data, cells.ctypes.data
+        gx_step, out_step, cells_step = gates_x.strides[0], out.strides[0], cells.strides[0]
+        for n, t in enumerate(range(steps - 1, -1, -1) if reverse else range(steps)):
+            gates = _contiguous(product(h))
+            kernel(gates.ctypes.data, gx_at + t * gx_step, cells_at + n % 2 * cells_step, out_at + t * out_step,
+                   cells_at + (n + 1) % 2 * cells_step, rows, hidden)
+            h = out[t]
+        return out, h.copy(), cells[steps % 2].copy()
     run.__name__ = f"lstm_cell_{tag}"
+    run.layer = layer
     return run
 
 

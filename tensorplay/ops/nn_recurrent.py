@@ -111,6 +111,9 @@ def _lstm_layer_meta(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
 
 
 def _lstm_layer_impl(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
+    native_cell = native_lstm_cell(c.dtype)
+    if native_cell is not None:
+        return native_cell.layer(lambda h: _linear(h, weight_hh, bias_hh), gates_x, h, c, reverse)
     steps = gates_x.shape[0]
     out = np.empty((steps, *c.shape), c.dtype)
     for t in range(steps - 1, -1, -1) if reverse else range(steps):
