@@ -640,7 +640,8 @@ class _Codegen:
         for cap in (i64(memory_plan.MAX_CHUNKS if chunked else MAX_THREADS), trip, by_work):
             n = b.select(b.icmp_signed("<", cap, n), cap, n)
         if nested:  # chunks uneven and under GEMM_LOOP_ITERS iterations each: inline, the inner work splits
-            even = b.icmp_signed("==", b.srem(trip, n), i64(0))
+            nonzero = b.select(b.icmp_signed("<", n, i64(1)), i64(1), n)  # an empty loop has n = 0
+            even = b.icmp_signed("==", b.srem(trip, nonzero), i64(0))
             many = b.icmp_signed(">=", trip, b.mul(n, i64(GEMM_LOOP_ITERS)))
             n = b.select(b.or_(even, many), n, i64(1))
         serial_bb, pool_bb, done_bb = (sc.fn.append_basic_block(f"{par.name}.{x}") for x in ("serial", "pool", "done"))

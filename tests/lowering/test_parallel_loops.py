@@ -76,6 +76,13 @@ def test_batched_gemm_loop_splits_by_batch_or_by_gemm(m, n, k):
             assert jobs[2] in (0, 3), jobs
 
 
+def test_empty_batch():
+    exe = compile_kernel_module(parse(_bmm_ir(16, 16, 16).replace("s0 in [1, 64]", "s0 in [0, 64]")), num_threads=1)
+    for t in THREADS:
+        exe.num_threads = t
+        assert exe(np.zeros((0, 16, 16), np.float32), np.zeros((0, 16, 16), np.float32))[0].shape == (0, 16, 16)
+
+
 def test_loop_of_gemms_has_per_chunk_scratch():
     m = parse(_bmm_ir(64, 64, 64))
     f = m.functions[0]
