@@ -4,29 +4,32 @@ The output is computed as ``W[g] (Cout/G x C/G*prod(k)) @ col[g] (C/G*prod(k) x 
 the NCHW result of image ``n`` and group ``g`` (M = output channels, N = output pixels). The column
 buffer holds ONE image (``[G, C/G*prod(k), prod(out spatial)]``) and is refilled inside the batch loop,
 so it stays in cache whatever the batch. A padded convolution first copies each image into a
-zero-bordered buffer (bordered once per call), so every column row is a plain strided copy with no
-bounds test; an input computed inline (e.g. the previous layer's batch norm and ReLU) is computed into
-that copy once per element. A 1x1 convolution with stride 1 and no padding needs no column buffer: the
+zero-bordered buffer (:mod:`tensorplay.lowering.fusion.image_copy`), so every column row is a plain strided
+copy with no bounds test; an input computed inline (e.g. the previous layer's batch norm and ReLU) is computed
+into that copy once per element. A 1x1 convolution with stride 1 and no padding needs no column buffer: the
 input image already is the GEMM's right operand. 3x3 stride-1 convolutions with enough channels go
-through :mod:`tensorplay.lowering.fusion.winograd` instead.
+through :mod:`tensorplay.lowering.fusion.winograd` instead, depthwise and narrow grouped ones through
+:mod:`tensorplay.lowering.fusion.depthwise`.
 
-A 3x3 convolution with padding 1 over ``buffer<[s0, 8, 16, 16]>`` (one group) becomes::
+The loop over images is parallel: the image copy and the columns are each iteration's scratch, so every chunk
+of images gets copies of its own; with fewer images than threads the loop runs on one thread and its inner
+loops (marked parallel too) and the GEMMs split instead. A 3x3 convolution with padding 1 over
+``buffer<[s0, 8, 16, 16]>`` (one group) becomes::
 
     kernel.kernel {name = "conv_0"} {
-      kernel.for {iv = i0, parallel = true, upper = 8} {          (zero border of the image copy)
-        ...  kernel.store %zero, %image {index = [i0, i1, i2]}
-      }
-      kernel.for {iv = i3, upper = s0} {
-        kernel.for {iv = i4, upper = 8} { ... copy image i3 into %image[i4, 1.., 1..] ... }
-        kernel.for {iv = i7, upper = 8} {
-          kernel.for {iv = i8, upper = 3} {
-            kernel.for {iv = i9, upper = 3} {
-              kernel.for {iv = i10, upper = 16} {
-                kernel.for {iv = i11, upper = 16} {
-                  %0 = kernel.load %image {index = [i7, i10 + i8, i11 + i9]} : f32
-                  kernel.store %0, %col {index = [0, 9*i7 + 3*i8 + i9, 16*i10 + i11]}
+      kernel.for {iv = i0, parallel = true, upper = s0} {
+        kernel.for {iv = i1, parallel = true, upper = 8} {
+          ... zero the border of %image[i1], copy image i0 into %image[i1, 1.., 1..] ...
+        }
+        kernel.for {iv = i8, parallel = true, upper = 8} {
+          kernel.for {iv = i9, upper = 3} {
+            kernel.for {iv = i10, upper = 3} {
+              kernel.for {iv = i11, upper = 16} {
+                kernel.for {iv = i12, upper = 16} {
+                  %0 = kernel.load %image {index = [i8, i11 + i9, i10 + i12]} : f32
+                  kernel.store %0, %col {index = [0, i10 + 9*i8 + 3*i9, 16*i11 + i12]}
         ...
-        kernel.gemm %w, %col, %out {c_offset = 2048*i3, k = 72, m = 8, n = 256}
+        kernel.gemm %w, %col, %out {c_offset = 2048*i0, k = 72, m = 8, n = 256}
       }
     }
 """
