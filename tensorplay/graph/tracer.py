@@ -249,10 +249,11 @@ class Tracer:
             picks = [(dim, index)] if isinstance(dim, int) and isinstance(index, int) else []
         else:
             index = args[1] if isinstance(args[1], tuple) else (args[1],)
-            if Ellipsis in index:
-                at = index.index(Ellipsis)
+            ellipses = [at for at, i in enumerate(index) if i is Ellipsis]  # by identity: a tensor index has ==
+            if ellipses:
+                at = ellipses[0]
                 index = index[:at] + (slice(None),) * (ndim - len(index) + 1) + index[at + 1:]
-            whole = [i == slice(None) for i in index]
+            whole = [isinstance(i, slice) and i == slice(None) for i in index]
             picks = [(axis, i) for axis, i in enumerate(index) if isinstance(i, int) and not isinstance(i, bool)]
             if len(picks) != 1 or sum(whole) != len(index) - 1:
                 return

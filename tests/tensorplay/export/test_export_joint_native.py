@@ -235,3 +235,17 @@ def test_backward_formulas_compile_and_match_eager_autograd(name):
     assert sorted(grads) == sorted(ref_grads)
     for key, expected in ref_grads.items():
         np.testing.assert_allclose(arr(grads[key]), expected, rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_tensor_index_exports_and_its_gradient_compiles():
+    """``x[index_tensor]`` (a tensor among the index items) captures; its backward is an index_put."""
+    index = tp.tensor([0, 2, 3, 2])
+    x = tp.randn(4, 6)
+    prog = export_joint(lambda x: x[index, 1:].pow(2).sum(), x)
+    tp.compile(prog)
+    loss, grads = prog(x)
+    leaf = x.clone().requires_grad_(True)
+    ref = leaf[index, 1:].pow(2).sum()
+    ref.backward()
+    np.testing.assert_allclose(float(loss), float(ref), rtol=1e-5)
+    np.testing.assert_allclose(arr(grads["x"]), arr(leaf.grad), rtol=1e-5, atol=1e-6)
