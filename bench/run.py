@@ -1,9 +1,11 @@
 """Run every reference model through every inference path; print tables, write JSON and a chart.
 
-    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2] [--profile-losers]
+    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2] [--isolated all|real|none] [--profile-losers]
 
 Each cell is the median / p90 latency after warm-up; every output is compared with PyTorch
-eager's (max abs diff); compiled paths report their compile/export time. Results go to
+eager's (max abs diff); compiled paths report their compile/export time. Then each path of a model's first
+row runs once more in a fresh process for its peak memory and, for tensorplay, cold and warm compile
+times (:mod:`bench.isolated`). Results go to
 ``bench/results/<timestamp>.json`` and ``.png`` (gitignored). numpy's OpenBLAS is measured
 without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE``: the entry points re-execute the process
 without them (see :func:`reexec_without_openblas_overrides`).
@@ -33,7 +35,8 @@ def reexec_without_openblas_overrides() -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="short timing budget, fewer rows, 1 thread unless --threads is given (< 2 minutes)")
+                        help="short timing budget, one row per model (two for some small ones), 1 thread unless "
+                        "--threads is given")
     parser.add_argument("--models", default="", help="comma-separated subset, e.g. mlp,chain")
     parser.add_argument("--backends", default="", help="comma-separated subset of the columns")
     parser.add_argument("--threads", type=int, nargs="+", default=None, help="thread counts (default: 1 2)")
