@@ -37,6 +37,8 @@ from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
 from ..ops import REGISTRY, deciding_with
 from ..ops._registry import methods
+from . import assertions
+from .settle import encode, render
 
 __all__ = ["CustomDecompTable", "default_decompositions", "decomposition_builder", "run_decompositions",
            "DEFAULT_EXCLUDED"]
@@ -106,13 +108,19 @@ def _trace_into(graph: Graph, node: Node, fn: Callable) -> Any:
         standins[src] = Proxy(ph, tracer)
     args = map_arg(node.args, standins.__getitem__)
     kwargs = map_arg(node.kwargs, standins.__getitem__)
+    env = tracer.shape_env
+    guards_before = len(env.guards)
     try:
-        with deciding_with(tracer.shape_env):  # size decisions inside the rule become guards
+        with deciding_with(env):  # size decisions inside the rule become guards
             result = tracer.to_node(fn(*args, **kwargs))
     except GraphCaptureError as exc:
+        del env.guards[guards_before:]
         if "values of a tensor" in str(exc):
             return node  # the decomposition needs tensor values (one_hot without num_classes): keep the op
         raise
+    if not _assert_guards(graph, env.guards[guards_before:]):
+        del env.guards[guards_before:]
+        return node  # the rule decided something about a size no input gives: keep the op
     mapping: dict[Node, Any] = {standin.node: inp for inp, standin in standins.items()}
     last = node.prev
     for n in sub.nodes:
@@ -125,6 +133,36 @@ def _trace_into(graph: Graph, node: Node, fn: Callable) -> Any:
         owner._graph_attrs.update(tracer.constants)
     _mark_provenance(graph, last, node)
     return map_arg(result, lambda n: mapping.get(n, n))
+
+
+def _assert_guards(graph: Graph, guards: list) -> bool:
+    """Insert an ``assert_guard`` node per guard a decomposition rule added (``lstm_layer`` unrolling a
+    dynamic number of steps decides that number), so the decomposed program refuses the inputs the rule's
+    decision does not hold for, interpreted or compiled; False (nothing inserted) when a guard's symbol is
+    not an input extent."""
+    if not guards:
+        return True
+    sources: dict[sympy.Symbol, tuple[Node, int]] = {}
+    for ph in graph.find_nodes(op="placeholder"):
+        for axis, d in enumerate(getattr(ph.meta.get("val"), "shape", ())):
+            if isinstance(d, sympy.Symbol):
+                sources.setdefault(d, (ph, axis))
+    if any(s not in sources for g in guards for s in g.fact.free_symbols):
+        return False
+    for g in guards:
+        syms = sorted(g.fact.free_symbols, key=str)
+        values: list[Node] = []
+        src = []
+        for s in syms:
+            ph, axis = sources[s]
+            if ph not in values:
+                values.append(ph)
+            src.append((values.index(ph), axis, 1, 0, f"{ph.name}.size()[{axis}]"))
+        label = {s: sympy.Symbol(f"{sources[s][0].name}.size()[{sources[s][1]}]", integer=True) for s in syms}
+        graph.call_function(assertions.assert_guard, (tuple(values), tuple(src),
+                                                      encode(g.fact, {s: i for i, s in enumerate(syms)}),
+                                                      render(g.fact.xreplace(label))))
+    return True
 
 
 def _symbol_sources(graph: Graph, inputs: list[Node]) -> list[Node]:

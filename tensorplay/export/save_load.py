@@ -27,6 +27,7 @@ from typing import Any
 import sympy
 
 from .._tensor import Tensor
+from ..graph import Node
 from ..graph._pytree import TreeSpec
 from . import serde
 from .pt2_archive import (
@@ -284,7 +285,7 @@ def _restore_placeholder_examples(program: Any) -> None:
             node.meta["example_value"] = value
     for node in program.graph.nodes:  # tensors read out of container inputs (decompositions trace with them)
         base = node.args[0] if node.op == "call_function" and node.target in (operator.getitem, getattr) else None
-        if base is None or "example_value" in node.meta or base.meta.get("val") is not None:
+        if not isinstance(base, Node) or "example_value" in node.meta or base.meta.get("val") is not None:
             continue
         container = base.meta.get("example_value")
         key = node.args[1]
@@ -318,8 +319,9 @@ def _restore_computed_examples(program: Any) -> None:
             continue
         shape = [sympy.sympify(d).subs(hints) for d in val.shape]
         if all(d.is_Integer for d in shape):
-            node.meta["example_value"] = Tensor._from_storage(np.ones([int(d) for d in shape], val.dtype.storage),
-                                                              val.dtype)
+            # one element broadcast to the shape: no memory, whatever extent the document states
+            ones = np.broadcast_to(np.ones((), val.dtype.storage), [int(d) for d in shape])
+            node.meta["example_value"] = Tensor._from_storage(ones, val.dtype)
 
 
 def _decode_signature(doc: dict, decode: Callable[[Any], Any]) -> Any:
