@@ -112,7 +112,8 @@ def test_a_batch_pinned_by_a_kept_assertion_is_captured_for_its_shapes():
 
 def test_a_dynamic_program_that_does_not_compile_falls_back_to_exact_shapes(caplog):
     def f(x):
-        return x.reshape(4, -1) * 2  # the dialect cannot prove 3*batch divisible by 4
+        # rows = batch**2 // 4: the dialect cannot prove 3*batch divisible by floor(batch**2/4)
+        return x.reshape(x.shape[0] * x.shape[0] // 4, -1) * 2
 
     compiled = tp.compile(f, dynamic=True)
     with caplog.at_level("INFO", logger="tensorplay"):
