@@ -273,47 +273,97 @@ _ASSUMPTIONS = frozenset(_assume_defined)
 _RESERVED_SYMBOLS = frozenset(_SYM_FUNCS) | frozenset(_SYM_CONSTS)
 
 
+#: The exporter's name for a Dim.AUTO / Dim.DYNAMIC extent: the input's access path, then ``.size()[axis]``
+#: (``x.size()[0]``, ``inputs['ids'].size()[1]``, ``batch.mask.size()[0]``, ``xs[2].size()[0]``).
+_SIZE_LABEL = re.compile(r"""
+    [A-Za-z_][A-Za-z0-9_]*                          # the argument
+    ( \.[A-Za-z_][A-Za-z0-9_]*                      # a dataclass field
+    | \[ ( -?[0-9]+                                 # a list/tuple index or an int key
+        | '([^'\\\x00-\x1f]|\\.)*' | "([^"\\\x00-\x1f]|\\.)*"  # a str key, as repr() writes it
+        ) \] )*
+    \.size\(\)\[[0-9]+\]""", re.VERBOSE)
+_SIZE_ALIAS = re.compile(r"_tp_size[0-9]+")  # how expression text spells a size symbol
+_MAX_SYMBOL_NAME = 200
+
+
 def _check_symbol_name(name: Any) -> None:
-    if not isinstance(name, str) or not IDENT.match(name) or name in _RESERVED_SYMBOLS or len(name) > 200:
+    if not isinstance(name, str) or not IDENT.match(name) or name in _RESERVED_SYMBOLS or len(name) > _MAX_SYMBOL_NAME:
         raise ValueError(f"symbol name {str(name)[:60]!r}: expected a Python identifier other than "
                          f"{', '.join(sorted(_RESERVED_SYMBOLS))}")
 
 
-class SymbolTable:
-    """The symbols met while encoding (name -> assumptions) or the table used while decoding."""
+def _is_size_label(name: Any) -> bool:
+    return isinstance(name, str) and len(name) <= _MAX_SYMBOL_NAME and bool(_SIZE_LABEL.fullmatch(name))
 
-    __slots__ = ("by_name",)
+
+def _assumptions(sym: sympy.Symbol) -> dict[str, bool]:
+    return dict(getattr(sym, "_assumptions_orig", None) or sym.assumptions0)
+
+
+class SymbolTable:
+    """The symbols met while encoding (name -> assumptions) or the table used while decoding.
+
+    A symbol named by an input's size (``x.size()[0]``, what the exporter calls a Dim.AUTO extent) is
+    not an identifier, so expressions spell it by an alias (``_tp_size0``) whose table entry holds the real
+    name: ``{"_tp_size0": {"integer": true, "nonnegative": true, "name": "x.size()[0]"}}``.
+    """
+
+    __slots__ = ("by_name", "aliases")
 
     def __init__(self) -> None:
-        self.by_name: dict[str, sympy.Symbol] = {}
+        self.by_name: dict[str, sympy.Symbol] = {}  # name in expression text -> symbol
+        self.aliases: dict[sympy.Symbol, sympy.Symbol] = {}  # size-labelled symbol -> its alias symbol
 
     def note(self, expr: sympy.Basic) -> str:
+        renames = {}
         for sym in expr.free_symbols:
             if not isinstance(sym, sympy.Symbol):
                 raise ValueError(f"cannot save {expr}: only plain symbols can be free in a saved expression")
+            if _is_size_label(sym.name):
+                renames[sym] = self._alias(sym)
+                continue
             _check_symbol_name(sym.name)
+            if _SIZE_ALIAS.fullmatch(sym.name):
+                raise ValueError(f"cannot save symbol {sym.name!r}: names _tp_size<N> are reserved for archives")
             known = self.by_name.setdefault(sym.name, sym)
             if known != sym:
                 raise ValueError(f"cannot save: two different symbols are both called {sym.name!r}")
-        return str(expr)
+        return str(expr.xreplace(renames) if renames else expr)
 
-    def to_json(self) -> dict[str, dict[str, bool]]:
-        return {name: dict(getattr(s, "_assumptions_orig", None) or s.assumptions0) for name, s in self.by_name.items()}
+    def _alias(self, sym: sympy.Symbol) -> sympy.Symbol:
+        alias = self.aliases.get(sym)
+        if alias is None:
+            name = f"_tp_size{len(self.aliases)}"
+            alias = self.aliases[sym] = sympy.Symbol(name, **_assumptions(sym))
+            self.by_name[name] = sym
+        return alias
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        doc: dict[str, dict[str, Any]] = {name: _assumptions(s) for name, s in self.by_name.items()}
+        for sym, alias in self.aliases.items():
+            doc[alias.name]["name"] = sym.name
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any) -> SymbolTable:
         table = cls()
         if not isinstance(doc, dict):
             raise malformed("a symbol table object", doc)
-        for name, assumptions in doc.items():
-            _check_symbol_name(name)
-            if not isinstance(assumptions, dict) or not all(
-                    k in _ASSUMPTIONS and isinstance(v, bool) for k, v in assumptions.items()):
-                raise malformed("symbol name -> {assumption: bool}", {name: assumptions})
+        for key, entry in doc.items():
+            _check_symbol_name(key)
+            if not isinstance(entry, dict):
+                raise malformed("symbol name -> {assumption: bool}", {key: entry})
+            assumptions = {k: v for k, v in entry.items() if k != "name"}
+            name = entry.get("name", key)
+            if "name" in entry and not _is_size_label(name):
+                raise ValueError(f"symbol {key!r} names {str(name)[:60]!r}: expected an input size such as "
+                                 f"'x.size()[0]'")
+            if not all(k in _ASSUMPTIONS and isinstance(v, bool) for k, v in assumptions.items()):
+                raise malformed("symbol name -> {assumption: bool}", {key: entry})
             try:
-                table.by_name[name] = sympy.Symbol(name, **assumptions)
+                table.by_name[key] = sympy.Symbol(name, **assumptions)
             except Exception as exc:  # sympy refuses inconsistent assumptions in several ways
-                raise ValueError(f"malformed symbol {name!r}: {exc}") from None
+                raise ValueError(f"malformed symbol {key!r}: {exc}") from None
         return table
 
 
