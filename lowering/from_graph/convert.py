@@ -291,7 +291,7 @@ class _Converter:
             if t is None or t.symbols:
                 raise ConversionError(f"weight {name!r} must have a static shape, got {val}")
             self.module_weights[wname] = t
-            self.binding.weights[wname] = value.astype(t.dtype.numpy)
+            self.binding.weights[wname] = value.astype(t.dtype.numpy, copy=False)  # nothing writes it
             self.values[node] = _Weight(wname, t)
             return
         if hasattr(val, "shape"):
@@ -348,9 +348,9 @@ class _Converter:
         if self.is_state(node) or value.size > INLINE_LIMIT:
             wname = self.weight_slot(node.target)
             self.module_weights[wname] = t
-            self.binding.weights[wname] = value.astype(t.dtype.numpy)
+            self.binding.weights[wname] = value.astype(t.dtype.numpy, copy=False)  # nothing writes it
             return self.cx.emit("tp.constant", result_types=[t], value=WeightRef(wname))
-        return self.cx.emit("tp.constant", result_types=[t], value=Dense(value.astype(t.dtype.numpy)))
+        return self.cx.emit("tp.constant", result_types=[t], value=Dense(value.astype(t.dtype.numpy, copy=False)))
 
     def header(self, f: Function) -> None:
         sites: dict[sympy.Symbol, tuple[int, int]] = {}
