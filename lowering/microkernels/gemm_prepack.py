@@ -108,11 +108,13 @@ def pack_b(w: np.ndarray, trans_b: bool, shape: GemmShape = DEFAULT_SHAPE) -> np
     bm = w.T if trans_b else w
     k, n = bm.shape
     nr = shape.nr
-    n_pad = -(-n // nr) * nr
-    full = np.zeros((k, n_pad), np.float32)
-    full[:, :n] = bm
+    panels, rest = divmod(n, nr)
     out = _aligned(packed_b_floats(k, n, shape))
-    out[:] = full.reshape(k, n_pad // nr, nr).transpose(1, 0, 2).ravel()
+    grid = out.reshape(panels + bool(rest), k, nr)  # panel, depth, column: one pass from B, no padded copy
+    grid[:panels] = bm[:, :panels * nr].reshape(k, panels, nr).transpose(1, 0, 2)
+    if rest:
+        grid[panels, :, :rest] = bm[:, panels * nr:]
+        grid[panels, :, rest:] = 0
     return out
 
 
