@@ -7,6 +7,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -44,8 +45,8 @@ def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs
 
 @contextlib.contextmanager
 def threads(n: int) -> Iterator[None]:
-    """Limit PyTorch's intra-op pool and numpy's BLAS (through threadpoolctl, when installed) to ``n``
-    threads."""
+    """Limit PyTorch's intra-op pool, numpy's BLAS (through threadpoolctl, when installed) and tensorplay's native
+    eager code (``TENSORPLAY_NUM_THREADS``, read on each call) to ``n`` threads."""
     import torch
 
     if n < 1:
@@ -56,10 +57,15 @@ def threads(n: int) -> Iterator[None]:
     except ImportError:
         warnings.warn("threadpoolctl is not installed: numpy's BLAS keeps its own thread count", stacklevel=3)
         blas = contextlib.nullcontext()
-    before = torch.get_num_threads()
+    before, env_before = torch.get_num_threads(), os.environ.get("TENSORPLAY_NUM_THREADS")
     torch.set_num_threads(n)
+    os.environ["TENSORPLAY_NUM_THREADS"] = str(n)
     try:
         with blas:
             yield
     finally:
         torch.set_num_threads(before)
+        if env_before is None:
+            os.environ.pop("TENSORPLAY_NUM_THREADS", None)
+        else:
+            os.environ["TENSORPLAY_NUM_THREADS"] = env_before

@@ -13,7 +13,8 @@ here are assembled from the stage modules, where their logic lives:
   :func:`stored_weights`, the runtime's :class:`NativeArtifact` and object blobs;
 - build a standalone C library: :func:`build_library`, :func:`write_bundle`, :func:`find_c_compiler`;
 - eager math in native code: :func:`eager_unary` (the vector-math kernels as whole-array loops) and
-  :func:`eager_lstm_cell` (an LSTM step's gates);
+  :func:`eager_lstm_cell` (an LSTM step's gates; a float32 layer's every step, its recurrent product through
+  the prepacked GEMM split over ``NUM_THREADS_ENV`` threads);
 - the runtime's knobs: ``NUM_THREADS_ENV`` (the environment variable naming the threads of native code);
 - errors: :class:`LoweringError`, the base of every stage's error (:mod:`.errors`).
 

@@ -26,9 +26,15 @@ from collections.abc import Callable
 import llvmlite.ir as ir
 import numpy as np
 
+from tensorplay.runtime.jit import Library
+
+from ..microkernels.gemm import DEFAULT_SHAPE, Epilogue, packed_b_floats
+from ..microkernels.gemm_kernels import Loops, emit_pack
+from ..microkernels.gemm_library import GemmConfig, declare_gemm
+from ..microkernels.gemm_parallel import ENV_TYPE, MAX_GEMM_THREADS, emit_split_gemm, thread_scratch_bytes
 from .vector_math import MATH_FUNCTIONS, emit_unary
 
-__all__ = ["LANES", "EAGER_FUNCTIONS", "eager_lstm_cell", "eager_unary", "kernel_ir", "lstm_cell_ir"]
+__all__ = ["LANES", "EAGER_FUNCTIONS", "eager_lstm_cell", "eager_unary", "kernel_ir", "lstm_cell_ir", "lstm_layer_ir"]
 
 #: Vector width of the main loop, per dtype tag (one 512-bit register).
 LANES = {"f32": 16, "f64": 8}
@@ -155,14 +161,115 @@ def lstm_cell_ir(tag: str) -> str:
     return str(module)
 
 
+#: The recurrent product of :func:`lstm_layer_ir`: ``gates = h @ W_hh^T + b_hh`` with ``W_hh`` prepacked.
+_LAYER_GEMM = GemmConfig(trans_b=True, epilogue=Epilogue(bias=True), packed_b=True)
+_LAYER_SYMBOL = "tp_eager_lstm_layer_f32"
+
+
+def lstm_layer_ir() -> str:
+    """LLVM IR of ``tp_eager_lstm_layer_f32(gates_x, h0, cells, out, weight, bias, packed, gates, scratch, steps,
+    rows, hidden, reverse, threads, stride)``: every step of a float32 LSTM layer in native code.
+
+    ``weight`` (``4 * hidden x hidden``, the ``nn.LSTM`` layout) is first packed into ``packed``
+    (:func:`~tensorplay.lowering.microkernels.gemm.packed_b_floats` floats); step ``n`` (time ``t``, the last
+    first when ``reverse``) computes ``gates = h @ weight^T + bias`` with the prepacked GEMM, split by columns over
+    up to ``threads`` threads of the runtime pool (:mod:`~tensorplay.lowering.microkernels.gemm_parallel`:
+    ``scratch`` holds ``MAX_GEMM_THREADS`` scratches ``stride`` bytes apart), then ``tp_eager_lstm_cell_f32``
+    writes ``out[t]`` and ``cells[(n + 1) % 2]`` from ``cells[n % 2]``; ``h`` is ``h0``, then ``out`` of the
+    previous step. Every element is computed in the same order for any thread count."""
+    module = ir.Module(name=_LAYER_SYMBOL)
+    ptr = ir.PointerType()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 9 + [I64] * 4 + [ir.IntType(32), I64]),
+                     _LAYER_SYMBOL)
+    gates_x, h0, cells, out, weight, bias, packed, gates, scratch, steps, rows, hidden, reverse, threads, stride = \
+        fn.args
+    cell = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr] * 5 + [I64, I64]), "tp_eager_lstm_cell_f32")
+    gemm = declare_gemm(module, _LAYER_GEMM)
+    pack = emit_pack(module, f"{_LAYER_SYMBOL}.pack", panel=DEFAULT_SHAPE.nr, contiguous=False)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    env = b.alloca(ENV_TYPE)
+    env.type = ptr  # llvmlite types an alloca T*; the split GEMM stores through the opaque pointer
+    f32 = ir.FloatType()
+
+    def at(base: ir.Value, index: ir.Value) -> ir.Value:
+        return b.gep(base, [index], inbounds=True, source_etype=f32)
+
+    width = b.mul(hidden, I64(4))
+    b.call(pack, [hidden, width, weight, hidden, packed])
+    with Loops(b).range(I64(0), steps, 1, "n") as n:
+        last = b.sub(steps, I64(1))
+        backward = b.icmp_signed("!=", reverse, I64(0))
+        t = b.select(backward, b.sub(last, n), n)
+        before = b.select(backward, b.add(t, I64(1)), b.sub(t, I64(1)))  # the previous step's time
+        h = b.select(b.icmp_signed("==", n, I64(0)), h0, at(out, b.mul(before, b.mul(rows, hidden))))
+        args = [I64(1), rows, width, hidden, h, hidden, I64(0), packed, hidden, I64(0), gates, width, I64(0), bias,
+                ir.Constant(ptr, None), I64(0), I64(0), ir.Constant(ir.IntType(32), 0), scratch]
+        emit_split_gemm(b, gemm, args, num_threads=threads, stride=stride, env_slot=env, trans_a=False, trans_b=True,
+                        bias=True, residual=False, packed_b=True, elem=f32)
+        cell_size = b.mul(rows, hidden)
+        parity = b.and_(n, I64(1))
+        b.call(cell, [gates, at(gates_x, b.mul(t, b.mul(rows, width))), at(cells, b.mul(parity, cell_size)),
+                      at(out, b.mul(t, cell_size)), at(cells, b.mul(b.xor(parity, I64(1)), cell_size)), rows, hidden])
+    b.ret_void()
+    return str(module)
+
+
 @functools.cache
-def _lstm_cell_kernel(tag: str) -> Callable:
+def _lstm_cell_library(tag: str) -> Library:
     from tensorplay.runtime.jit import compile_ir
 
-    symbol = f"tp_eager_lstm_cell_{tag}"
     with _LOCK:
-        library = compile_ir(lstm_cell_ir(tag), name=symbol)
-    return library.function(symbol, None, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
+        return compile_ir(lstm_cell_ir(tag), name=f"tp_eager_lstm_cell_{tag}")
+
+
+@functools.cache
+def _lstm_cell_kernel(tag: str) -> Callable:
+    return _lstm_cell_library(tag).function(f"tp_eager_lstm_cell_{tag}", None, *[ctypes.c_void_p] * 5,
+                                            ctypes.c_int64, ctypes.c_int64)
+
+
+@functools.cache
+def _lstm_layer_kernel() -> Callable:
+    from tensorplay.runtime.jit import compile_ir
+
+    from ..resolvers import RESOLVERS
+
+    cell = _lstm_cell_library("f32")
+    with _LOCK:
+        library = compile_ir(lstm_layer_ir(), name=_LAYER_SYMBOL, link=[cell], resolvers=RESOLVERS)
+    return library.function(_LAYER_SYMBOL, None, *[ctypes.c_void_p] * 9, *[ctypes.c_int64] * 4, ctypes.c_int32,
+                            ctypes.c_int64)
+
+
+def _aligned(count: int) -> np.ndarray:
+    """``count`` float32 from a 64-byte boundary."""
+    raw = np.empty(count + 16, np.float32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip:skip + count]
+
+
+def _native_layer(weight: np.ndarray, bias: np.ndarray | None, gates_x: np.ndarray, h: np.ndarray, c: np.ndarray,
+                  reverse: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A float32 layer through :func:`lstm_layer_ir` on :func:`~tensorplay.runtime.abi.default_num_threads`
+    threads (``c`` of shape ``(*, hidden)``, ``h`` of the same shape, ``weight`` ``4 * hidden x hidden``)."""
+    from tensorplay.runtime.abi import default_num_threads
+
+    kernel = _lstm_layer_kernel()
+    steps, hidden = gates_x.shape[0], c.shape[-1]
+    rows, width = c.size // hidden, 4 * hidden
+    weight, gates_x, h = (_contiguous(a) for a in (weight, gates_x, h))
+    bias = np.zeros(width, np.float32) if bias is None else _contiguous(bias)
+    out = np.empty((steps, *c.shape), np.float32)
+    cells = np.empty((2, *c.shape), np.float32)  # step n reads cells[n % 2] and writes cells[(n + 1) % 2]
+    cells[0] = c
+    packed = _aligned(packed_b_floats(hidden, width))  # the prepacked GEMM reads B with aligned vector loads
+    gates = _aligned(rows * width)
+    stride = thread_scratch_bytes(1, rows, width, hidden)
+    scratch = np.empty(MAX_GEMM_THREADS * stride, np.uint8)
+    kernel(gates_x.ctypes.data, h.ctypes.data, cells.ctypes.data, out.ctypes.data, weight.ctypes.data,
+           bias.ctypes.data, packed.ctypes.data, gates.ctypes.data, scratch.ctypes.data, steps, rows, hidden,
+           int(reverse), default_num_threads(), stride)
+    return out, out[steps - 1 if not reverse else 0].copy(), cells[steps % 2].copy()
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
@@ -174,10 +281,11 @@ def eager_lstm_cell(dtype: np.dtype | type) -> Callable[..., tuple[np.ndarray, n
     or float64 arrays (``gates`` and ``gates_x`` of shape ``(*, 4 * hidden)``, ``c`` of ``(*, hidden)``); None
     for other dtypes. Compiled on the first call.
 
-    ``f.layer(product, gates_x, h, c, reverse) -> (output, h, c)`` runs every step of a sequence (``gates_x`` of
-    shape ``(steps, *, 4 * hidden)``; ``product(h)`` is the step's recurrent projection): each step's hidden
-    state is written in place into ``output`` and the cell state alternates between two buffers, so a step
-    costs the product and one kernel call."""
+    ``f.layer(weight_hh, bias_hh, gates_x, h, c, reverse) -> (output, h, c)`` runs every step of a sequence
+    (``gates_x`` of shape ``(steps, *, 4 * hidden)``, ``bias_hh`` may be None). float32 runs the whole layer in
+    one native call (:func:`lstm_layer_ir`: the recurrent product through the compiler's prepacked GEMM, split
+    over the runtime's threads, ``TENSORPLAY_NUM_THREADS``; the same bits for any thread count); float64 computes
+    each step's product in numpy and its gates in one kernel call."""
     tag = _TAGS.get(np.dtype(dtype))
     if tag is None:
         return None
@@ -192,8 +300,10 @@ def eager_lstm_cell(dtype: np.dtype | type) -> Callable[..., tuple[np.ndarray, n
                c.size // max(hidden, 1), hidden)
         return h_out, c_out
 
-    def layer(product: Callable[[np.ndarray], np.ndarray], gates_x: np.ndarray, h: np.ndarray, c: np.ndarray,
+    def layer(weight: np.ndarray, bias: np.ndarray | None, gates_x: np.ndarray, h: np.ndarray, c: np.ndarray,
               reverse: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if tag == "f32" and gates_x.shape[0] > 0 and c.size > 0:
+            return _native_layer(weight, bias, gates_x, h, c, reverse)
         kernel = _lstm_cell_kernel(tag)
         gates_x = _contiguous(gates_x)
         steps, hidden = gates_x.shape[0], (c.shape[-1] if c.ndim else 1)
@@ -204,7 +314,10 @@ def eager_lstm_cell(dtype: np.dtype | type) -> Callable[..., tuple[np.ndarray, n
         gx_at, out_at, cells_at = gates_x.ctypes.data, out.ctypes.data, cells.ctypes.data
         gx_step, out_step, cells_step = gates_x.strides[0], out.strides[0], cells.strides[0]
         for n, t in enumerate(range(steps - 1, -1, -1) if reverse else range(steps)):
-            gates = _contiguous(product(h))
+            gates = h @ weight.T
+            if bias is not None:
+                gates += bias
+            gates = _contiguous(gates)
             kernel(gates.ctypes.data, gx_at + t * gx_step, cells_at + n % 2 * cells_step, out_at + t * out_step,
                    cells_at + (n + 1) % 2 * cells_step, rows, hidden)
             h = out[t]

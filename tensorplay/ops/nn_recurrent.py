@@ -6,8 +6,10 @@ Python dispatch, so the step is one op whose eager impl is the product in numpy 
 loop (numpy where native code is unavailable), and whose decomposition (linear, add, narrow, sigmoid, tanh,
 mul) is what capture and the compiler see after ``run_decompositions``. The input's projection is left
 outside: a sequence computes it for all its steps with one matrix product. ``lstm_layer`` is the step loop as
-one op (its eager impl loops over numpy arrays, so a sequence pays one dispatch instead of one per step); it
-decomposes into ``lstm_cell`` calls.
+one op, so a sequence pays one dispatch instead of one per step; in float32 its eager impl is one native call
+(the recurrent product through the compiler's prepacked GEMM, split over ``TENSORPLAY_NUM_THREADS`` threads with
+the same bits for any count), in float64 a loop of numpy products and native gates. It decomposes into
+``lstm_cell`` calls.
 
 >>> import tensorplay as tp
 >>> h, c = tp.lstm_cell(tp.zeros(1, 8), tp.zeros(1, 2), tp.ones(1, 2), tp.zeros(8, 2))
@@ -113,7 +115,7 @@ def _lstm_layer_meta(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
 def _lstm_layer_impl(gates_x, h, c, weight_hh, bias_hh=None, reverse=False):
     native_cell = native_lstm_cell(c.dtype)
     if native_cell is not None:
-        return native_cell.layer(lambda h: _linear(h, weight_hh, bias_hh), gates_x, h, c, reverse)
+        return native_cell.layer(weight_hh, bias_hh, gates_x, h, c, reverse)
     steps = gates_x.shape[0]
     out = np.empty((steps, *c.shape), c.dtype)
     for t in range(steps - 1, -1, -1) if reverse else range(steps):
