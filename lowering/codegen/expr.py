@@ -16,6 +16,7 @@ scope (a loop body opens one), so one expression is emitted once where it domina
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 
 import llvmlite.ir as ir
@@ -31,6 +32,26 @@ PTR = ir.PointerType()
 
 def i64(v: int) -> ir.Constant:
     return ir.Constant(I64, int(v))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fraction(e: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
+    """``e`` over one denominator: ``(expanded numerator, denominator)`` (kernels repeat their index math)."""
+    num, den = sympy.fraction(sympy.together(e))
+    return sympy.expand(num), den
+
+
+def _integer_terms(e: sympy.Expr) -> bool:
+    """Every term of the sum ``e`` an integer times symbols, their positive powers and function values (floor,
+    Max ...): ``e`` is then over denominator 1 without asking ``together``."""
+    for term in e.args:
+        c, rest = term.as_coeff_Mul()
+        if not c.is_Integer:
+            return False
+        for f in sympy.Mul.make_args(rest):
+            if not (f.is_Symbol or f.is_Function or f.is_Pow and f.base.is_Symbol and f.exp.is_Integer and f.exp > 0):
+                return False
+    return True
 
 
 class ExprEmitter:
@@ -94,8 +115,7 @@ class ExprEmitter:
     def _emit_new(self, e: sympy.Basic) -> ir.Value:
         b = self.b
         if e.is_Add:
-            num, den = sympy.fraction(sympy.together(e))
-            if den != 1:
+            if not _integer_terms(e) and _fraction(e)[1] != 1:
                 raise CodegenError(f"index expression {e} is not an integer (wrap divisions in floor())")
             terms = self._order(e.args)
             acc = self.emit(terms[0])
@@ -123,8 +143,8 @@ class ExprEmitter:
                 acc = b.mul(acc, base, flags=["nsw"])
             return acc
         if isinstance(e, (sympy.floor, sympy.ceiling)):
-            num, den = sympy.fraction(sympy.together(e.args[0]))
-            n = self.emit(sympy.expand(num))
+            num, den = _fraction(e.args[0])
+            n = self.emit(num)
             d = i64(int(den)) if den.is_Integer else self.emit(sympy.expand(den))  # e.g. floor(i0/s1)
             if isinstance(e, sympy.floor):
                 return self.floordiv(n, d)
