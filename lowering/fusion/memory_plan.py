@@ -44,6 +44,7 @@ a convolution's im2col columns). Chunk ``t`` uses copy ``t`` of every such buffe
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from fractions import Fraction
 from typing import Any
 
 import sympy
+from sympy.core.operations import ShortCircuit
 
 from tensorplay.dialect.attrs import WorkspacePlan
 from tensorplay.dialect.ir import Function, Module, Operation, Value
@@ -80,6 +82,7 @@ INDEX_ERROR_WORD = "index_error"
 MAX_CHUNKS = MAX_GEMM_THREADS
 
 
+@functools.lru_cache(maxsize=1024)
 def gemm_scratch_expr(m: Any, n: Any, k: Any, threads: int = 1) -> sympy.Expr:
     """:func:`tensorplay.lowering.microkernels.gemm.scratch_bytes` as a sympy expression of symbolic ``m, n, k``;
     with ``threads > 1`` that many 64-byte aligned copies
@@ -517,6 +520,48 @@ class _Prover:
         return True
 
 
+class _MaxBuilder:
+    """``sympy.Max(a, b)`` as sympy builds it, with its pairwise argument comparisons (``_is_connected``, the
+    expensive part) remembered: the greedy layout grows one ``Max`` an argument at a time, and sympy would
+    compare every pair of its arguments again on each step."""
+
+    def __init__(self) -> None:
+        self.connected: dict[tuple[sympy.Expr, sympy.Expr], object] = {}
+
+    def _is_connected(self, x: sympy.Expr, y: sympy.Expr) -> object:
+        key = (x, y)
+        if key not in self.connected:
+            self.connected[key] = sympy.Max._is_connected(x, y)
+        return self.connected[key]
+
+    def __call__(self, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+        """The steps of ``MinMaxBase.__new__``: flatten, collapse, keep the local zeros (in sympy's order)."""
+        try:
+            args = frozenset(sympy.Max._new_args_filter((sympy.sympify(a), sympy.sympify(b))))
+        except ShortCircuit:
+            return sympy.Max.zero
+        localzeros: set[sympy.Expr] = set()
+        for v in sympy.Max._collapse_arguments(args):
+            is_newzero = True
+            for z in list(localzeros):
+                if id(v) == id(z):
+                    is_newzero = False
+                    continue
+                con = self._is_connected(v, z)
+                if con:
+                    is_newzero = False
+                    if con is True or con == sympy.Max:
+                        localzeros.remove(z)
+                        localzeros.update([v])
+            if is_newzero:
+                localzeros.update([v])
+        if not localzeros:
+            return sympy.Max.identity
+        if len(localzeros) == 1:
+            return next(iter(localzeros))
+        return sympy.Max(*localzeros, evaluate=False)
+
+
 def proves_le(a: sympy.Expr, b: sympy.Expr, facts: Facts) -> bool:
     """``a <= b`` for every symbol value in range. Sizes rounded to 64 bytes carry ceilings: small
     symbol values are checked exactly, large ones proved with the rounding relaxed."""
@@ -541,6 +586,7 @@ def plan_memory(f: Function, reuse: bool = True) -> None:
         return
     facts = f.facts()
     prover = _Prover(facts)
+    maximum = _MaxBuilder()
     placed: list[tuple[SlotInfo, sympy.Expr]] = []
     offsets: dict[str, sympy.Expr] = {}
     total: sympy.Expr = sympy.Integer(0)
@@ -562,7 +608,7 @@ def plan_memory(f: Function, reuse: bool = True) -> None:
         elif at == total or prover.le_sum((total,), (end,)):
             total = end
         else:
-            total = sympy.Max(total, end)
+            total = maximum(total, end)
         offsets[s.slot] = at
         placed.append((s, at))
     _apply(f, slots, offsets, total)
