@@ -384,11 +384,13 @@ class CheckIndex:
 # ============================================================================ nonzero, random, sort
 
 
-@op("kernel.nonzero", operands=["input", "indices"], attrs=[A("slot", INT), A("extents", INTS, [])],
+@op("kernel.nonzero", operands=["input", "indices"], attrs=[A("slot", INT), A("extents", INTS, []),
+                                                                A("offsets", INTS, [])],
     traits=[SIDE_EFFECT])
 class KernelNonzero:
     """Row-major indices of the nonzero elements of ``input`` into the first rows of ``indices`` (rows after
-    the count are zero); the count goes to counts slot ``slot``.
+    the count are zero); the count goes to counts slot ``slot``. Output ``output`` of each ``extents`` triple has
+    ``coefficient * count + offset`` valid entries along ``dim`` (``offsets``: one per triple, or none for zeros).
 
         kernel.nonzero %x, %out0 {extents = [0, 0, 1], slot = 0}
     """
@@ -403,6 +405,8 @@ class KernelNonzero:
         if len(attrs["extents"]) % 3:
             raise OpError(f"kernel.nonzero: extents must be (output, dim, coefficient) triples, got "
                           f"{attrs['extents']}")
+        if attrs["offsets"] and (len(attrs["offsets"]) * 3 != len(attrs["extents"]) or min(attrs["offsets"]) < 0):
+            raise OpError(f"kernel.nonzero: offsets must be one integer >= 0 per extent, got {attrs['offsets']}")
         return []
 
     def reference(ctx, args, attrs):

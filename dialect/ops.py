@@ -650,7 +650,8 @@ class ConvTranspose:
 # ============================================================================ special
 
 
-@op("tp.nonzero", operands=["input"], attrs=[A("rows", EXPR, None), A("slot", INT, None), A("extents", INTS, None)],
+@op("tp.nonzero", operands=["input"], attrs=[A("rows", EXPR, None), A("slot", INT, None), A("extents", INTS, None),
+                                            A("offsets", INTS, None)],
     traits=[PURE])
 class Nonzero:
     """Indices (i64, one row per nonzero element, row-major order); ``rows`` is a fresh symbol.
@@ -658,7 +659,8 @@ class Nonzero:
         %1 = tp.nonzero %0 {rows = u0} : tensor<[u0, 2], i64>
 
     Padded by ``pad-unbacked``: one row per input element (zeros after the count), the count goes to
-    count slot ``slot``, ``extents`` lists the (output, dim, coefficient) triples of the results it sizes:
+    count slot ``slot``, ``extents`` lists the (output, dim, coefficient) triples of the results it sizes
+    (``offsets``, when given: a constant added to each, ``u0 + 1``):
 
         %1 = tp.nonzero %0 {extents = [0, 0, 1], slot = 0} : tensor<[8*s0, 2], i64>
     """

@@ -549,13 +549,13 @@ _empty = np.empty
 
 def _data_sized(outs: list[np.ndarray], extents: tuple, ws: int, nbytes: int) -> list[np.ndarray]:
     """Views of the valid part of outputs allocated at an upper bound: output ``o`` has ``coefficient *
-    counts[slot]`` entries along ``dim``, the ``n`` i64 counts at byte ``offset`` of the workspace (its last
+    counts[slot] + offset`` entries along ``dim``, the ``n`` i64 counts at byte ``offset`` of the workspace (its last
     ``8 * n`` bytes for programs compiled when no offset was recorded)."""
     n, items, offset = extents
     counts = (ctypes.c_int64 * n).from_address(ws + (nbytes - 8 * n if offset is None else offset))
     outs = list(outs)
-    for o, dim, slot, coefficient in items:
-        outs[o] = outs[o][(slice(None),) * dim + (slice(0, coefficient * counts[slot]),)]
+    for o, dim, slot, coefficient, extra in items:
+        outs[o] = outs[o][(slice(None),) * dim + (slice(0, coefficient * counts[slot] + extra),)]
     return outs
 
 
@@ -614,8 +614,9 @@ class Executable:
         self._call = _trampoline()
         self._local = threading.local()
         self.pool: OutputPool | None = default_pool()  # big outputs come from here (None: np.empty)
-        # outputs sized by tensor data (nonzero): (output, dim, count slot, coefficient), counts in the workspace
-        self._extents = (signature.meta["counts"], tuple(map(tuple, signature.meta["extents"])),
+        # outputs sized by tensor data (nonzero): (output, dim, count slot, coefficient, offset; no offset
+        # recorded: 0), counts in the workspace
+        self._extents = (signature.meta["counts"], tuple((*e, 0)[:5] for e in signature.meta["extents"]),
                          signature.meta.get("counts_offset")) if signature.meta.get("extents") else None
 
     @property

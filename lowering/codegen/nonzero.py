@@ -38,8 +38,8 @@ def counts_layout(f: Function) -> tuple[sympy.Expr, dict]:
                            f"(got {offset}): run plan-memory")
     extents = []
     for o in ops:
-        e = o.attr.extents
-        extents += [[e[i], e[i + 1], o.attr.slot, e[i + 2]] for i in range(0, len(e), 3)]
+        e, offsets = o.attr.extents, o.attr.offsets or [0] * (len(o.attr.extents) // 3)
+        extents += [[e[i], e[i + 1], o.attr.slot, e[i + 2], offsets[i // 3]] for i in range(0, len(e), 3)]
     return offset, {"counts": max(o.attr.slot for o in ops) + 1, "counts_offset": int(offset), "extents": extents}
 
 

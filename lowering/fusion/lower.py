@@ -311,6 +311,6 @@ class KernelBuilder:
         if op.attr.slot is None:
             raise LoweringError(f"@{self.f.name}: tp.nonzero has a data-dependent extent: run pad-unbacked first")
         out = out_of.get(op.result) or self.alloc(op.result.type)
-        attrs = {"slot": op.attr.slot, "extents": op.attr.extents}
+        attrs = {"slot": op.attr.slot, "extents": op.attr.extents, "offsets": op.attr.offsets or []}
         self.nest("nonzero").create(0, "kernel.nonzero", [x, out], attrs, [])
         self.buf[op.result] = out

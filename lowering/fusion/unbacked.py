@@ -11,9 +11,10 @@ in bounds) and ``u`` itself into an i64 slot after the planned workspace::
     }
 
 ``extents`` lists ``(output, dim, coefficient)`` triples: output ``output`` has ``coefficient * u`` valid
-entries along ``dim``. The code generator records them in the signature's ``meta["extents"]`` as
-``[output, dim, slot, coefficient]`` and :class:`tensorplay.runtime.abi.Executable` returns views of that length
-after reading the counts (``meta["counts"]`` i64 values at the end of the workspace).
+entries along ``dim``, plus the triple's entry of ``offsets`` when there is one (``tp.ones(u + 1)``). The code
+generator records them in the signature's ``meta["extents"]`` as ``[output, dim, slot, coefficient, offset]``
+and :class:`tensorplay.runtime.abi.Executable` returns views of that length after reading the counts
+(``meta["counts"]`` i64 values at the end of the workspace).
 
 Values sized by ``u`` may flow through elementwise ops, gathers, permutes, broadcasts, reshapes keeping
 ``u`` in the leading dim, reductions/scans/sorts along other dims, cumulative sums along it (the padding
@@ -32,7 +33,7 @@ as a number)::
 
 Anything else that would mix the padding rows into real ones (a max or a sort over ``u``, a concat or pad
 along it, a contraction over it) is refused by :func:`check_unbacked_uses`, as is an output extent that is
-not ``c * u``.
+not ``c * u + d``.
 """
 
 from __future__ import annotations
@@ -181,20 +182,26 @@ def mask_reductions(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> f
     return frozenset(done)
 
 
-def output_extents(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> dict[sympy.Symbol, list[int]]:
-    """``{u: [output, dim, coefficient, ...]}`` for every result dim sized by a ``u`` (which must be ``c * u``)."""
+def output_extents(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]
+                   ) -> tuple[dict[sympy.Symbol, list[int]], dict[sympy.Symbol, list[int]]]:
+    """``({u: [output, dim, coefficient, ...]}, {u: [offset, ...]})`` for every result dim sized by a ``u``
+    (which must be ``c * u + d``, integers ``c > 0``, ``d >= 0``: ``tp.ones(x.nonzero().shape[0] + 1)``)."""
     us = set(bounds)
     out: dict[sympy.Symbol, list[int]] = {u: [] for u in us}
+    offsets: dict[sympy.Symbol, list[int]] = {u: [] for u in us}
     for k, v in enumerate(f.body.ops[-1].operands):
         for d in _u_dims(v, us):
-            e = sympy.sympify(v.type.shape[d])
-            u = next(iter(e.free_symbols & us))
-            c = sympy.simplify(e / u)
-            if len(e.free_symbols & us) != 1 or not c.is_Integer or int(c) <= 0:
-                raise UnbackedExtentError(f"result {k} has extent {e} along dim {d}: only c * u is returned as "
-                                          "a view (u sized by tensor data)")
+            e = sympy.expand(v.type.shape[d])
+            found = e.free_symbols & us
+            u = next(iter(found))
+            c, rest = sympy.Poly(e, u).all_coeffs() if len(found) == 1 and e.free_symbols == found and \
+                sympy.Poly(e, u).degree() == 1 else (None, None)
+            if c is None or not (c.is_Integer and rest.is_Integer and c > 0 and rest >= 0):
+                raise UnbackedExtentError(f"result {k} has extent {e} along dim {d}: only c * u + d is returned as "
+                                          "a view (u sized by tensor data, integers c > 0, d >= 0)")
             out[u] += [k, d, int(c)]
-    return out
+            offsets[u].append(int(rest))
+    return out, offsets
 
 
 def _sub(x: Any, m: Mapping) -> Any:
@@ -251,7 +258,7 @@ def pad_unbacked(f: Function) -> Function:
     if not bounds:
         return f
     check_unbacked_uses(f, bounds, mask_reductions(f, bounds))
-    extents = output_extents(f, bounds)
+    extents, offsets = output_extents(f, bounds)
     g = substitute_unbacked(f, bounds)
     padded = sum(o.name == "tp.nonzero" for o in f.body.ops) - len(bounds)
     slots = {u: padded + k for k, u in enumerate(bounds)}
@@ -259,7 +266,10 @@ def pad_unbacked(f: Function) -> Function:
         u = o.attr.rows if o.name == "tp.nonzero" else None
         if u in bounds:
             attrs = {k: v for k, v in o.attributes.items() if k != "rows"}
-            o.attributes = dict(sorted({**attrs, "slot": slots[u], "extents": extents[u]}.items()))
+            attrs.update(slot=slots[u], extents=extents[u])
+            if any(offsets[u]):
+                attrs["offsets"] = offsets[u]
+            o.attributes = dict(sorted(attrs.items()))
     return g
 
 

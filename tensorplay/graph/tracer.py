@@ -515,6 +515,7 @@ class Tracer:
         finally:
             self._use = "as a value of the graph"
         node.meta["val"] = expr
+        node.meta["example_value"] = example_number(self.shape_env, expr)  # decompositions trace with it
         if isinstance(expr, sympy.Basic) and not expr.free_symbols:
             value = bool(expr) if expr in (sympy.true, sympy.false) else (int(expr) if expr.is_integer
                                                                           else float(expr))
