@@ -18,7 +18,7 @@ and :class:`tensorplay.runtime.abi.Executable` returns views of that length afte
 
 Values sized by ``u`` may flow through elementwise ops, gathers, permutes, broadcasts, reshapes keeping
 ``u`` in the leading dim, reductions/scans/sorts along other dims, cumulative sums along it (the padding
-comes last) and matmuls whose rows it sizes (``x[m] @ w``). A sum or product over a ``c * u``
+comes last) and matmuls whose rows it sizes (``x[m] @ w``). A sum or product over a ``c * u + d``
 dim reads the count (the nonzero input's nonzero elements, summed again) and replaces the padding rows
 by its identity first (:func:`mask_reductions`; ``x[x > 0].sum()``, a size ``x.nonzero().shape[0]`` read
 as a number)::
@@ -127,15 +127,18 @@ def _why_not(o: Operation, v: Value, us: set) -> str | None:
 _IDENTITY = {"tp.sum": 0, "tp.prod": 1}
 
 
-def _multiple_of_count(e: Any, us: set) -> tuple[sympy.Symbol, int] | None:
-    """``(u, c)`` when the extent ``e`` is ``c * u`` for one data-sized ``u`` and an integer ``c > 0``."""
-    e = sympy.sympify(e)
+def _linear_in_count(e: Any, us: set) -> tuple[sympy.Symbol, int, int] | None:
+    """``(u, c, d)`` when the extent ``e`` is ``c * u + d`` for one data-sized ``u`` and integers ``c > 0``, ``d``."""
+    e = sympy.expand(e)
     found = e.free_symbols & us
-    if len(found) != 1:
+    if len(found) != 1 or e.free_symbols != found:
         return None
     (u,) = found
-    c = sympy.simplify(e / u)
-    return (u, int(c)) if c.is_Integer and int(c) > 0 else None
+    poly = sympy.Poly(e, u)
+    if poly.degree() != 1:
+        return None
+    c, d = poly.all_coeffs()
+    return (u, int(c), int(d)) if c.is_Integer and d.is_Integer and c > 0 else None
 
 
 def _constant(b: Builder, value: Any, dtype: Any) -> Value:
@@ -146,8 +149,8 @@ def _constant(b: Builder, value: Any, dtype: Any) -> Value:
 
 
 def mask_reductions(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> frozenset[Operation]:
-    """Make every ``tp.sum``/``tp.prod`` over a ``c * u`` dim of ``f`` exact in the padded layout (in place):
-    its input becomes ``where(row < c * count, input, identity)`` along that dim, ``count`` the number of
+    """Make every ``tp.sum``/``tp.prod`` over a ``c * u + d`` dim of ``f`` exact in the padded layout (in place):
+    its input becomes ``where(row < c * count + d, input, identity)`` along that dim, ``count`` the number of
     nonzero elements of the ``tp.nonzero`` input that binds ``u``, computed once before the first such use.
     Returns the reductions it masked."""
     from tensorplay.dialect.types import I1, I64
@@ -160,17 +163,19 @@ def mask_reductions(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> f
             continue
         x = o.operands[0]
         t = x.type
-        masked = [(a, _multiple_of_count(t.shape[a], us)) for a in o.attr.axes if a in _u_dims(x, us)]
+        masked = [(a, _linear_in_count(t.shape[a], us)) for a in o.attr.axes if a in _u_dims(x, us)]
         if not masked or any(m is None for _, m in masked):
             continue
         b = Builder(f).before(o)
-        for axis, (u, c) in masked:
+        for axis, (u, c, d) in masked:
             if u not in counts:
                 m = sources[u]
                 flags = b.create("tp.cast", [b.create("tp.cast", [m], {"dtype": I1})], {"dtype": I64})
                 counts[u] = b.create("tp.sum", [flags], {"axes": list(range(m.type.rank))}) if m.type.rank \
                     else flags
             limit = counts[u] if c == 1 else b.create("tp.mul", [counts[u], _constant(b, c, I64)])
+            if d:
+                limit = b.create("tp.add", [limit, _constant(b, d, I64)])
             rows = b.create("tp.iota", [], {"shape": [t.shape[axis]], "axis": 0, "dtype": I64})
             keep = b.create("tp.lt", [rows, limit])
             keep = b.create("tp.reshape", [keep], {"shape": [d if k == axis else 1 for k, d in enumerate(t.shape)]})
@@ -191,16 +196,13 @@ def output_extents(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]
     offsets: dict[sympy.Symbol, list[int]] = {u: [] for u in us}
     for k, v in enumerate(f.body.ops[-1].operands):
         for d in _u_dims(v, us):
-            e = sympy.expand(v.type.shape[d])
-            found = e.free_symbols & us
-            u = next(iter(found))
-            c, rest = sympy.Poly(e, u).all_coeffs() if len(found) == 1 and e.free_symbols == found and \
-                sympy.Poly(e, u).degree() == 1 else (None, None)
-            if c is None or not (c.is_Integer and rest.is_Integer and c > 0 and rest >= 0):
-                raise UnbackedExtentError(f"result {k} has extent {e} along dim {d}: only c * u + d is returned as "
-                                          "a view (u sized by tensor data, integers c > 0, d >= 0)")
-            out[u] += [k, d, int(c)]
-            offsets[u].append(int(rest))
+            linear = _linear_in_count(v.type.shape[d], us)
+            if linear is None or linear[2] < 0:
+                raise UnbackedExtentError(f"result {k} has extent {v.type.shape[d]} along dim {d}: only c * u + d is "
+                                          "returned as a view (u sized by tensor data, integers c > 0, d >= 0)")
+            u, c, rest = linear
+            out[u] += [k, d, c]
+            offsets[u].append(rest)
     return out, offsets
 
 
