@@ -17,6 +17,7 @@ scope (a loop body opens one), so one expression is emitted once where it domina
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterable, Mapping
 
 import llvmlite.ir as ir
@@ -36,22 +37,34 @@ def i64(v: int) -> ir.Constant:
 
 @functools.lru_cache(maxsize=4096)
 def _fraction(e: sympy.Expr) -> tuple[sympy.Expr, sympy.Expr]:
-    """``e`` over one denominator: ``(expanded numerator, denominator)`` (kernels repeat their index math)."""
+    """``e`` over one denominator: ``(expanded numerator, denominator)``, as ``sympy.together`` finds them (kernels
+    repeat their index math; a sum of rational multiples of plain factors is over the lcm of its denominators)."""
+    den = _rational_denominator(e)
+    if den is not None:
+        return sympy.expand(den * e), den
     num, den = sympy.fraction(sympy.together(e))
     return sympy.expand(num), den
 
 
-def _integer_terms(e: sympy.Expr) -> bool:
-    """Every term of the sum ``e`` an integer times symbols, their positive powers and function values (floor,
-    Max ...): ``e`` is then over denominator 1 without asking ``together``."""
-    for term in e.args:
+def _plain(f: sympy.Expr) -> bool:
+    """A symbol, its positive power, or a function value (floor, Max ...): no denominator inside for ``together``."""
+    return f.is_Symbol or f.is_Function or f.is_Pow and f.base.is_Symbol and f.exp.is_Integer and f.exp > 0
+
+
+def _rational_denominator(e: sympy.Expr) -> sympy.Integer | None:
+    """The lcm of the coefficient denominators when ``e`` sums rational multiples of :func:`_plain` factors."""
+    den = 1
+    for term in sympy.Add.make_args(e):
         c, rest = term.as_coeff_Mul()
-        if not c.is_Integer:
-            return False
-        for f in sympy.Mul.make_args(rest):
-            if not (f.is_Symbol or f.is_Function or f.is_Pow and f.base.is_Symbol and f.exp.is_Integer and f.exp > 0):
-                return False
-    return True
+        if not c.is_Rational or not all(_plain(f) for f in sympy.Mul.make_args(rest) if f is not sympy.S.One):
+            return None
+        den = den * int(c.q) // math.gcd(den, int(c.q))
+    return sympy.Integer(den)
+
+
+def _integer_terms(e: sympy.Expr) -> bool:
+    """Every term of the sum ``e`` an integer times :func:`_plain` factors: ``e`` is over 1 without ``together``."""
+    return _rational_denominator(e) == 1
 
 
 class ExprEmitter:

@@ -46,7 +46,12 @@ def test_integer_terms_only_claims_sums_over_one():
     assert claimed > 25 and refused > 25
 
 
-def test_fraction_is_sympys_expanded():
-    for e in (S0 / 2 + I / 3, sympy.floor(S0 / 4) + 1, (S0 + 1) * (I + 2) / S1, 3 * S0 + 2):
+def test_fraction_is_what_together_finds():
+    rng = random.Random(2)
+    atoms = [S0, S1, I, S0 ** 2, sympy.floor(S0 / 3), sympy.Max(S0, 2), S0 / 2, 1 / S1, (S0 + 1) / 2,
+             sympy.Rational(3, 4)]
+    for _ in range(600):
+        e = sympy.expand(sum(sympy.Rational(rng.randint(-9, 9), rng.choice([1, 1, 2, 3, 4, 6])) * rng.choice(atoms)
+                             * rng.choice(atoms + [1, 1]) for _ in range(rng.randint(1, 4))))
         num, den = sympy.fraction(sympy.together(e))
-        assert _fraction(e) == (sympy.expand(num), den)
+        assert sympy.srepr(_fraction(e)) == sympy.srepr((sympy.expand(num), den)), e
