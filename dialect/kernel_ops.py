@@ -35,6 +35,7 @@ from .attrs import BOOL, CONST, DTYPE, EXPR, EXPRS, FLOAT, INT, INTS, STR, Dense
 from .opdef import PURE, SIDE_EFFECT, TERMINATOR, A, OpError, op
 from .ops import declare_elementwise
 from .reference import draw, gemm, sort
+from .shape_ops import CHECK_ERRORS
 from .shapes import check_dtype, elem_dtype
 from .types import I1, I64, INDEX, BufferType, IndexType, ScalarType, Type
 
@@ -357,11 +358,12 @@ class StoreAt:
         return []
 
 
-@op("kernel.check_index", operands=["position"], attrs=[A("upper", EXPR), A("message", STR, None)],
-    traits=[SIDE_EFFECT])
+@op("kernel.check_index", operands=["position"], attrs=[A("upper", EXPR), A("message", STR, None),
+                                                       A("error", STR, None)], traits=[SIDE_EFFECT])
 class CheckIndex:
     """Fail the program unless ``0 <= position < upper``: an index error, or with ``message``
-    ``AssertionError(message)`` (``tp.assert_tensor``: position 0 where the condition holds, upper 1).
+    ``AssertionError(message)`` (``tp.assert_tensor``: position 0 where the condition holds, upper 1), or the
+    exception its ``error`` names (``"IndexError"``, ``"RuntimeError"``).
 
         kernel.check_index %0 {upper = 50257}
     """
@@ -375,7 +377,7 @@ class CheckIndex:
     def reference(ctx, args, attrs):
         n = ctx.eval(attrs["upper"])
         if not 0 <= int(args[0]) < n and attrs.get("message") is not None:
-            raise AssertionError(attrs["message"])
+            raise CHECK_ERRORS[attrs.get("error")](attrs["message"])
         if not 0 <= int(args[0]) < n:
             raise IndexError(f"index {int(args[0])} is out of range for a dimension of size {n}")
         return []

@@ -22,6 +22,9 @@ from .types import INDEX, BufferType, IndexType, TensorType, Type
 
 # ============================================================================ shape level
 
+#: what a failed data check raises, by its ``error`` attribute (none: ``AssertionError``)
+CHECK_ERRORS = {None: AssertionError, "IndexError": IndexError, "RuntimeError": RuntimeError}
+
 
 def _index_operands(types: list[Type], op: str) -> None:
     for i, t in enumerate(types):
@@ -144,10 +147,12 @@ class AssertGuard:
         return []
 
 
-@op("tp.assert_tensor", operands=["condition"], attrs=[A("message", STR)], traits=[SIDE_EFFECT])
+@op("tp.assert_tensor", operands=["condition"], attrs=[A("message", STR), A("error", STR, None)],
+    traits=[SIDE_EFFECT])
 class AssertTensor:
     """Fail with ``AssertionError(message)`` (used verbatim) unless the one-element ``condition`` (i1) is true:
     ``tp._assert(x.sum() > 0, "positive")``. A check on data, not sizes: it runs where its operand is computed.
+    ``error`` ``"IndexError"`` / ``"RuntimeError"`` raises that instead (an eager op's own error).
 
         tp.assert_tensor %2 {message = "x must sum to a positive value"}
     """
@@ -156,11 +161,13 @@ class AssertTensor:
         t = types[0]
         if not isinstance(t, TensorType) or not t.dtype.is_bool or t.rank != 0:
             raise OpError(f"tp.assert_tensor: condition must be a 0-d i1 tensor, got {t}")
+        if attrs.get("error") not in CHECK_ERRORS:
+            raise OpError(f"tp.assert_tensor: error must be one of {sorted(CHECK_ERRORS)}, got {attrs['error']!r}")
         return []
 
     def reference(ctx, args, attrs):
         if not bool(np.asarray(args[0])):
-            raise AssertionError(attrs["message"])
+            raise CHECK_ERRORS[attrs.get("error")](attrs["message"])
         return []
 
 

@@ -35,7 +35,8 @@ Rules the generated code may rely on:
 
 Assertion codes are 1-based indices into ``Signature.assertions``. A ``"shape"``
 assertion raises the caller's shape-error type (default ``RuntimeError``), a
-``"value"`` assertion raises ``AssertionError``, an ``"index"`` one ``IndexError``.
+``"value"`` assertion raises ``AssertionError``, an ``"index"`` one ``IndexError``, a ``"runtime"`` one
+``RuntimeError``.
 Messages are ``str.format`` templates filled positionally with ``err_values[0..num_values)``; a template with
 ``num_values == 0`` is used verbatim (so user messages need no brace escaping).
 
@@ -141,12 +142,12 @@ class TensorSpec:
 
 
 #: ``Assertion.kind`` values: the shape-error type of the caller, AssertionError, IndexError.
-ASSERTION_KINDS = ("shape", "value", "index")
+ASSERTION_KINDS = ("shape", "value", "index", "runtime")
 
 
 @dataclass(frozen=True, slots=True)
 class Assertion:
-    """What a failure code means: ``kind`` is ``"shape"``, ``"value"`` or ``"index"``.
+    """What a failure code means: ``kind`` is ``"shape"``, ``"value"``, ``"index"`` or ``"runtime"``.
 
     ``message`` is a ``str.format`` template taking ``num_values`` positional numbers.
     """
@@ -222,7 +223,9 @@ class Signature:
                                 f"(expected 1..{len(self.assertions)})")
         a = self.assertions[code - 1]
         msg = a.format(err_values)
-        return shape_error(msg) if a.kind == "shape" else (IndexError if a.kind == "index" else AssertionError)(msg)
+        if a.kind == "shape":
+            return shape_error(msg)
+        return {"index": IndexError, "runtime": RuntimeError}.get(a.kind, AssertionError)(msg)
 
     def to_json(self) -> str:
         """A JSON text that :meth:`from_json` turns back into an equal Signature."""

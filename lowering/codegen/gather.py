@@ -49,6 +49,10 @@ INDEX_ERROR = Assertion("index", "index out of range: a gather, index_select, em
                                  "index outside the dimension it indexes")
 
 
+#: the assertion kind of a check's ``error`` attribute (none: AssertionError)
+_KINDS = {None: "value", "IndexError": "index", "RuntimeError": "runtime"}
+
+
 class ErrorWord:
     """The workspace word where native ``kernel.check_index`` failures are recorded, and their codes.
 
@@ -63,10 +67,10 @@ class ErrorWord:
     def __init__(self, offset: sympy.Expr | None, code: int, function: Function | None = None):
         self.offset, self.code = offset, code
         walked = function.walk() if function is not None else ()
-        messages = list(dict.fromkeys(op.attr.message for op in walked
+        messages = list(dict.fromkeys((op.attr.message, op.attr.error) for op in walked
                                       if op.name == "kernel.check_index" and op.attr.message is not None))
-        self.codes = {None: code, **{m: code + 1 + k for k, m in enumerate(messages)}}
-        self.assertions = () if offset is None else (INDEX_ERROR, *(Assertion("value", m) for m in messages))
+        self.codes = {(None, None): code, **{m: code + 1 + k for k, m in enumerate(messages)}}
+        self.assertions = () if offset is None else (INDEX_ERROR, *(Assertion(_KINDS[e], m) for m, e in messages))
 
     def _ptr(self, b: ir.IRBuilder, em: Any, ws: ir.Value) -> ir.Value:
         return b.gep(ws, [em.emit(self.offset)], inbounds=True, source_etype=ir.IntType(8))
@@ -89,7 +93,7 @@ class ErrorWord:
         pos = _as_i64(b, sc.vals[op.operand.position])
         bad = b.icmp_unsigned(">=", pos, sc.em.emit(op.attr.upper))  # negative: huge unsigned
         offset = sc.em.emit(self.offset)  # outside the branch: the emitter caches what it emits
-        code = self.codes[op.attr.message]
+        code = self.codes[op.attr.message, op.attr.error if op.attr.message is not None else None]
         with b.if_then(bad, likely=False):
             word = b.gep(sc.ws, [offset], inbounds=True, source_etype=ir.IntType(8))
             i32 = ir.IntType(32)

@@ -302,7 +302,8 @@ class KernelBuilder:
         em = self.nest("check")
         holds = em.scalar(op.operand.condition, ())
         pos = em.op("kernel.where", holds, em.constant(0.0, I64), em.constant(1.0, I64))
-        em.create(0, "kernel.check_index", [pos], {"upper": 1, "message": op.attr.message}, [])
+        em.create(0, "kernel.check_index", [pos], {"upper": 1, "message": op.attr.message, "error": op.attr.error},
+                  [])
 
     def emit_nonzero(self, op: Operation, out_of: dict[Value, Value]) -> None:
         x = self.buffer_of(op.operands[0])

@@ -31,13 +31,15 @@ as a number)::
     %k = tp.lt (tp.iota {shape = [u0], axis = 0}), %c                  // the valid rows
     %5 = tp.sum (tp.where %k, %4, 0.0) {axes = [0]} : tensor<[], f32>
 
-Anything else that would mix the padding rows into real ones (a max or a sort over ``u``, a concat or pad
-along it, a contraction over it) is refused by :func:`check_unbacked_uses`, as is an output extent that is
-not ``c * u + d``.
+A max / min (``tp.amax``/``tp.amin``) is masked with -inf / +inf after a ``tp.assert_tensor`` raising eager's
+error for an empty selection. Anything else that would mix the padding rows into real ones (a sort over
+``u``, a concat or pad along it, a contraction over it) is refused by :func:`check_unbacked_uses`, as is an
+output extent that is not ``c * u + d``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -125,6 +127,36 @@ def _why_not(o: Operation, v: Value, us: set) -> str | None:
 
 #: the reductions :func:`mask_reductions` makes exact over a data-sized dim, with their identity
 _IDENTITY = {"tp.sum": 0, "tp.prod": 1}
+#: max / min reductions: the padding rows get the identity, an empty selection raises eager's error
+_EXTREMA = {"tp.amax": -1, "tp.amin": 1}
+
+
+def _extremum_identity(o: Operation) -> Any:
+    """-inf for amax, +inf for amin (the dtype's extreme for integers); None for bool."""
+    dtype = o.operands[0].type.dtype
+    if dtype.is_bool:
+        return None
+    if dtype.is_int:
+        info = np.iinfo(dtype.numpy)
+        return info.min if _EXTREMA[o.name] < 0 else info.max
+    return _EXTREMA[o.name] * np.inf
+
+
+def _empty_error(o: Operation, us: set) -> tuple[str, str] | None:
+    """(exception name, eager's message) an empty selection raises in the eager op ``o`` came from (its
+    ``origin``): ``x[m].max()`` RuntimeError, ``x[m].amax()`` IndexError; None when the origin does not say."""
+    name = re.sub(r"_\d+$", "", str(o.attributes.get("origin", "")))
+    t = o.operands[0].type
+    axes = sorted(a % max(t.rank, 1) for a in o.attr.axes)
+    static = [d for k, d in enumerate(t.shape) if k not in _u_dims(o.operands[0], us)]
+    if not axes or any(sympy.sympify(d) == 0 for d in static) or axes[0] not in _u_dims(o.operands[0], us):
+        return None
+    if name in ("max", "min") and axes == list(range(t.rank)):
+        return "RuntimeError", (f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+                                "Specify the reduction dim with the 'dim' argument.")
+    if name in ("amax", "amin") and name == o.name[3:]:
+        return "IndexError", f"{name}(): Expected reduction dim {axes[0]} to have non-zero size."
+    return None
 
 
 def _linear_in_count(e: Any, us: set) -> tuple[sympy.Symbol, int, int] | None:
@@ -152,21 +184,29 @@ def mask_reductions(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> f
     """Make every ``tp.sum``/``tp.prod`` over a ``c * u + d`` dim of ``f`` exact in the padded layout (in place):
     its input becomes ``where(row < c * count + d, input, identity)`` along that dim, ``count`` the number of
     nonzero elements of the ``tp.nonzero`` input that binds ``u``, computed once before the first such use.
-    Returns the reductions it masked."""
+    A ``tp.amax``/``tp.amin`` whose eager op its ``origin`` names is masked with -inf/+inf, after a
+    ``tp.assert_tensor`` raising eager's error when nothing is selected. Returns the reductions it masked."""
     from tensorplay.dialect.types import I1, I64
     us = set(bounds)
     sources = {o.attr.rows: o.operands[0] for o in f.body.ops if o.name == "tp.nonzero" and o.attr.rows in us}
     counts: dict[sympy.Symbol, Value] = {}
     done: set[Operation] = set()
     for o in list(f.body.ops):
-        if o.name not in _IDENTITY or not _has(o.operands[0].type, us):
+        if o.name not in _IDENTITY and o.name not in _EXTREMA or not _has(o.operands[0].type, us):
             continue
         x = o.operands[0]
         t = x.type
         masked = [(a, _linear_in_count(t.shape[a], us)) for a in o.attr.axes if a in _u_dims(x, us)]
         if not masked or any(m is None for _, m in masked):
             continue
+        if o.name in _EXTREMA:
+            identity, error = _extremum_identity(o), _empty_error(o, us)
+            if identity is None or error is None:
+                continue
+        else:
+            identity, error = _IDENTITY[o.name], None
         b = Builder(f).before(o)
+        valid = None
         for axis, (u, c, d) in masked:
             if u not in counts:
                 m = sources[u]
@@ -176,12 +216,17 @@ def mask_reductions(f: Function, bounds: Mapping[sympy.Symbol, sympy.Expr]) -> f
             limit = counts[u] if c == 1 else b.create("tp.mul", [counts[u], _constant(b, c, I64)])
             if d:
                 limit = b.create("tp.add", [limit, _constant(b, d, I64)])
+            if error is not None:  # eager raises on an empty selection: so does the program, before reducing
+                some = b.create("tp.gt", [limit, _constant(b, 0, I64)])
+                valid = some if valid is None else b.create("tp.logical_and", [valid, some])
             rows = b.create("tp.iota", [], {"shape": [t.shape[axis]], "axis": 0, "dtype": I64})
             keep = b.create("tp.lt", [rows, limit])
-            keep = b.create("tp.reshape", [keep], {"shape": [d if k == axis else 1 for k, d in enumerate(t.shape)]})
+            keep = b.create("tp.reshape", [keep], {"shape": [n if k == axis else 1 for k, n in enumerate(t.shape)]})
             keep = b.create("tp.expand", [keep], {"shape": list(t.shape)})
-            identity = b.create("tp.expand", [_constant(b, _IDENTITY[o.name], t.dtype)], {"shape": list(t.shape)})
-            x = b.create("tp.where", [keep, x, identity])
+            fill = b.create("tp.expand", [_constant(b, identity, t.dtype)], {"shape": list(t.shape)})
+            x = b.create("tp.where", [keep, x, fill])
+        if valid is not None:
+            b.create("tp.assert_tensor", [valid], {"error": error[0], "message": error[1]}, [])
         o.set_operand(0, x)
         done.add(o)
     return frozenset(done)

@@ -85,7 +85,7 @@ def test_masked_select_broadcasts_mask_and_values():
 
 
 @pytest.mark.parametrize("body, why", [
-    (lambda x: x[x > 0].amax(), "reduction over the data-sized dim"),
+    (lambda x: x[x > -10].max(0).values, "reduction over the data-sized dim"),
     (lambda x: tp.cat([x[x > 0], x[:1]]), "placed after the data-sized dim"),
 ])
 def test_uses_that_would_read_padding_rows_are_refused(body, why):

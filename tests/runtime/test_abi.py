@@ -203,7 +203,7 @@ def test_signature_json_round_trip_and_validation():
             Signature.from_json(bad)
     with pytest.raises(ValueError, match="rank of 'x' must be an int >= 0, got -1"):
         TensorSpec("x", "float32", -1)
-    with pytest.raises(ValueError, match=r"one of \('shape', 'value', 'index'\), got 'other'"):
+    with pytest.raises(ValueError, match=r"one of \('shape', 'value', 'index', 'runtime'\), got 'other'"):
         Assertion("other", "m")
     with pytest.raises(ValueError, match="unique"):
         Signature((TensorSpec("x", "int8", 0), TensorSpec("x", "int8", 0)), ())
