@@ -387,6 +387,42 @@ def _exact_fn(e: sympy.Expr) -> Callable[[dict[str, int]], Fraction]:
     return eval(code, {"_F": Fraction, "_ceil": math.ceil, "_floor": math.floor})  # noqa: S307 (our own text)
 
 
+#: sympy's assumptions on a size symbol (types.py) and on a positive one: every integer of their range satisfies them
+_SIZE_ASSUMPTIONS = tuple(sympy.Symbol("n", integer=True, **{k: True}).assumptions0
+                          for k in ("nonnegative", "positive"))
+
+
+def _sample_values(s: sympy.Symbol, lo: int | float | None, hi: int | float | None) -> list[int]:
+    """Integer values of ``s`` inside ``[lo, hi]`` that sympy's assumptions on ``s`` allow too (none when they say
+    more than "nonnegative/positive integer" or a range end is symbolic)."""
+    if s.assumptions0 not in _SIZE_ASSUMPTIONS or lo is None or hi is None:
+        return []
+    low = max(lo, 1 if s.is_positive else 0)
+    if low > hi:
+        return []
+    top = low + 4096 if hi == math.inf else hi
+    return sorted({int(v) for v in (low, low + 1, low + 63, top) if v <= top})
+
+
+def _signs(e: sympy.Expr, points: list[dict[str, int]]) -> set[int]:
+    """The signs (-1, 0, 1) ``e`` takes at ``points`` (empty when it cannot be evaluated exactly)."""
+    try:
+        value = _exact_fn(e)
+    except ValueError:
+        return set()
+    return {(v > 0) - (v < 0) for v in map(value, points)}
+
+
+def _points(e: sympy.Expr, ranges: dict[sympy.Symbol, tuple[int | float | None, int | float | None]]
+            ) -> list[dict[str, int]]:
+    """Sample points of the (at most 3) symbols of ``e`` (:func:`_sample_values`; none if some symbol has none)."""
+    syms = sorted(e.free_symbols, key=str)
+    values = [_sample_values(s, *ranges.get(s, (0, math.inf))) for s in syms]
+    if len(syms) > 3 or not all(values):
+        return []
+    return [dict(zip([s.name for s in syms], vals)) for vals in itertools.product(*values)]
+
+
 def _linear_max(e: sympy.Expr, ranges: dict) -> sympy.Expr | None:
     """Maximum of an expression linear in its symbols over their ranges (None if not linear)."""
     syms = sorted(e.free_symbols, key=str)
@@ -484,8 +520,12 @@ class _Prover:
         return self.cache[d]
 
     def _nonpositive(self, d: sympy.Expr) -> bool:
+        """``d <= 0`` over the ranges; refuted first by a sample point where ``d > 0`` (every proof below is sound,
+        so a counterexample decides as they would, without sympy's relational machinery)."""
         if d.is_number:
             return bool(d <= 0)
+        if 1 in _signs(d, _points(d, self.bounds)):
+            return False
         if not d.has(sympy.ceiling, sympy.floor):
             top = _linear_max(d, self.facts.ranges)
             return bool(top <= 0) if top is not None else self.facts.prove(sympy.Le(d, 0)) is True
@@ -529,9 +569,15 @@ class _MaxBuilder:
         self.connected: dict[tuple[sympy.Expr, sympy.Expr], object] = {}
 
     def _is_connected(self, x: sympy.Expr, y: sympy.Expr) -> object:
+        """sympy's ``Max._is_connected``; False without asking sympy when ``x - y`` takes both signs at points its
+        symbols' assumptions allow (then none of sympy's sound comparisons can decide)."""
         key = (x, y)
         if key not in self.connected:
-            self.connected[key] = sympy.Max._is_connected(x, y)
+            d = x - y
+            if {-1, 1} <= _signs(d, _points(d, {})):
+                self.connected[key] = False
+            else:
+                self.connected[key] = sympy.Max._is_connected(x, y)
         return self.connected[key]
 
     def __call__(self, a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:

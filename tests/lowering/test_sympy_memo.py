@@ -55,3 +55,21 @@ def test_fraction_is_what_together_finds():
                              * rng.choice(atoms + [1, 1]) for _ in range(rng.randint(1, 4))))
         num, den = sympy.fraction(sympy.together(e))
         assert sympy.srepr(_fraction(e)) == sympy.srepr((sympy.expand(num), den)), e
+
+
+def test_sample_refutation_decides_as_the_proofs(monkeypatch):
+    import tensorplay.lowering.fusion.memory_plan as mp
+    from tensorplay.dialect.symbolic import Facts
+
+    b = sympy.Symbol("s0", integer=True, nonnegative=True)
+    rng = random.Random(3)
+    atoms = [b, sympy.ceiling(b / 3) * 64, sympy.ceiling(b * 5 / 16) * 16, sympy.Max(9 * b, 3 * b + 50), 1]
+    claims = [sympy.expand(sum(rng.randint(-20, 20) * rng.choice(atoms) for _ in range(rng.randint(1, 3))))
+              for _ in range(60)]
+    for ranges in ({b: (0, sympy.oo)}, {b: (1, 64)}, {b: (3, 3)}):
+        sampled = [mp._Prover(Facts(ranges)).le(d, 0) for d in claims]
+        with monkeypatch.context() as m:
+            m.setattr(mp, "_signs", lambda e, points: set())
+            proved = [mp._Prover(Facts(ranges)).le(d, 0) for d in claims]
+        assert sampled == proved
+        assert any(sampled) and not all(sampled)
