@@ -381,6 +381,7 @@ def _py(e: sympy.Expr) -> str:
     raise ValueError(f"cannot evaluate {e} exactly")
 
 
+@functools.lru_cache(maxsize=4096)
 def _exact_fn(e: sympy.Expr) -> Callable[[dict[str, int]], Fraction]:
     """A fast exact evaluator of ``e`` (ceiling/floor included) taking ``{symbol name: int}``."""
     code = compile(f"lambda _v: {_py(e)}", "<memory_plan>", "eval")
