@@ -113,12 +113,15 @@ def origin(op: Operation) -> dict[str, str]:
 
 
 class _Level:
-    __slots__ = ("iv", "upper", "block", "anchor", "memo", "is_for")
+    __slots__ = ("iv", "upper", "block", "anchor", "memo", "is_for", "outer_anchor")
 
-    def __init__(self, iv: sympy.Symbol | None, upper: sympy.Expr | None, block: Block, is_for: bool):
+    def __init__(self, iv: sympy.Symbol | None, upper: sympy.Expr | None, block: Block, is_for: bool,
+                 outer_anchor: Operation | None = None):
         self.iv, self.upper, self.block, self.is_for = iv, upper, block, is_for
         self.anchor: Operation | None = None
         self.memo: dict[Any, Value] = {}
+        #: where the enclosing level inserted ops before this loop opened (restored when it closes)
+        self.outer_anchor = outer_anchor
 
 
 class NestEmitter:
@@ -159,13 +162,15 @@ class NestEmitter:
         iv = self.fresh(prefix)
         op = self.create(len(self.levels) - 1, name, [], {"iv": iv, "upper": upper, **attrs}, list(result_types),
                          regions=1)
+        outer = self.levels[-1].anchor
         self.levels[-1].anchor = op
-        self.levels.append(_Level(iv, upper, op.body, name == "kernel.for"))
+        self.levels.append(_Level(iv, upper, op.body, name == "kernel.for", outer))
         return op, iv
 
     def close_loop(self) -> None:
-        self.levels.pop()
-        self.levels[-1].anchor = None
+        # ops after the loop go where ops went before it opened: before a loop an at_depth hoist stepped
+        # out of (argmax's second reduction after its first), else at the end of the block
+        self.levels[-1].anchor = self.levels.pop().outer_anchor
 
     def depth_of(self, index: Sequence[sympy.Expr]) -> int:
         used = set().union(*(sympy.sympify(e).free_symbols for e in index)) if index else set()

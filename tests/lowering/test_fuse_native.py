@@ -64,6 +64,16 @@ CASES = {
   %2 = tp.tanh %1 : tensor<[s0, 4, 4, 6], f32>
   tp.return %2
 }""",
+    # argmax's two row reductions are hoisted out of the inner loop that compares each column with the
+    # result: both must land before that loop (the second once landed after it: use before definition)
+    "argmax_one_hot": """func @main(%x: tensor<[s0, 6], f32>) -> (tensor<[s0, 6], f32>) where {s0 in [1, 64]} {
+  %0 = tp.argmax %x {axis = 1} : tensor<[s0], i64>
+  %1 = tp.reshape %0 {shape = [s0, 1]} : tensor<[s0, 1], i64>
+  %2 = tp.constant {value = dense<[[0, 1, 2, 3, 4, 5]]>} : tensor<[1, 6], i64>
+  %3 = tp.eq %2, %1 : tensor<[s0, 6], i1>
+  %4 = tp.cast %3 {dtype = f32} : tensor<[s0, 6], f32>
+  tp.return %4
+}""",
 }
 
 
