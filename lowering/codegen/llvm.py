@@ -26,7 +26,7 @@ How ops are lowered:
 * ``kernel.gemm`` calls the external function of its :class:`tensorplay.lowering.microkernels.gemm_library.GemmConfig`
   (compiled once per process into a shared library that :func:`compile_kernel_module` links
   against), its packing scratch at the workspace plan's ``gemm_scratch`` entry; a float32 product big enough is
-  split by rows or columns over the worker pool, one packing scratch per thread
+  split on a rows x columns grid chosen at run time over the worker pool, one packing scratch per thread
   (:mod:`tensorplay.lowering.microkernels.gemm_parallel`);
 * ``kernel.alloc`` is the workspace pointer plus the slot's byte offset.
 
