@@ -131,18 +131,25 @@ _CHILD = textwrap.dedent("""
 """)
 
 
+def compile_in_two_processes(child: str, archive, cache_dir) -> list[dict]:
+    """Run the script ``child`` (argv[1] = the archive; its last stdout line is JSON) in two new processes, one
+    after the other, sharing the compile cache ``cache_dir``; their JSON records."""
+    env = {**os.environ, "TENSORPLAY_CACHE_DIR": str(cache_dir)}
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-c", child, str(archive)], capture_output=True, text=True, env=env,
+                              timeout=300, cwd=str(REPO))
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return runs
+
+
 def test_a_new_process_finds_the_program_compiled_by_another(tmp_path):
     from tensorplay.export import save
 
     prog, w = program(3)
     save(prog, str(tmp_path / "m.pt2"))
-    env = {**os.environ, "TENSORPLAY_CACHE_DIR": str(tmp_path / "cache")}
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "m.pt2")], capture_output=True,
-                              text=True, env=env, timeout=300, cwd=str(REPO))
-        assert proc.returncode == 0, proc.stderr
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    runs = compile_in_two_processes(_CHILD, tmp_path / "m.pt2", tmp_path / "cache")
     assert [r["from_cache"] for r in runs] == [False, True]
     for r in runs:
         np.testing.assert_allclose(np.array(r["y"]), reference(w, np.ones((3, 6))), rtol=1e-5, atol=1e-5)

@@ -5,11 +5,7 @@ References are numpy formulas over each model's own weights.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +13,7 @@ import sympy
 
 import tensorplay as tp
 from tensorplay.export import Dim, export, load, save, serde
-
-REPO = Path(__file__).resolve().parents[3]
+from tests.lowering.test_program_cache import compile_in_two_processes
 
 pytestmark = pytest.mark.filterwarnings("error::tensorplay.export.native.UnsupportedProgramWarning")
 
@@ -103,13 +98,7 @@ def test_a_new_process_finds_an_auto_program_compiled_by_another(tmp_path):
     tp.manual_seed(1)
     model = tp.nn.Linear(4, 2)
     save(export(model, tp.ones(3, 4), dynamic_shapes=[{0: Dim.AUTO}]), str(tmp_path / "m.pt2"))
-    env = {**os.environ, "TENSORPLAY_CACHE_DIR": str(tmp_path / "cache")}
-    runs = []
-    for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "m.pt2")], capture_output=True,
-                              text=True, env=env, timeout=300, cwd=str(REPO))
-        assert proc.returncode == 0, proc.stderr
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    runs = compile_in_two_processes(_CHILD, tmp_path / "m.pt2", tmp_path / "cache")
     assert [r["from_cache"] for r in runs] == [False, True]
     for r in runs:
         np.testing.assert_allclose(np.array(r["y"]), linear_reference(model, np.ones((6, 4))), rtol=1e-5, atol=1e-5)
