@@ -440,10 +440,17 @@ def normalize_dynamic_shapes(param_names: Sequence[str], dynamic_shapes: Any) ->
 def _check_spec_types(path: str, spec: Any) -> None:
     if spec is None:
         return
-    if isinstance(spec, dict):
+    if isinstance(spec, dict) and spec and all(isinstance(key, str) for key in spec):
+        for key, item in spec.items():  # a dict argument: one spec per entry
+            if isinstance(item, (dict, list, tuple)):
+                _check_spec_types(f"{path}[{key!r}]", item)
+            else:
+                _check_leaf(f"{path}[{key!r}]", item)
+    elif isinstance(spec, dict):
         for axis, leaf in spec.items():
             if not _is_int(axis) or axis < 0:
-                raise TypeError(f"{path}: expected non-negative int axes as keys, got {axis!r}")
+                raise TypeError(f"{path}: expected non-negative int axes (or, for a dict argument, its string "
+                                f"keys) as keys, got {axis!r}")
             _check_leaf(f"{path}[{axis}]", leaf)
     elif isinstance(spec, (list, tuple)):
         for i, item in enumerate(spec):
@@ -492,6 +499,9 @@ def _collect_sites(path: str, spec: Any, value: Any, sites: list[_Site]) -> None
         shape = tuple(value.shape)
         if isinstance(spec, dict):
             axes = list(spec.items())
+            for axis, _ in axes:
+                if not _is_int(axis) or axis < 0:
+                    raise TypeError(f"{path}: expected non-negative int axes as keys for a tensor, got {axis!r}")
         elif isinstance(spec, (list, tuple)):
             if len(spec) != len(shape):
                 raise ValueError(f"{path}: expected a dimension spec of length {len(shape)} (the tensor's "

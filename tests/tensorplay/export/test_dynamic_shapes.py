@@ -345,10 +345,35 @@ def test_normalize_rejects_bad_keys_and_lengths():
         normalize_dynamic_shapes(["x"], Dim("d"))
 
 
-@pytest.mark.parametrize("arg_spec", [{-1: Dim("d")}, {"0": Dim("d")}, {1.0: Dim("d")}, {True: None}])
+@pytest.mark.parametrize("arg_spec", [{-1: Dim("d")}, {1.0: Dim("d")}, {True: None}, {0: None, "a": None}])
 def test_normalize_axis_keys(arg_spec):
     with pytest.raises(TypeError, match="axes"):
         normalize_dynamic_shapes(["x"], {"x": arg_spec})
+
+
+def test_string_keys_name_the_entries_of_a_dict_argument():
+    d = Dim("d")
+    spec = normalize_dynamic_shapes(["inputs"], {"inputs": {"a": {0: d}, "b": (d, None)}})
+    x = {"a": np.zeros((4, 2)), "b": np.zeros((4, 3))}
+    assert [c.dim for c in check_dynamic_shapes(spec, {"inputs": x})] == [0, 0]
+    with pytest.raises(TypeError, match="int axes as keys for a tensor, got '0'"):  # a tensor's axes are ints
+        check_dynamic_shapes(normalize_dynamic_shapes(["x"], {"x": {"0": d}}), {"x": np.zeros((4, 2))})
+
+
+def test_export_dict_argument_with_dict_spec():
+    import tensorplay as tp
+    from tensorplay.export import export
+
+    class Add(tp.nn.Module):
+        def forward(self, inputs):
+            return inputs["a"] * 2 + inputs["b"]
+
+    n = Dim("n")
+    example = {"a": tp.randn(3, 4), "b": tp.randn(3, 4)}
+    program = export(Add(), example, dynamic_shapes={"inputs": {"a": {0: n}, "b": {0: n}}})
+    a, b = np.ones((5, 4), np.float32), np.arange(20, dtype=np.float32).reshape(5, 4)
+    out = program.module()({"a": tp.from_numpy(a), "b": tp.from_numpy(b)})
+    np.testing.assert_array_equal(np.asarray(out), a * 2 + b)
 
 
 @pytest.mark.parametrize("arg_spec", ["batch", 3, Dim("d"), 2.5])
