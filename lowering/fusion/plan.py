@@ -234,6 +234,7 @@ class _Planner:
             for op in convs.values():
                 if not has_buffer(op.operands[1]):
                     need.append((op.operands[1], CONV_WEIGHT))
+            need += self.costly_concat_parts(has_buffer, {v for v, _ in need})
             if sweep is None:
                 sweep = self.shared(set(mat), absorbed, produced, has_buffer)
             pick = next(sweep, None)
@@ -249,6 +250,31 @@ class _Planner:
 
     def match_chains(self, pinned: set[Value]) -> tuple[dict[Value, GemmChain], set[Value]]:
         return match_chains(self.f, pinned)
+
+    def costly_concat_parts(self, has_buffer, needed: set[Value]) -> list[tuple[Value, str]]:
+        """Inlined parts of a concat that cost more than the limit (``needed`` values count as buffered): a nest
+        reading a concat evaluates every part at every position (a select chain), so such a part would be
+        recomputed for each of its siblings' rows (an unrolled RNN's last output, stacked with the earlier steps'
+        stored ones)."""
+        cost: dict[Value, int] = {}
+
+        def buffered(v: Value) -> bool:
+            return has_buffer(v) or v in needed
+
+        def ops_of(v: Value) -> int:
+            if v not in cost:
+                cost[v] = 0 if buffered(v) else 1 + sum(ops_of(a) for a in v.owner.operands)
+            return cost[v]
+
+        def stored(v: Value) -> Value:  # a reshape of a buffer reads it in place: buffer what it reshapes
+            while not buffered(v) and v.owner.name == "tp.reshape":
+                v = v.owner.operands[0]
+            return v
+
+        parts = {stored(v): len(op.operands) for op in self.f.body.ops
+                 if op.name == "tp.concat" and len(op.operands) > 1 for v in op.operands}
+        return [(v, f"{SHARED_COSTLY}: read by every position of a concat of {n}, {ops_of(v)} ops")
+                for v, n in parts.items() if ops_of(v) > self.limit]
 
     def shared(self, mat: set[Value], absorbed: set[Value], produced: set[Value],
                has_buffer) -> Iterator[tuple[Value, str]]:

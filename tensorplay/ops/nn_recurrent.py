@@ -91,9 +91,13 @@ lstm_cell = register(
 @lstm_cell.def_decomposition
 def _lstm_cell_decomposition(gates_x, h, c, weight_hh, bias_hh=None):
     t = tp()
-    gates = gates_x + t.linear(h, weight_hh, bias_hh)
     hidden = c.shape[-1]
-    i, f, g, o = (t.narrow(gates, -1, k * hidden, hidden) for k in range(4))
+    # Each gate adds its slice of gates_x where the gate math reads it (the recurrent product keeps only its bias):
+    # as the product's residual, a step's slice of the projections would first be copied (it sits at another
+    # offset than the product's output), one more kernel per step.
+    gates_h = t.linear(h, weight_hh, bias_hh)
+    i, f, g, o = (t.narrow(gates_x, -1, k * hidden, hidden) + t.narrow(gates_h, -1, k * hidden, hidden)
+                  for k in range(4))
     c = f.sigmoid() * c + i.sigmoid() * g.tanh()
     return o.sigmoid() * c.tanh(), c
 

@@ -285,8 +285,9 @@ def test_repeated_layers_compile_to_shared_functions_and_match_eager():
 
 
 def test_bench_lstm_compiles_to_few_functions_and_matches_torch():
-    """The 2-layer LSTM of bench/models.py (time loop unrolled by tracing: ~260 kernels once each layer's
-    input projections are one GEMM) compiles with a dynamic batch and matches PyTorch."""
+    """The 2-layer LSTM of bench/models.py (time loop unrolled by tracing: ~200 kernels, a GEMM and two gate
+    kernels per step, once each layer's input projections are one GEMM) compiles with a dynamic batch and matches
+    PyTorch."""
     torch = pytest.importorskip("torch")
     from bench.models import LSTM_IN, LSTM_SEQ, make_pair
 
@@ -294,7 +295,7 @@ def test_bench_lstm_compiles_to_few_functions_and_matches_torch():
     x = np.random.default_rng(0).standard_normal((2, LSTM_SEQ, LSTM_IN), dtype=np.float32)
     prog = export(ours, tp.from_numpy(x), dynamic_shapes=[{0: Dim("batch", min=1, max=64)}])
     compiled = compile_program(prog, CompileOptions(num_threads=1))
-    assert compiled.stats["kernels"] > 250
+    assert compiled.stats["kernels"] > 190
     assert compiled.stats["kernel_functions"] <= 160  # gemm call sites with a pack slot stay apart; loop nests shared
     for batch in (1, 3):
         xb = np.random.default_rng(batch).standard_normal((batch, LSTM_SEQ, LSTM_IN), dtype=np.float32)
