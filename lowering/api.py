@@ -12,9 +12,10 @@ here are assembled from the stage modules, where their logic lives:
   must pass), :func:`map_code`, :func:`load_executable`, :class:`RunnerPool`, :func:`load_program`,
   :func:`stored_weights`, the runtime's :class:`NativeArtifact` and object blobs;
 - build a standalone C library: :func:`build_library`, :func:`write_bundle`, :func:`find_c_compiler`;
-- eager math in native code: :func:`eager_unary` (the vector-math kernels as whole-array loops) and
+- eager math in native code: :func:`eager_unary` (the vector-math kernels as whole-array loops),
   :func:`eager_lstm_cell` (an LSTM step's gates; a float32 layer's every step, its recurrent product through
-  the prepacked GEMM split over ``NUM_THREADS_ENV`` threads);
+  the prepacked GEMM split over ``NUM_THREADS_ENV`` threads) and :func:`eager_conv` (a convolution
+  configuration compiled as a small program, batch and spatial sizes symbolic);
 - the runtime's knobs: ``NUM_THREADS_ENV`` (the environment variable naming the threads of native code);
 - errors: :class:`LoweringError`, the base of every stage's error (:mod:`.errors`).
 
@@ -44,6 +45,7 @@ from tensorplay.runtime.standalone import objects_from_bytes, objects_to_bytes, 
 from .aot import archive_entry, build_library, stored_weights
 from .codegen.eager_math import eager_lstm_cell, eager_unary
 from .codegen.profile import ProfileTable
+from .eager_conv import eager_conv
 from .errors import CodegenError, ConversionError, FusionError, LoweringError, UnsupportedOp
 from .from_graph.binding import Binding, Result
 from .from_graph.program import program_to_tp
@@ -66,7 +68,7 @@ __all__ = [
     "lower_to_tp", "Binding", "Result",
     "NativeArtifact", "IncompatibleArtifact", "NativeRecompileWarning", "RunnerPool", "archive_entry", "load_program",
     "check_native_code", "load_executable", "map_code", "objects_from_bytes", "objects_to_bytes", "stored_weights",
-    "build_library", "find_c_compiler", "write_bundle", "NUM_THREADS_ENV", "eager_lstm_cell",
+    "build_library", "find_c_compiler", "write_bundle", "NUM_THREADS_ENV", "eager_conv", "eager_lstm_cell",
     "eager_unary",
     "LoweringError", "ConversionError", "UnsupportedOp", "FusionError", "CodegenError",
 ]

@@ -4,7 +4,8 @@ decomposes into 2-d convolutions.
 The spatial rank comes from the weight (``weight.ndim - 2``); inputs may be batched
 ``(N, C, *spatial)`` or unbatched ``(C, *spatial)``. ``conv`` runs as im2col (a strided window
 view copied to ``(N, C*K, positions)``) multiplied by the weight, one ``matmul`` per group (the output comes
-out channels-first); ``conv_transpose`` accumulates one
+out channels-first); float32 1-d and 2-d convolutions with enough work run natively instead, one compiled program
+per configuration (:func:`~tensorplay.ops._native_math.native_conv`). ``conv_transpose`` accumulates one
 ``tensordot`` per kernel tap into a strided slice of the output.
 
 >>> import tensorplay as tp
@@ -16,11 +17,18 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ._native_math import native_conv, numpy_convolutions
 from ._nn_util import backward_from_decomposition, floordiv, is_int, ntuple, require_float, tp, window_out_size
 from ._registry import register
 from ._shapes import TensorMeta, holds, sym_eq
 
 __all__ = ["conv", "conv3d", "conv_transpose", "conv_padding"]
+
+#: Least work (multiply-adds plus :data:`GROUP_WORK` per group) of a convolution run natively: below it numpy
+#: takes under ~0.15 ms, too little to pay for compiling the configuration (a second or so, once per cache).
+NATIVE_MIN_WORK = 2_000_000
+#: What one group costs numpy, in multiply-adds (a matmul call of its own, ~3 us).
+GROUP_WORK = 50_000
 
 
 def _static(v) -> bool:
@@ -131,13 +139,34 @@ def _pad_spatial(x: np.ndarray, pads: tuple) -> np.ndarray:
     return out
 
 
+def _native_kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, stride: tuple, pads: tuple,
+                   dilation: tuple, groups: int):
+    """The native kernel for the batched convolution of ``x`` (:func:`native_conv`), or None where the numpy
+    formula runs: a dtype or rank without native code, an empty result, one ungrouped matmul (a 1x1 kernel: numpy's
+    BLAS call is as fast), or less work than :data:`NATIVE_MIN_WORK`."""
+    if x.dtype != np.float32 or weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype) or \
+            x.ndim not in (3, 4) or (groups == 1 and weight.size == weight.shape[0] * weight.shape[1]):
+        return None
+    positions = 1
+    for length, k, s, (left, right), d in zip(x.shape[2:], weight.shape[2:], stride, pads, dilation, strict=True):
+        positions *= (length + left + right - d * (k - 1) - 1) // s + 1
+    if x.shape[0] * positions * weight.size + GROUP_WORK * groups < NATIVE_MIN_WORK or x.size == 0 or positions == 0:
+        return None
+    return native_conv(x.dtype, weight.shape, stride, pads, dilation, groups, bias is not None)
+
+
 def _conv_impl(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     nd = weight.ndim - 2
     stride = ntuple(stride, nd, "stride", "conv")
     dilation = ntuple(dilation, nd, "dilation", "conv")
     pads = conv_padding(padding, weight.shape[2:], dilation, stride, "conv")
     batched = input.ndim == nd + 2
-    x = _pad_spatial(input if batched else input[None], pads)
+    x = input if batched else input[None]
+    native = _native_kernel(x, weight, bias, stride, pads, dilation, groups)
+    if native is not None:
+        out = native(x, weight, bias)
+        return out if batched else out[0]
+    x = _pad_spatial(x, pads)
     kernel = weight.shape[2:]
     spans = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation, strict=True))
     windows = sliding_window_view(x, spans, axis=tuple(range(2, 2 + nd)))  # (N, C, *O_full, *spans)
@@ -344,7 +373,8 @@ def _weight_grad(x, grad, kernel, stride, pads, dilation, groups):
     xs = xp.reshape(n, groups, cg, *sp).permute(2, 1, 0, *range(3, 3 + nd)).reshape(cg, groups * n, *sp)
     gs = grad.reshape(n, groups, og, *grad.shape[2:]).permute(1, 2, 0, *range(3, 3 + nd)) \
         .reshape(groups * og, n, *grad.shape[2:])
-    gw = t.conv(xs, gs, None, dilation, 0, stride, groups)  # (cg, G*og, *K')
+    with numpy_convolutions():  # a kernel as large as the output: not worth compiling per batch size
+        gw = t.conv(xs, gs, None, dilation, 0, stride, groups)  # (cg, G*og, *K')
     for axis, k in enumerate(kernel):
         gw = gw.narrow(2 + axis, 0, k)
     return gw.transpose(0, 1)
