@@ -26,6 +26,7 @@ import sympy
 from .._tensor import Tensor
 from ..autograd.grad_mode import no_grad
 from ..ops import REGISTRY, TensorMeta, deciding_with
+from ..ops._native_math import numpy_convolutions
 from ..ops._registry import Op, recording_random_factories
 from ..random import fork_rng
 from ._pytree import _NODE_DEFS, tree_leaves
@@ -370,8 +371,8 @@ class Tracer:
                            **{k: self.to_meta(v, sizes_as_numbers=numbers) for k, v in kwargs.items()})
         ex_args = self.to_example(tuple(args))
         ex_kwargs = {k: self.to_example(v) for k, v in kwargs.items()}
-        with no_grad(), deciding_with(None), recording_random_factories(None):  # eager: concrete sizes
-            example = op(*ex_args, **ex_kwargs)
+        with no_grad(), deciding_with(None), recording_random_factories(None), numpy_convolutions():
+            example = op(*ex_args, **ex_kwargs)  # eager, concrete sizes; compiling for one value would not pay
         self._use = f"as an argument of {op.name}"
         try:
             node = self.graph.create_node(kind, target, self.to_node(tuple(args)),
