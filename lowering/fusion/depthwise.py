@@ -15,8 +15,13 @@ tap is loaded once per channel (hoisted out of the pixel loops)::
             ... 9 taps: w[i1, 0, kh, kw] * plane[0, i6 + kh, i7 + kw], summed in a fixed order ...
             kernel.store %s, %out {index = [i0, i1, i6, i7]}
 
-Planes narrower than :data:`WIDE_ROWS_BELOW` at stride 1 are stored flat and summed as one wide row per channel
-(:func:`_emit_wide_rows`). Every output element is one fixed sum on one thread, so results do not depend on the
+Planes of static size are split, while they are copied, into ``s0 * s1`` phase planes (every ``s``-th row and
+column from each offset; one plane at stride 1), so a strided convolution loads every tap contiguously along the
+output row and the input is read once, a row at a time, its phases deinterleaved by one loop
+(:func:`_emit_phases`); the taps are summed as one wide row per channel. That is for output rows narrower than
+:data:`WIDE_ROWS_BELOW` (:data:`STRIDED_WIDE_ROWS_BELOW` when strided), which do not fill vectors; wider ones, and
+planes of symbolic size, take the row nest (:func:`_emit_rows`), its strided taps vectorized as interleaved
+loads. Every output element is one fixed sum on one thread, so results do not depend on the
 thread count. With more than one input channel per group the first channel's sum is stored and the others are
 added to it in order. The images loop is split over threads when there are enough images, else the groups loop
 is; each chunk has its own plane buffer (:func:`tensorplay.lowering.fusion.memory_plan.loop_privates`).
@@ -28,6 +33,9 @@ layers 32ch 112x112 1.63 / 0.16 / 6.9, 96ch 112x112 stride 2 1.16 / 0.33 / 0.57,
 took 0.11: they do not fill a vector, hence the wide rows). Grouped 3x3: 2 channels per group (64ch 56x56)
 0.64 / 0.13 / 1.2, 4 per group (128ch 28x28) 0.37 / 0.24 / 0.32, (256ch 14x14) 0.24 / 0.16 / 0.15, 8 per group
 (128ch 28x28) 0.36 / 0.41 / 0.23: from 8 channels per group the GEMMs win (:data:`MAX_GROUP_CHANNELS`).
+Phase planes against the row nest with its strided taps, ``conv(relu6(batch_norm(x)))`` (CPU ms, min of 7 rounds,
+loaded machine): stride 2 96ch 112x112 0.79 / 0.65-0.71, 192ch 28x28 0.28 / 0.16, 576ch 14x14 0.34 / 0.17;
+stride 1 unchanged (the same plane, flat).
 """
 
 from __future__ import annotations
@@ -42,10 +50,15 @@ from tensorplay.dialect.types import TensorType
 from .emit import NestEmitter
 from .image_copy import close_to, copy_image, parallel_loops, store
 
-__all__ = ["MAX_GROUP_CHANNELS", "direct_conv_applies", "emit_direct_conv"]
+__all__ = ["MAX_GROUP_CHANNELS", "STRIDED_WIDE_ROWS_BELOW", "WIDE_ROWS_BELOW", "direct_conv_applies",
+           "emit_direct_conv"]
 
-#: Padded widths below which stride-1 planes are summed as wide rows (:func:`_emit_wide_rows`).
+#: Output widths below which stride-1 taps are summed over wide rows (:func:`_emit_phases`).
 WIDE_ROWS_BELOW = 32
+#: The same for strided convolutions: their phase copy deinterleaves rows, which costs more than the strided taps
+#: of the row nest on wide rows (stride 2, 144ch 56x56 in, 28 out: 0.32 ms against 0.19 ms) and less than their
+#: mostly-empty vectors on narrow ones (192ch 28x28: 0.15 against 0.26 ms; 576ch 14x14: 0.175 against 0.24).
+STRIDED_WIDE_ROWS_BELOW = 16
 #: Most input channels per group for which the direct nest is used (wider groups make a GEMM per group worth it).
 MAX_GROUP_CHANNELS = 4
 
@@ -81,8 +94,107 @@ def emit_direct_conv(em: NestEmitter, op: Operation, weight: Value, out: Value,
     """``op`` (a tp.conv without its bias, :func:`direct_conv_applies`) into ``out`` (NCHW).
 
     ``input_buffer`` is the input's buffer, or None when the input is computed inline (each group's planes are
-    then computed once into the plane buffer). ``alloc`` gives workspace buffers.
+    then computed once into the plane buffer). ``alloc`` gives workspace buffers. Static planes with output rows
+    narrower than :data:`WIDE_ROWS_BELOW` (:data:`STRIDED_WIDE_ROWS_BELOW` when strided) take the phase planes
+    and wide rows (:func:`_emit_phases`), the others the row nest (:func:`_emit_rows`).
     """
+    xt, yt, a = op.operands[0].type, op.result.type, op.attributes
+    spatial = [_int(e) for e in (*xt.shape[2:], *yt.shape[2:])]
+    narrow = WIDE_ROWS_BELOW if a["stride"] == [1, 1] else STRIDED_WIDE_ROWS_BELOW
+    if None in spatial or spatial[3] >= narrow:
+        _emit_rows(em, op, weight, out, alloc, input_buffer)
+    else:
+        _emit_phases(em, op, weight, out, alloc, input_buffer, *spatial)
+
+
+def _tap_weights(em: NestEmitter, weight: Value, o: sympy.Expr, ci: int, kh: int, kw: int) -> list[Value]:
+    """The ``kh * kw`` taps of output channel ``o``, input channel ``ci`` of its group, loaded at the current level
+    (outside the pixel loops, so the stores of those loops cannot keep them from being hoisted)."""
+    return [em.op("kernel.load", weight, index=[sympy.expand(o), sympy.Integer(ci), sympy.Integer(r),
+                                                sympy.Integer(s)]) for r in range(kh) for s in range(kw)]
+
+
+def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
+                 input_buffer: Value | None, h: int, w: int, oh: int, ow: int) -> None:
+    """Static planes, any stride: each group's zero-padded input is split into ``s0 * s1`` phase planes (phase
+    ``(a, b)`` holds padded rows ``a, a + s0, ..`` and columns ``b, b + s1, ..``, flat with row pitch
+    ``Wq = ceil(Wp / s1)``), so tap ``(r, s)`` of output ``(i, j)`` is element ``(i + r*d0 // s0) * Wq + j +
+    s*d1 // s1`` of phase ``(r*d0 % s0, s*d1 % s1)``: every tap is a contiguous load along the output row, and a
+    strided input is gathered once, by the copy, instead of by every tap.
+
+    The taps are summed as one wide row per channel over ``OH * Wq`` consecutive positions (the last ``Wq - OW``
+    of each row discarded, a spare phase row read past the last one), long enough to vectorize, then copied out."""
+    x = op.operands[0]
+    xt, wt = x.type, op.operands[1].type
+    a = op.attributes
+    g, (p0, p1), (s0, s1), (d0, d1) = a["groups"], a["padding"], a["stride"], a["dilation"]
+    cg, og = _int(wt.shape[1]), sympy.cancel(wt.shape[0] / g)
+    kh, kw = (_int(k) for k in wt.shape[2:])
+    hq, wq = -(-(h + 2 * p0) // s0), -(-(w + 2 * p1) // s1)
+    span = (hq + 1) * wq
+    plane = alloc(TensorType([cg, s0 * s1 * span], xt.dtype))
+    wide = alloc(TensorType([og, oh * wq], xt.dtype))
+    (n_i,) = em.loops([xt.shape[0]])
+    (g_i,) = parallel_loops(em, [g])
+    depth = len(em.levels)
+    zero = em.constant(0.0, xt.dtype)
+    for pa in range(s0):
+        # phase rows i0..i1 and, in phase (pa, pb), columns cols[pb] hold input elements; the rest is zero
+        i0, i1 = max(0, -(-(p0 - pa) // s0)), min(hq, -(-(h + p0 - pa) // s0))
+        cols = [(max(0, -(-(p1 - pb) // s1)), min(wq, -(-(w + p1 - pb) // s1))) for pb in range(s1)]
+        for pb, (j0, j1) in enumerate(cols):
+            base = (pa * s1 + pb) * span
+            for start, extent in ((0, i0 * wq), (i1 * wq, span - i1 * wq)):
+                if extent:
+                    c_i, q_i = em.loops([cg, extent], parallel=False)
+                    store(em, zero, plane, [c_i, base + start + q_i])
+                    close_to(em, depth)
+            for start, extent in ((0, j0), (j1, wq - j1)):
+                if extent and i1 > i0:
+                    c_i, r_i, q_i = em.loops([cg, i1 - i0, extent], parallel=False)
+                    store(em, zero, plane, [c_i, base + (r_i + i0) * wq + start + q_i])
+                    close_to(em, depth)
+        # columns every phase of the row holds in one loop (a row of input read once, contiguously), the
+        # few others per phase
+        lo, hi = max(j0 for j0, _ in cols), min(j1 for _, j1 in cols)
+        spans = [(list(range(s1)), lo, hi)] + [([pb], j0, j1) for pb, (j0, j1) in enumerate(cols)
+                                                 for j0, j1 in ((j0, min(lo, j1)), (max(hi, j0), j1))]
+        for phases, j0, j1 in spans:
+            if i1 <= i0 or j1 <= j0:
+                continue
+            c_i, r_i, q_i = em.loops([cg, i1 - i0, j1 - j0], parallel=False)
+            for pb in phases:
+                at = (n_i, g_i * cg + c_i, (r_i + i0) * s0 + pa - p0, (q_i + j0) * s1 + pb - p1)
+                at = tuple(sympy.expand(e) for e in at)
+                val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
+                store(em, val, plane, [c_i, (pa * s1 + pb) * span + (r_i + i0) * wq + q_i + j0])
+            close_to(em, depth)
+    taps = [(((r * d0) % s0 * s1 + (s * d1) % s1) * span + (r * d0 // s0) * wq + s * d1 // s1)
+            for r in range(kh) for s in range(kw)]
+    for ci in range(cg):  # the first input channel stores, the others add in order
+        (o_i,) = em.loops([og], parallel=False)
+        o = sympy.expand(g_i * og + o_i)
+        ks = _tap_weights(em, weight, o, ci, kh, kw)
+        (q_i,) = em.loops([oh * wq], parallel=False)
+        total = None
+        for k, shift in zip(ks, taps):
+            v = em.op("kernel.load", plane, index=[sympy.Integer(ci), sympy.expand(q_i + shift)])
+            prod = em.op("kernel.mul", k, v)
+            total = prod if total is None else em.op("kernel.add", total, prod)
+        if ci:
+            total = em.op("kernel.add", em.op("kernel.load", wide, index=[o_i, q_i]), total)
+        store(em, total, wide, [o_i, q_i])
+        close_to(em, depth)
+    o_i, r_i, q_i = em.loops([og, oh, ow], parallel=False)
+    store(em, em.op("kernel.load", wide, index=[o_i, r_i * wq + q_i]), out,
+          [n_i, sympy.expand(g_i * og + o_i), r_i, q_i])
+    close_to(em, 1)
+
+
+def _emit_rows(em: NestEmitter, op: Operation, weight: Value, out: Value,
+               alloc: Callable[[TensorType], Value], input_buffer: Value | None) -> None:
+    """Any plane size: the group's planes are copied into a zero-bordered buffer (unless the input buffer is read
+    as it is: stride 1, no padding) and the taps summed row by row, output width innermost."""
     x = op.operands[0]
     xt, wt, yt = x.type, op.operands[1].type, op.result.type
     a = op.attributes
@@ -90,10 +202,6 @@ def emit_direct_conv(em: NestEmitter, op: Operation, weight: Value, out: Value,
     cg, og = _int(wt.shape[1]), sympy.cancel(wt.shape[0] / g)
     kh, kw = (_int(k) for k in wt.shape[2:])
     oh, ow = yt.shape[2:]
-    wp = _int(xt.shape[3] + 2 * pads[1])
-    if stride == [1, 1] and wp is not None and wp < WIDE_ROWS_BELOW:
-        _emit_wide_rows(em, op, weight, out, alloc, input_buffer)
-        return
     copy = input_buffer is None or any(pads)
     plane = alloc(TensorType([cg, *(xt.shape[2 + d] + 2 * pads[d] for d in range(2))], xt.dtype)) if copy else None
 
@@ -102,78 +210,23 @@ def emit_direct_conv(em: NestEmitter, op: Operation, weight: Value, out: Value,
     depth = len(em.levels)
     if plane is not None:
         copy_image(em, x, input_buffer, n_i, plane, pads, first_channel=g_i * cg)
-
-    def tap_sum(ci: int | sympy.Expr, o: sympy.Expr, h: sympy.Expr, w: sympy.Expr) -> Value:
-        """The taps of input channel ``ci`` of the group for output channel ``o`` at ``(h, w)``, summed."""
-        total = None
-        for r in range(kh):
-            for s in range(kw):
-                hi, wi = h * stride[0] + r * dil[0], w * stride[1] + s * dil[1]
-                if plane is not None:
-                    v = em.op("kernel.load", plane, index=[sympy.expand(e) for e in (ci, hi, wi)])
-                else:
-                    at = (n_i, g_i * cg + ci, hi, wi)
-                    v = em.op("kernel.load", input_buffer, index=[sympy.expand(e) for e in at])
-                k = em.op("kernel.load", weight, index=[sympy.expand(o), sympy.sympify(ci), sympy.Integer(r),
-                                                       sympy.Integer(s)])
-                prod = em.op("kernel.mul", k, v)
-                total = prod if total is None else em.op("kernel.add", total, prod)
-        return total
-
     for ci in range(cg):  # the first input channel stores, the others add in order
-        o_i, h_i, w_i = em.loops([og, oh, ow], parallel=False)
+        (o_i,) = em.loops([og], parallel=False)
         o = sympy.expand(g_i * og + o_i)
-        val = tap_sum(ci, o, h_i, w_i)
-        if ci:
-            val = em.op("kernel.add", em.op("kernel.load", out, index=[n_i, o, h_i, w_i]), val)
-        store(em, val, out, [n_i, o, h_i, w_i])
-        close_to(em, depth)
-    close_to(em, 1)
-
-
-def _emit_wide_rows(em: NestEmitter, op: Operation, weight: Value, out: Value,
-                    alloc: Callable[[TensorType], Value], input_buffer: Value | None) -> None:
-    """Stride 1, narrow planes: each group's padded planes are stored flat, rows ``Wp`` apart, and the taps are
-    summed over ``OH * Wp`` consecutive positions at once (a wide output row per channel, its last ``Wp - OW``
-    columns of each row discarded), so the loop is long enough to vectorize; the valid columns are copied out."""
-    x = op.operands[0]
-    xt, wt, yt = x.type, op.operands[1].type, op.result.type
-    a = op.attributes
-    g, (p0, p1), (d0, d1) = a["groups"], a["padding"], a["dilation"]
-    cg, og = _int(wt.shape[1]), sympy.cancel(wt.shape[0] / g)
-    kh, kw = (_int(k) for k in wt.shape[2:])
-    h, w = xt.shape[2:]
-    oh, ow = yt.shape[2:]
-    wp = w + 2 * p1
-    span = sympy.expand((h + 2 * p0 + 1) * wp)  # one spare row: the discarded columns read past the last row
-    plane = alloc(TensorType([cg, span], xt.dtype))
-    wide = alloc(TensorType([og, sympy.expand(oh * wp)], xt.dtype))
-    (n_i,) = em.loops([xt.shape[0]])
-    (g_i,) = parallel_loops(em, [g])
-    depth = len(em.levels)
-    c_i, q_i = em.loops([cg, span], parallel=False)
-    store(em, em.constant(0.0, xt.dtype), plane, [c_i, q_i])
-    close_to(em, depth)
-    c_i, h_i, w_i = em.loops([cg, h, w], parallel=False)
-    at = (n_i, sympy.expand(g_i * cg + c_i), h_i, w_i)
-    val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
-    store(em, val, plane, [c_i, (h_i + p0) * wp + w_i + p1])
-    close_to(em, depth)
-    for ci in range(cg):  # the first input channel stores, the others add in order
-        o_i, q_i = em.loops([og, sympy.expand(oh * wp)], parallel=False)
-        o = sympy.expand(g_i * og + o_i)
+        ks = _tap_weights(em, weight, o, ci, kh, kw)
+        h_i, w_i = em.loops([oh, ow], parallel=False)
         total = None
-        for r in range(kh):
-            for s_ in range(kw):
-                v = em.op("kernel.load", plane, index=[sympy.Integer(ci), sympy.expand(q_i + r * d0 * wp + s_ * d1)])
-                k = em.op("kernel.load", weight, index=[o, sympy.Integer(ci), sympy.Integer(r), sympy.Integer(s_)])
-                prod = em.op("kernel.mul", k, v)
-                total = prod if total is None else em.op("kernel.add", total, prod)
+        for k, (r, s) in zip(ks, [(r, s) for r in range(kh) for s in range(kw)]):
+            hi, wi = h_i * stride[0] + r * dil[0], w_i * stride[1] + s * dil[1]
+            if plane is not None:
+                v = em.op("kernel.load", plane, index=[sympy.expand(e) for e in (ci, hi, wi)])
+            else:
+                at = (n_i, g_i * cg + ci, hi, wi)
+                v = em.op("kernel.load", input_buffer, index=[sympy.expand(e) for e in at])
+            prod = em.op("kernel.mul", k, v)
+            total = prod if total is None else em.op("kernel.add", total, prod)
         if ci:
-            total = em.op("kernel.add", em.op("kernel.load", wide, index=[o_i, q_i]), total)
-        store(em, total, wide, [o_i, q_i])
+            total = em.op("kernel.add", em.op("kernel.load", out, index=[n_i, o, h_i, w_i]), total)
+        store(em, total, out, [n_i, o, h_i, w_i])
         close_to(em, depth)
-    o_i, h_i, w_i = em.loops([og, oh, ow], parallel=False)
-    store(em, em.op("kernel.load", wide, index=[o_i, h_i * wp + w_i]), out,
-          [n_i, sympy.expand(g_i * og + o_i), h_i, w_i])
     close_to(em, 1)
