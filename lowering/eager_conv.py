@@ -92,7 +92,8 @@ def eager_conv(dtype: np.dtype | type, weight_shape: tuple[int, ...], stride: tu
     dtype = np.dtype(dtype)
     if dtype not in DTYPES or len(weight_shape) - 2 not in RANKS:
         return None
-    key = (dtype, tuple(weight_shape), tuple(stride), tuple(map(tuple, pads)), tuple(dilation), groups, bool(bias))
+    key = (dtype, tuple(map(int, weight_shape)), tuple(map(int, stride)),
+           tuple((int(left), int(right)) for left, right in pads), tuple(map(int, dilation)), int(groups), bool(bias))
     with _LOCK:
         executable = _compiled(*key).executable
     names = [spec.name for spec in executable.signature.inputs]

@@ -90,8 +90,10 @@ def native_conv(dtype: np.dtype, weight_shape: tuple[int, ...], stride: tuple[in
         return None
     key = ("conv", dtype, weight_shape, stride, pads, dilation, groups, bias)
     kernel = _KERNELS.get(key, _MISSING)
-    if kernel is _MISSING:
-        kernel = _KERNELS[key] = _kernel(*key)
+    if kernel is _MISSING:  # the configuration in plain ints (numpy integers hash and compare equal to them)
+        kernel = _KERNELS[key] = _kernel("conv", dtype, tuple(map(int, weight_shape)), tuple(map(int, stride)),
+                                         tuple((int(left), int(right)) for left, right in pads),
+                                         tuple(map(int, dilation)), int(groups), bool(bias))
     return kernel
 
 
