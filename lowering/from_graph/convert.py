@@ -286,7 +286,7 @@ class _Converter:
         val = node.meta.get("val")
         if name in self.weights and self.state_as == "constants":
             wname = self.weight_slot(name)
-            value = as_array(self.weights[name])
+            value = np.asarray(self.weights[name])  # the tensor's own storage (bfloat16: its values)
             t = self.ttype(val) if val is not None else None
             if t is None or t.symbols:
                 raise ConversionError(f"weight {name!r} must have a static shape, got {val}")

@@ -34,3 +34,14 @@ def test_a_weight_of_another_dtype_is_converted_to_the_slot_dtype():
     x = np.ones((2, 3), np.float32)
     (got,) = run(module, binding.flat_inputs({"x": tp.tensor(x)}), weights=binding.weights)
     np.testing.assert_allclose(got, x @ w.astype(np.float32), rtol=1e-6, atol=1e-6)
+
+
+def test_a_tensor_weight_is_bound_as_its_own_storage():
+    """A module's parameter (a tensor, not an array) is bound without a copy too: a compiled program holds no
+    second copy of the model's weights."""
+    w = tp.nn.Parameter(tp.tensor(np.random.default_rng(3).standard_normal((3, 4)).astype(np.float32)))
+    module, binding = convert(w)
+    assert np.shares_memory(binding.weights["w"], w._data)
+    x = np.random.default_rng(4).standard_normal((2, 3)).astype(np.float32)
+    (got,) = run(module, binding.flat_inputs({"x": tp.tensor(x)}), weights=binding.weights)
+    np.testing.assert_allclose(got, x @ w.detach().numpy(), rtol=1e-6, atol=1e-6)
