@@ -35,6 +35,7 @@ from ..graph import Graph, GraphCaptureError, GraphModule, Node, map_arg
 from ..graph.decompose import DecompositionTracer, _shape_env_for
 from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
+from ..graph.tracer import shed_example_data
 from ..ops import REGISTRY, deciding_with
 from ..ops._registry import methods
 from . import assertions
@@ -516,6 +517,7 @@ def run_decompositions(program: Any, decomp_table: Any = None) -> Any:
         _ENVS.pop(gm.graph, None)
     _mutations_from_last_writes(new)
     gm.graph.eliminate_dead_code()
+    shed_example_data(gm.graph)  # the new nodes' example values, as export leaves them
     gm.recompile()
     new.invalidate_unlifted()
     new.validate()

@@ -32,7 +32,7 @@ from ..graph._pytree import _NODE_DEFS, tree_flatten
 from ..graph.extents import plain
 from ..graph.proxy import Proxy, SymProxy
 from ..graph.shape_env import ShapeEnv
-from ..graph.tracer import Tracer, _copy, _has_tensor, bind_arguments, input_children
+from ..graph.tracer import Tracer, _copy, _has_tensor, bind_arguments, input_children, shed_example_data
 from ..nn import Module, Parameter
 from ..ops._registry import Op, recording_random_factories
 from ..random import fork_rng
@@ -510,6 +510,7 @@ def _finish(model, tracer: ExportTracer, decl: _Declarations, bound, spec, resul
         kind, target = (user_kind, None) if i < num_user else grad_kinds[i - num_user]
         output_specs.append(OutputSpec(kind, arg, target))
     _set_defaults(graph, user_names, bound)
+    shed_example_data(graph)  # the intermediates' values: a program keeps their shapes and dtypes only
 
     root = model if isinstance(model, Module) else {}
     gm = GraphModule(root, graph, graph_attrs=dict(tracer.constants))

@@ -21,6 +21,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import sympy
 
 from .._tensor import Tensor
@@ -36,7 +37,7 @@ from .graph import Graph
 from .proxy import TENSOR_OPERATORS, Proxy, SymProxy, example_number, sym_expr
 from .shape_env import ShapeEnv, user_frame
 
-__all__ = ["Tracer", "trace"]
+__all__ = ["Tracer", "example_standin", "shed_example_data", "trace"]
 
 
 def _sym_apply(fn, a, b=None):
@@ -682,6 +683,39 @@ def rebuild_input(value, children: list):
 def _copy(t: Tensor) -> Tensor:
     """An independent example copy (capture must not disturb the caller's tensors)."""
     return Tensor._from_storage(t._data.copy(), t.dtype)
+
+
+def example_standin(t: Tensor) -> Tensor:
+    """A stand-in for example tensor ``t`` holding no data: one zero of its dtype broadcast to its shape
+    (read-only, strides 0). Shape, dtype and rank answer as ``t``'s do.
+
+    >>> import tensorplay as tp
+    >>> s = example_standin(tp.ones(1000, 1000))
+    >>> tuple(s.shape), s.dtype, s._data.strides
+    ((1000, 1000), tensorplay.float32, (0, 0))
+    """
+    return Tensor._from_storage(np.broadcast_to(np.zeros((), t._data.dtype), t._data.shape), t.dtype)
+
+
+def shed_example_data(graph: Graph) -> None:
+    """Replace the example tensors the capture left on ``graph``'s computed nodes (``call_function`` and
+    ``call_method``: the intermediates, a ResNet-50's activations) by :func:`example_standin` stand-ins. Once
+    captured, a program needs only their shapes and dtypes (a decomposition traced later runs on the
+    stand-ins); placeholders and ``get_attr`` nodes keep theirs (inputs, state and constants).
+    """
+    for node in graph.nodes:
+        if node.op in ("call_function", "call_method") and "example_value" in node.meta:
+            node.meta["example_value"] = _shed(node.meta["example_value"])
+
+
+def _shed(value: Any) -> Any:
+    if isinstance(value, Tensor):
+        return value if value._data.size <= 1 or not any(value._data.strides) else example_standin(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_shed(v) for v in value))
+    if isinstance(value, list | tuple):
+        return type(value)(_shed(v) for v in value)
+    return value
 
 
 def _is_param(value) -> bool:
