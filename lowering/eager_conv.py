@@ -36,8 +36,8 @@ from .progress import CompileProgress
 
 __all__ = ["DTYPES", "RANKS", "eager_conv"]
 
-#: Element types with a native eager convolution (float64 stays with numpy's float64 BLAS, as fast).
-DTYPES = (np.dtype(np.float32),)
+#: Element types with a native eager convolution.
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 #: Spatial ranks compiled (conv1d and conv2d; conv3d decomposes into conv2d when compiled, numpy eager).
 RANKS = (1, 2)
 _SPATIAL_NAMES = {1: ("length",), 2: ("height", "width")}

@@ -4,9 +4,9 @@ decomposes into 2-d convolutions.
 The spatial rank comes from the weight (``weight.ndim - 2``); inputs may be batched
 ``(N, C, *spatial)`` or unbatched ``(C, *spatial)``. ``conv`` runs as im2col (a strided window
 view copied to ``(N, C*K, positions)``) multiplied by the weight, one ``matmul`` per group (the output comes
-out channels-first); float32 1-d and 2-d convolutions with enough work run natively instead, one compiled program
-per configuration (:func:`~tensorplay.ops._native_math.native_conv`). ``conv_transpose`` accumulates one
-``tensordot`` per kernel tap into a strided slice of the output.
+out channels-first); float32 (and grouped float64) 1-d and 2-d convolutions with enough work run natively instead,
+one compiled program per configuration (:func:`~tensorplay.ops._native_math.native_conv`). ``conv_transpose``
+accumulates one ``tensordot`` per kernel tap into a strided slice of the output.
 
 >>> import tensorplay as tp
 >>> tp.conv(tp.ones(1, 1, 5), tp.ones(1, 1, 3), padding=1).tolist()
@@ -143,9 +143,11 @@ def _native_kernel(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, s
                    dilation: tuple, groups: int):
     """The native kernel for the batched convolution of ``x`` (:func:`native_conv`), or None where the numpy
     formula runs: a dtype or rank without native code, an empty result, one ungrouped matmul (a 1x1 kernel: numpy's
-    BLAS call is as fast), or less work than :data:`NATIVE_MIN_WORK`."""
-    if x.dtype != np.float32 or weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype) or \
-            x.ndim not in (3, 4) or (groups == 1 and weight.size == weight.shape[0] * weight.shape[1]):
+    BLAS call is as fast), an ungrouped float64 convolution (numpy's float64 BLAS is as fast as the compiled GEMM),
+    or less work than :data:`NATIVE_MIN_WORK`."""
+    if weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype) or x.ndim not in (3, 4) or \
+            not (x.dtype == np.float32 or (x.dtype == np.float64 and groups > 1)) or \
+            (groups == 1 and weight.size == weight.shape[0] * weight.shape[1]):
         return None
     positions = 1
     for length, k, s, (left, right), d in zip(x.shape[2:], weight.shape[2:], stride, pads, dilation, strict=True):

@@ -2,7 +2,7 @@
 against the numpy formula (``TENSORPLAY_EAGER_NATIVE=0``), a float64 reference and PyTorch when installed: every
 lowering the compiler picks (Winograd, im2col + GEMM, the direct depthwise and grouped nests, 1-d), symbolic
 batch and spatial sizes served by one program, the same bits on 1, 2 and 3 threads, the switches that keep numpy
-(the environment variable, small or 1x1 convolutions, other dtypes, tracing), gradients, and the compile cache
+(the environment variable, small or 1x1 convolutions, ungrouped float64, tracing), gradients, and the compile cache
 of a new process. Weights are scaled by 1/sqrt(fan-in), so outputs are of order one and the float32 contract
 (rtol 1e-5, atol 1e-6 against the exact result, computed in float64) is meaningful."""
 from __future__ import annotations
@@ -192,11 +192,23 @@ def test_small_pointwise_and_float64_convolutions_take_the_numpy_formula():
     pointwise = tp.conv(tp.tensor(rng.standard_normal((8, 64, 32, 32)).astype(np.float32)),
                         tp.tensor(rng.standard_normal((64, 64, 1, 1)).astype(np.float32)))
     double = tp.conv(tp.tensor(rng.standard_normal((4, 16, 32, 32))), tp.tensor(rng.standard_normal((16, 16, 3, 3))),
-                     padding=1)
+                     padding=1)  # ungrouped float64: numpy's BLAS
     conv3d = tp.conv3d(tp.ones(2, 8, 12, 12, 12), tp.ones(8, 8, 3, 3, 3))
     assert (small.shape, pointwise.shape, double.dtype, conv3d.shape) == \
         ((1, 4, 8, 8), (8, 64, 32, 32), tp.float64, (2, 8, 10, 10, 10))
     assert _native_math._KERNELS == before
+
+
+def test_grouped_float64_runs_natively(monkeypatch):
+    name = "depthwise"
+    x, w, b = (a.astype(np.float64) for a in _arrays(name))
+    key = ("conv", np.dtype(np.float64), *_key(name)[2:])
+    kernel = _native_math.native_conv(*key[1:])
+    calls = []
+    monkeypatch.setitem(_native_math._KERNELS, key, lambda *args: calls.append(1) or kernel(*args))
+    got = _conv(x, w, b, name)
+    assert calls == [1] and got.dtype == np.float64
+    np.testing.assert_allclose(got, _reference64(x, w, b, name), rtol=1e-12, atol=1e-13)
 
 
 def test_export_compiles_no_eager_kernel():
