@@ -77,11 +77,14 @@ class Kernel:
     """
 
 
-@op("kernel.for", attrs=LOOP_ATTRS + [A("parallel", BOOL, False)], traits=[SIDE_EFFECT], regions=1)
+@op("kernel.for", attrs=LOOP_ATTRS + [A("parallel", BOOL, False), A("transform", STR, None)], traits=[SIDE_EFFECT],
+    regions=1)
 class For:
     """Loop ``iv`` from ``lower`` (default 0) while < ``upper`` by ``step`` (default 1); ``parallel`` marks
     iterations as independent (a workspace buffer used only inside the loop at positions not depending on
     ``iv`` is each iteration's scratch: the code generator gives every chunk of iterations its own copy).
+    ``transform`` names a weight transform the loop computes (e.g. Winograd's filter transform): the code
+    generator may skip the loop when a copy computed once is ready (``lowering/microkernels/gemm_prepack.py``).
 
         kernel.for {iv = i0, parallel = true, upper = s0} {
           %0 = kernel.load %x {index = [i0]} : f32

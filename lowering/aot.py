@@ -31,6 +31,7 @@ from tensorplay.runtime.artifact import NativeArtifact
 from tensorplay.runtime.standalone import write_bundle
 
 from .from_graph.binding import ArgSource, Binding, Result, Write
+from .fusion.winograd import FILTER_TRANSFORM
 from .microkernels.gemm_library import configs_of_object, gemm_objects
 from .microkernels.gemm_prepack import PackSite
 from .native_program import storage_of
@@ -66,7 +67,8 @@ def artifact_of(compiled: FreshProgram) -> tuple[NativeArtifact, str]:
                                      "data": base64.b64encode(a.tobytes()).decode("ascii")}})
     record: dict[str, Any] = {"user_inputs": n_user, "held": held}
     if compiled._prepack:  # the loader packs these weights once too (tensorplay.lowering.microkernels.gemm_prepack)
-        record["pack_sites"] = [[s.index, s.arg, s.k, s.n, s.trans_b] for s in compiled._prepack.sites]
+        record["pack_sites"] = [[s.index, s.arg, s.k, s.n, s.trans_b, *([s.transform] if s.transform else [])]
+                                for s in compiled._prepack.sites]
     binding = _encode_binding(compiled.binding)
     if binding is not None:
         record["binding"] = binding
@@ -150,14 +152,17 @@ def decode_binding(d: Any) -> Binding:
 
 def decode_pack_sites(record: Any) -> list[PackSite]:
     """The :class:`tensorplay.lowering.microkernels.gemm_prepack.PackSite` list a binding record holds
-    (``[]`` when none); ValueError if malformed."""
+    (``[]`` when none; each ``[index, arg, k, n, trans_b]``, then the transform's name for a transformed weight);
+    ValueError if malformed."""
     try:
-        sites = [PackSite(int(i), int(arg), int(k), int(n), bool(t))
-                 for i, arg, k, n, t in record.get("pack_sites", [])]
+        sites = [PackSite(int(i), int(arg), int(k), int(n), bool(t), *(str(x) for x in transform))
+                 for i, arg, k, n, t, *transform in record.get("pack_sites", [])]
     except (TypeError, ValueError) as exc:
         raise ValueError(f"native artifact: malformed pack site record: {exc}") from None
     if any(min(s.index, s.arg) < 0 or min(s.k, s.n) < 1 for s in sites):
         raise ValueError("native artifact: pack sites need indices >= 0 and extents >= 1")
+    if any(s.transform not in (None, FILTER_TRANSFORM) for s in sites):
+        raise ValueError("native artifact: unknown weight transform in a pack site record")
     return sites
 
 

@@ -73,6 +73,7 @@ from tensorplay.runtime.threadpool import CHUNK_FN, declare_parallel_for
 from ..dtypes import SIGNATURE_NAMES, to_storage
 from ..fusion import memory_plan
 from ..fusion.memory_plan import GEMM_SCRATCH, INDEX_ERROR_WORD, gemm_scratch_expr, gemm_splittable, runtime_areas
+from ..microkernels.gemm import packed_b_floats
 from ..microkernels.gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
 from ..microkernels.gemm_parallel import ENV_TYPE as GEMM_ENV
 from ..microkernels.gemm_parallel import emit_split_gemm
@@ -345,9 +346,7 @@ class _Codegen:
     # ----------------------------------------------------------------- kernel functions
     def _kernel_call(self, sc: _Scope, op: Operation) -> None:
         """Call the function of a top-level kernel (emitted on first use of its key), timed when profiling."""
-        if "_pack_sites" not in self.__dict__:
-            self._pack_sites = pack_sites(self.f)
-        plan = plan_kernel(op, set(self.plan.symbols), self._pack_sites)
+        plan = plan_kernel(op, set(self.plan.symbols), self._sites())
         key = plan.key, self._private_positions(op, plan.externals)
         fn = self.kernel_fns.get(key)
         if fn is None:
@@ -445,6 +444,19 @@ class _Codegen:
         return res
 
     def _for(self, sc: _Scope, op: Operation) -> None:
+        site = self._sites().get(op)
+        if site is None:
+            self._for_loop(sc, op)
+            return
+        # a weight transform (gemm_prepack) runs only when its slot holds no ready copy; its GEMMs follow this one
+        # decision (a symbol, so outlined loops receive it), not a second look at a slot another call may refill
+        b = sc.b
+        ready, packed = self._slot(sc, site, sc.vals[self.f.args[site.arg]])
+        sc.em.bind(_transformed_symbol(site), b.ptrtoint(b.select(ready, packed, ir.Constant(PTR, None)), I64))
+        with b.if_then(b.not_(ready)):
+            self._for_loop(sc, op)
+
+    def _for_loop(self, sc: _Scope, op: Operation) -> None:
         a = op.attr
         if a.parallel:
             (self._inner_parallel_for if sc.in_parallel else self._parallel_for)(sc, op)
@@ -694,29 +706,46 @@ class _Codegen:
         args = [i64(1), m, n, k, at(ops[0], a.a_offset), lda, i64(0), at(ops[1], a.b_offset), ldb, i64(0),
                 at(ops[2], a.c_offset), n, i64(0), bias, resid, n, i64(0), ir.Constant(I32, 0), scratch]
         call = self._gemm_caller(sc, op, elem)
-        if "_pack_sites" not in self.__dict__:
-            self._pack_sites = pack_sites(self.f)
-        site = self._pack_sites.get(op)
+        site = self._sites().get(op)
         if site is None:
             call(fn, args, False)
             return
-        # a constant B may come prepacked: tensorplay.lowering.microkernels.gemm_prepack fills this slot, zero means
-        # "pack it yourself"
-        slot_ty = ir.LiteralStructType([PTR, PTR])
-        name = slot_symbol(self.prefix, site.index)
-        slot = self.module.globals.get(name)
-        if slot is None:
-            slot = ir.GlobalVariable(self.module, slot_ty, name)
-            slot.initializer = ir.Constant(slot_ty, None)
-        packed, source = (b.load(b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
-                                       source_etype=slot_ty), typ=PTR) for i in (0, 1))
-        ready = b.and_(b.icmp_unsigned("!=", packed, null), b.icmp_unsigned("==", source, args[7]))
+        if site.transform:  # B is computed from the weight (Winograd's U): the slot holds it packed, matrix by matrix
+            decided = em.symbols.get(_transformed_symbol(site))
+            if decided is None:
+                raise CodegenError(f"kernel.gemm: B is transformed from argument {site.arg} by a loop outside its "
+                                   "kernel")
+            packed = b.inttoptr(decided, PTR)
+            ready = b.icmp_unsigned("!=", packed, null)
+            step = sympy.Rational(packed_b_floats(site.k, site.n), site.k * site.n)
+            packed = b.gep(packed, [em.emit(sympy.expand(a.b_offset * step))], inbounds=True, source_etype=elem)
+        else:
+            ready, packed = self._slot(sc, site, args[7])
         with b.if_else(ready) as (prepacked, plain):
             with prepacked:
                 packed_fn = declare_gemm(self.module, dataclasses.replace(GemmConfig.from_op(op), packed_b=True))
                 call(packed_fn, args[:7] + [packed] + args[8:], True)
             with plain:
                 call(fn, args, False)
+
+    def _sites(self) -> dict[Operation, Any]:
+        if "_pack_sites" not in self.__dict__:
+            self._pack_sites = pack_sites(self.f)
+        return self._pack_sites
+
+    def _slot(self, sc: _Scope, site: Any, source: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """``(ready, packed)`` of pack slot ``site`` (tensorplay.lowering.microkernels.gemm_prepack fills it, zero
+        means "pack it yourself"): ready when it holds a copy made from the weight at ``source``."""
+        b, null = sc.b, ir.Constant(PTR, None)
+        slot_ty = ir.LiteralStructType([PTR, PTR])
+        name = slot_symbol(self.prefix, site.index)
+        slot = self.module.globals.get(name)
+        if slot is None:
+            slot = ir.GlobalVariable(self.module, slot_ty, name)
+            slot.initializer = ir.Constant(slot_ty, None)
+        packed, stored = (b.load(b.gep(slot, [ir.Constant(I32, 0), ir.Constant(I32, i)], inbounds=True,
+                                       source_etype=slot_ty), typ=PTR) for i in (0, 1))
+        return b.and_(b.icmp_unsigned("!=", packed, null), b.icmp_unsigned("==", stored, source)), packed
 
     def _gemm_caller(self, sc: _Scope, op: Operation, elem: ir.Type) -> Any:
         """``call(gemm_fn, args, packed_b)``: a plain call, or one split over the worker pool
@@ -754,6 +783,11 @@ _EMIT: dict[str, Callable[[_Codegen, _Scope, Operation], None]] = {
     "kernel.load": _Codegen._load, "kernel.store": _Codegen._store, "kernel.constant": _Codegen._constant,
     "kernel.where": _Codegen._where, "kernel.cast": _Codegen._cast,
 }
+
+
+def _transformed_symbol(site: Any) -> sympy.Symbol:
+    """The symbol holding a weight-transform loop's decision: its slot's packed copy, or 0 when the loop ran."""
+    return sympy.Symbol(f"transformed_pack{site.index}", integer=True)
 
 
 def _opaque(slot: ir.Instruction) -> ir.Instruction:

@@ -28,18 +28,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import sympy
 
 from tensorplay.dialect.ir import Operation, Value
 from tensorplay.dialect.types import TensorType
 
+from ..microkernels.gemm import GEMV_MAX_N
 from .emit import NestEmitter, origin
 from .image_copy import close_to, copy_image, parallel_loops, store
 
-__all__ = ["MIN_CHANNELS", "emit_winograd", "winograd_applies"]
+__all__ = ["FILTER_TRANSFORM", "MIN_CHANNELS", "emit_winograd", "filter_transform", "winograd_applies"]
 
 #: Below this many input or output channels the 16 GEMMs are too thin to pay for the transforms.
 MIN_CHANNELS = 16
+
+#: The ``transform`` attribute of the filter-transform loop: code generation skips the loop when the
+#: prepacker (:mod:`tensorplay.lowering.microkernels.gemm_prepack`) holds :func:`filter_transform` of the weight.
+FILTER_TRANSFORM = "winograd_f2x3_filter"
 
 
 def _int(e: sympy.Expr) -> int | None:
@@ -96,7 +102,30 @@ class _Ops:
         return [self.add(self.add(m[0], m[1]), m[2]), self.sub(self.sub(m[1], m[2]), m[3])]
 
 
-def _transform(em: NestEmitter, ops: _Ops, rows: Callable[[list], list], tile: list) -> list:
+class _NumpyOps:
+    """:class:`_Ops`'s filter row transform on float32 arrays, operation for operation (bitwise equal results)."""
+
+    half = np.float32(0.5)
+
+    def filter_rows(self, g: list) -> list:
+        s = g[0] + g[2]
+        return [g[0], (s + g[1]) * self.half, (s - g[1]) * self.half, g[2]]
+
+
+def filter_transform(w: np.ndarray) -> np.ndarray:
+    """``U[4a + b, co, ci] = (G w[co, ci] G^T)[a, b]`` of float32 filters ``w`` (Cout x Cin x 3 x 3), as the
+    kernel's filter-transform loop computes it.
+
+    >>> filter_transform(np.ones((1, 1, 3, 3), np.float32))[:, 0, 0].reshape(4, 4).tolist()[1]
+    [1.5, 2.25, 0.75, 1.5]
+    """
+    ops = _NumpyOps()
+    w = np.asarray(w, np.float32)
+    g = [[w[:, :, r, c] for c in range(3)] for r in range(3)]
+    return np.stack([val for row in _transform(ops, ops.filter_rows, g) for val in row])
+
+
+def _transform(ops: _Ops | _NumpyOps, rows: Callable[[list], list], tile: list) -> list:
     """``R tile R^T`` for the row transform ``rows``: ``tile`` is a list of rows of scalar values."""
     cols = [rows([r[j] for r in tile]) for j in range(len(tile[0]))]       # R @ tile, column by column
     return [rows([c[i] for c in cols]) for i in range(len(cols[0]))]       # (R @ tile) @ R^T, row by row
@@ -119,15 +148,18 @@ def emit_winograd(em: NestEmitter, op: Operation, weight: Value, out: Value, all
     even = all(_int(d) is not None and _int(d) % 2 == 0 for d in (oh, ow))  # else the last tiles overhang
     padded = alloc(TensorType([cin, 2 * th + 2, 2 * tw + 2], dt))     # [C, H + 2p (+ 1), W + 2p (+ 1)]
     tiled = out if even else alloc(TensorType([cout, 2 * th, 2 * tw], dt))
+    wide = _int(cout) > GEMV_MAX_N  # M^T = V^T @ U^T, U the prepackable B; else M = U @ V (Cout too few columns)
     u = alloc(TensorType([16, cout, cin], dt))
     v = alloc(TensorType([16, cin, tiles], dt))
-    m = alloc(TensorType([16, cout, tiles], dt))
+    m = alloc(TensorType([16, tiles, cout] if wide else [16, cout, tiles], dt))
     ops = _Ops(em, dt)
 
-    co, ci = em.loops([cout, cin])  # filter transform, every call
+    # the filter transform: skipped when the prepacker holds filter_transform(weight) (packed)
+    _, co = em.open_loop("kernel.for", cout, "i", {"parallel": True, "transform": FILTER_TRANSFORM})
+    (ci,) = em.loops([cin])
     g = [[em.op("kernel.load", weight, index=[co, ci, sympy.Integer(r), sympy.Integer(s)]) for s in range(3)]
          for r in range(3)]
-    for a, row in enumerate(_transform(em, ops, ops.filter_rows, g)):
+    for a, row in enumerate(_transform(ops, ops.filter_rows, g)):
         for b, val in enumerate(row):
             store(em, val, u, [4 * a + b, co, ci])
     close_to(em, 1)
@@ -139,21 +171,29 @@ def emit_winograd(em: NestEmitter, op: Operation, weight: Value, out: Value, all
     c_i, t_h, t_w = parallel_loops(em, [cin, th, tw])
     d = [[em.op("kernel.load", padded, index=[c_i, sympy.expand(2 * t_h + r), sympy.expand(2 * t_w + s)])
           for s in range(4)] for r in range(4)]
-    for a, row in enumerate(_transform(em, ops, ops.input_rows, d)):
+    for a, row in enumerate(_transform(ops, ops.input_rows, d)):
         for b, val in enumerate(row):
             store(em, val, v, [4 * a + b, c_i, t_h * tw + t_w])
     close_to(em, depth)
 
     (xi,) = parallel_loops(em, [16])
-    attrs = {"m": cout, "n": tiles, "k": cin, "a_offset": sympy.expand(xi * cout * cin),
-             "b_offset": sympy.expand(xi * cin * tiles), "c_offset": sympy.expand(xi * cout * tiles), **origin(op)}
-    em.create(len(em.levels) - 1, "kernel.gemm", [u, v, m], attrs, [])
+    u_at, v_at = sympy.expand(xi * cout * cin), sympy.expand(xi * cin * tiles)
+    if wide:
+        attrs = {"m": tiles, "n": cout, "trans_a": True, "trans_b": True, "a_offset": v_at, "b_offset": u_at}
+    else:
+        attrs = {"m": cout, "n": tiles, "a_offset": u_at, "b_offset": v_at}
+    attrs.update({"k": cin, "c_offset": sympy.expand(xi * cout * tiles), **origin(op)})
+    em.create(len(em.levels) - 1, "kernel.gemm", [v, u, m] if wide else [u, v, m], attrs, [])
     close_to(em, depth)
 
-    o_i, t_h, t_w = parallel_loops(em, [cout, th, tw])
+    if wide:  # read M^T along Cout
+        t_h, t_w, o_i = parallel_loops(em, [th, tw, cout])
+    else:
+        o_i, t_h, t_w = parallel_loops(em, [cout, th, tw])
     t = t_h * tw + t_w
-    mm = [[em.op("kernel.load", m, index=[sympy.Integer(4 * a + b), o_i, t]) for b in range(4)] for a in range(4)]
-    for i, row in enumerate(_transform(em, ops, ops.output_rows, mm)):
+    mm = [[em.op("kernel.load", m, index=[sympy.Integer(4 * a + b), *((t, o_i) if wide else (o_i, t))])
+           for b in range(4)] for a in range(4)]
+    for i, row in enumerate(_transform(ops, ops.output_rows, mm)):
         for j, val in enumerate(row):
             store(em, val, tiled, ([n_i] if even else []) + [o_i, 2 * t_h + i, 2 * t_w + j])
     close_to(em, depth)

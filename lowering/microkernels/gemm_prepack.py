@@ -34,9 +34,10 @@ from typing import Any
 import numpy as np
 import sympy
 
+from ..fusion.winograd import FILTER_TRANSFORM, filter_transform
 from .gemm import DEFAULT_SHAPE, GEMV_MAX_N, GemmShape, packed_b_floats
 
-__all__ = ["PackSite", "Prepacker", "pack_b", "pack_sites", "prepacker", "slot_symbol"]
+__all__ = ["PackSite", "Prepacker", "pack_b", "pack_sites", "pack_transformed", "prepacker", "slot_symbol"]
 
 #: Ops that only read a buffer operand (any operand position); kernel.gemm reads all but its output.
 _READERS = {"kernel.load", "kernel.load_at"}
@@ -44,13 +45,22 @@ _READERS = {"kernel.load", "kernel.load_at"}
 
 @dataclass(frozen=True, slots=True)
 class PackSite:
-    """One prepackable ``kernel.gemm``: slot number, position of its ``B`` argument, ``K``, ``N``, layout."""
+    """One prepackable ``kernel.gemm``: slot number, position of its ``B`` argument, ``K``, ``N``, layout; with a
+    ``transform`` (:data:`tensorplay.lowering.fusion.winograd.FILTER_TRANSFORM`), the argument is a ``N x K x 3 x 3``
+    filter and the slot holds its 16 transformed ``N x K`` matrices packed one after another
+    (:func:`pack_transformed`)."""
 
     index: int
     arg: int
     k: int
     n: int
     trans_b: bool
+    transform: str | None = None
+
+    @property
+    def source_size(self) -> int:
+        """Elements of the weight argument."""
+        return self.k * self.n * (9 if self.transform else 1)
 
 
 def slot_symbol(prefix: str, index: int) -> str:
@@ -88,6 +98,8 @@ def pack_sites(f: Any) -> dict[Any, PackSite]:
     sites: dict[Any, PackSite] = {}
     slots: dict[tuple, int] = {}  # gemms packing the same weight the same way share one slot (an RNN's time steps)
     for op in f.walk():
+        if op.name == "kernel.for" and op.attributes.get("transform") == FILTER_TRANSFORM:
+            _filter_sites(op, args, slots, sites)
         if op.name != "kernel.gemm":
             continue
         a, w = op.attributes, op.operands[1]
@@ -97,6 +109,46 @@ def pack_sites(f: Any) -> dict[Any, PackSite]:
             key = (args.index(w), k, n, bool(a["trans_b"]))
             sites[op] = PackSite(slots.setdefault(key, len(slots)), *key)
     return sites
+
+
+def _filter_sites(loop: Any, args: list, slots: dict[tuple, int], sites: dict[Any, PackSite]) -> None:
+    """Winograd's filter transform ``loop`` (reads one weight argument, writes one buffer ``u``) and the GEMMs
+    reading ``u`` as ``B``: one site, keyed by the loop (skipped when the slot is ready) and each GEMM."""
+    inside = set(loop.walk())
+    loads = {o.operands[0] for o in inside if o.name == "kernel.load"}
+    stores = [o for o in inside if o.name == "kernel.store"]
+    if len(loads) != 1 or len({o.operands[1] for o in stores}) != 1:
+        return
+    (w,), u = loads, stores[0].operands[1]
+    cout, cin = (_static(d) for d in w.type.shape[:2])
+    if (w not in args or w.type.dtype.name != "f32" or not _read_only(w) or w.type.rank != 4
+            or cout is None or cin is None or cout <= GEMV_MAX_N or [_static(d) for d in w.type.shape[2:]] != [3, 3]):
+        return
+    gemms = [op for op, i in u.uses if op.name == "kernel.gemm" and i == 1]
+    if not gemms or any(op not in inside and op not in gemms for op, _ in u.uses):
+        return
+    for op in gemms:
+        a = op.attributes
+        step = sympy.expand(sympy.sympify(a["b_offset"]) / (cout * cin))
+        if (_static(a["k"]) != cin or _static(a["n"]) != cout or not a["trans_b"]
+                or not all(c.is_Integer for c in sympy.Poly(step, *sorted(step.free_symbols, key=str)).coeffs())):
+            return
+    key = (args.index(w), cin, cout, True, FILTER_TRANSFORM)
+    site = PackSite(slots.setdefault(key, len(slots)), *key)
+    sites[loop] = site
+    sites.update(dict.fromkeys(gemms, site))
+
+
+def pack_transformed(w: np.ndarray, site: PackSite) -> np.ndarray:
+    """The slot contents of a ``transform`` site: the 16 ``N x K`` matrices of
+    :func:`tensorplay.lowering.fusion.winograd.filter_transform` (``w``: ``N x K x 3 x 3``), each
+    :func:`pack_b` ``(trans_b=True)``, matrix ``xi`` from ``xi * packed_b_floats(K, N)``."""
+    u = filter_transform(w.reshape(site.n, site.k, 3, 3))
+    size = packed_b_floats(site.k, site.n)
+    out = _aligned(16 * size)
+    for xi in range(16):
+        out[xi * size:(xi + 1) * size] = pack_b(u[xi], trans_b=True)
+    return out
 
 
 def pack_b(w: np.ndarray, trans_b: bool, shape: GemmShape = DEFAULT_SHAPE) -> np.ndarray:
@@ -145,11 +197,11 @@ class _Slot:
         site = self.site
         want = (site.n, site.k) if site.trans_b else (site.k, site.n)
         if (version is None or not isinstance(data, np.ndarray) or data.dtype != np.float32
-                or data.size != site.k * site.n or not data.flags.c_contiguous):
+                or data.size != site.source_size or not data.flags.c_contiguous):
             self.cell[0] = self.cell[1] = 0  # nothing trustworthy to pack: the kernel packs B itself
             self.data = self.version = None
             return
-        packed = pack_b(data.reshape(want), site.trans_b)
+        packed = pack_transformed(data, site) if site.transform else pack_b(data.reshape(want), site.trans_b)
         self.previous, self.packed = self.packed, packed
         self.data, self.version = data, version
         self.cell[1] = data.ctypes.data
