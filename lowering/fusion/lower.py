@@ -49,6 +49,7 @@ from tensorplay.dialect.types import I64, BufferType, TensorType
 from ..errors import FusionError as LoweringError  # the function cannot be lowered (bad arguments ...)
 from ..tp_passes.expand import EXPANDED
 from .contract import GemmChain, emit_conv, emit_gemm, gemm_operand
+from .depthwise import emit_direct_conv
 from .emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, NestEmitter, recomputes_reduction, uniform_constant
 from .gather import GATHERS, SCATTERS, emit_scatter
 from .random import emit_random
@@ -152,6 +153,8 @@ class KernelBuilder:
             if op.name in PROLOGUE or op.name == "tp.return" or not op.results:
                 continue
             v = op.results[0]
+            if v in self.buf:  # written already, by the convolution whose epilogue it ends
+                continue
             if op.name == "tp.constant" and (v not in plan.buffers or is_buffer_constant(v)):
                 continue  # weights and literals are kernel.global buffers; splat literals are inlined
             if v in plan.absorbed or op.name == "tp.matmul" and v not in plan.chains:
@@ -166,7 +169,7 @@ class KernelBuilder:
             if v in plan.chains:
                 self.emit_chain(plan.chains[v], target)
             elif op.name == "tp.conv":
-                self.emit_conv(op, target, v in plan.buffers)
+                self.emit_conv(op, target, v in plan.buffers, out_of)
             elif op.name in OWN_NEST:
                 out = target if target is not None else self.alloc(v.type)
                 if not self.skipped(*op.operands):
@@ -268,10 +271,17 @@ class KernelBuilder:
             emit_gemm(self.nest("gemm"), ch, a, b, self.buffer_of, out)
         self.buf[ch.end] = out
 
-    def emit_conv(self, op: Operation, target: Value | None, materialised: bool) -> None:
+    def emit_conv(self, op: Operation, target: Value | None, materialised: bool, out_of: dict[Value, Value]) -> None:
         w = self.buffer_of(op.operands[1])
         if w is None:
             raise self.missing(op.operands[1], "convolution (its weight)")
+        end = self.plan.conv_epilogue(op)
+        if end is not None:  # the nest finishes each element: it writes the epilogue's end, never the raw result
+            out = out_of[end] if end in out_of else self.alloc(end.type)
+            if not self.skipped(end):
+                emit_direct_conv(self.nest("conv"), op, w, out, self.alloc, self.buffer_of(op.operands[0]), end)
+            self.buf[end] = out
+            return
         has_bias = len(op.operands) == 3
         raw = target if target is not None and not has_bias else self.alloc(op.result.type)
         x = self.buffer_of(op.operands[0])

@@ -37,7 +37,10 @@ written on the tp ops as ``buffer`` attributes, so it prints, parses back and is
 A reason's category (before the first ``:``) is one of :data:`REASONS`. Most reasons are known from
 the tp ops alone: the results; gemm and conv operands, which the micro-kernels read from memory; a
 gemm's bias or residual that another gemm chain absorbed; sort and nonzero inputs; reductions or
-costly values read by several nests (``recompute_limit``). One is known only while emitting: whether a
+costly values read by several nests (``recompute_limit``); the end of a direct (depthwise) convolution's
+epilogue, the elementwise ops after it that its nest finishes
+(:func:`tensorplay.lowering.fusion.depthwise.conv_epilogue_end`; the convolution's own result then has no
+buffer). One is known only while emitting: whether a
 reduction's index, as a nest computes it, leaves out an enclosing loop (``x - x.mean(0)``: the column
 mean would be recomputed for every row), or a gather's positions are data-dependent. The planner finds
 those by a trial emission of the nests that inline a reduction or a gather
@@ -55,6 +58,7 @@ from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.printer import Namer
 
 from .contract import GemmChain, gemm_copy_source, gemm_operand, match_epilogue
+from .depthwise import conv_epilogue_end
 from .emit import REDUCTIONS, Materialise
 from .lower import OWN_NEST, PROLOGUE, KernelBuilder, LoweringError, check_supported, is_buffer_constant
 
@@ -62,11 +66,12 @@ __all__ = ["FusionPlan", "PlanFusion", "plan_fusion", "fusion_plan", "read_plan"
 
 RESULT, OWN, CLASH, SORT_INPUT, NONZERO_INPUT, EMISSION = (
     "result", "own nest", "epilogue clash", "sort input", "nonzero input", "emission")
-GEMM_OPERAND, EPILOGUE_OPERAND, CONV_WEIGHT, SHARED_REDUCTION, SHARED_COSTLY = (
-    "gemm operand", "gemm epilogue operand", "conv weight", "shared reduction", "shared costly value")
+GEMM_OPERAND, EPILOGUE_OPERAND, CONV_WEIGHT, SHARED_REDUCTION, SHARED_COSTLY, CONV_EPILOGUE = (
+    "gemm operand", "gemm epilogue operand", "conv weight", "shared reduction", "shared costly value",
+    "conv epilogue")
 #: categories of buffer reasons; the first six pin their value (no gemm epilogue extends past it)
 REASONS = (RESULT, OWN, CLASH, SORT_INPUT, NONZERO_INPUT, EMISSION,
-           GEMM_OPERAND, EPILOGUE_OPERAND, CONV_WEIGHT, SHARED_REDUCTION, SHARED_COSTLY)
+           GEMM_OPERAND, EPILOGUE_OPERAND, CONV_WEIGHT, SHARED_REDUCTION, SHARED_COSTLY, CONV_EPILOGUE)
 _PINNING = frozenset(REASONS[:6])
 _NESTED = set(REDUCTIONS) | {"tp.cumsum", "tp.argmax", "tp.argmin"}
 
@@ -91,10 +96,18 @@ class FusionPlan:
 
     def has_buffer(self, v: Value) -> bool:
         """Whether emission gives ``v`` a buffer (planned, an argument, a constant in memory, or written by
-        a kernel of its own: gemm, conv without bias, sort, nonzero)."""
+        a kernel of its own: gemm, conv without bias or epilogue, sort, nonzero)."""
         op = v.owner
         return (v.is_block_arg or v in self.buffers or v in self.chains or is_buffer_constant(v)
-                or op.name in ("tp.sort", "tp.nonzero") or (op.name == "tp.conv" and len(op.operands) == 2))
+                or op.name in ("tp.sort", "tp.nonzero")
+                or (op.name == "tp.conv" and len(op.operands) == 2 and self.conv_epilogue(op) is None))
+
+    def conv_epilogue(self, op: Operation) -> Value | None:
+        """The buffered end of the epilogue the nest of the convolution ``op`` computes
+        (:func:`tensorplay.lowering.fusion.depthwise.conv_epilogue_end`), or None: the convolution's own
+        result is then stored."""
+        end = conv_epilogue_end(op, lambda v: v in self.buffers or v in self.chains or v in self.absorbed)
+        return end if end is not None and end in self.buffers else None
 
     def inlined_into(self) -> dict[Value, list[Value]]:
         """Each inlined value -> the values whose nests compute it: materialised values, convolutions
@@ -119,7 +132,7 @@ class FusionPlan:
                 seen.add(w)
                 into.setdefault(w, []).append(v)
                 o = w.owner
-                stack.extend([o.operands[2]] if o.name == "tp.conv" else o.operands)  # conv: raw output + bias
+                stack.extend(o.operands[2:] if o.name == "tp.conv" else o.operands)  # conv: its bias, if any
         return into
 
     def __str__(self) -> str:
@@ -155,6 +168,8 @@ class FusionPlan:
                 what = f"written by kernel.{op.name[3:]}{also}"
             elif v in self.buffers:
                 what = f"buffer: {self.buffers[v]}"
+            elif op.name == "tp.conv" and self.conv_epilogue(op) is not None:
+                what = f"conv writing {name(self.conv_epilogue(op))} (its epilogue)"
             elif op.name == "tp.conv":
                 what = "written by conv" if len(op.operands) == 2 else \
                     "conv; its bias is added where it is read" + _readers(into.get(v), name)
@@ -211,10 +226,16 @@ class _Planner:
             chains, absorbed = self.match_chains(pinned)
         produced = set(chains)
         convs = {op.result: op for op in self.f.body.ops if op.name == "tp.conv"}
+        epilogues = set()  # convolutions whose nest finishes their elementwise successors (not a pinning reason)
+        for op in convs.values():
+            end = conv_epilogue_end(op, lambda v: v in mat or v in produced or v in absorbed)
+            if end is not None and end not in produced and end not in absorbed:
+                mat.setdefault(end, f"{CONV_EPILOGUE}: finished by the convolution it follows")
+                epilogues.add(op.result)
 
         def has_buffer(v: Value) -> bool:
             return (v.is_block_arg or v in mat or v in produced or is_buffer_constant(v)
-                    or (v in convs and len(convs[v].operands) == 2))
+                    or (v in convs and len(convs[v].operands) == 2 and v not in epilogues))
 
         # Each round materialises what the gemms and convs still miss plus the last shared value (see
         # ``shared``). Materialising that value changes neither the roots of the values after it (they

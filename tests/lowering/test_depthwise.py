@@ -13,8 +13,10 @@ import pytest
 import tensorplay as tp
 import tensorplay.nn.functional as F
 from tensorplay.dialect import parse
+from tensorplay.dialect.passes import PassManager
 from tensorplay.export import Dim, export
 from tensorplay.lowering.fusion.depthwise import MAX_GROUP_CHANNELS, WIDE_ROWS_BELOW, direct_conv_applies
+from tensorplay.lowering.fusion.plan import read_plan
 
 
 def _conv_ref(x, w, stride, padding, groups):
@@ -160,5 +162,82 @@ def test_phase_planes_match_numpy_and_every_thread_count(case):
         assert "kernel.gemm" not in compiled.ir("kernel")
         outs.append(np.asarray(prog(tp.tensor(x), tp.tensor(w))))
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got, outs[0])
+
+
+class _Separable(tp.nn.Module):
+    """``pointwise(relu6(bn(direct(x))))`` or, without ``pointwise``, ``relu6(bn(direct(x))) (+ x)``: the batch norm
+    and clamp are the direct convolution's epilogue."""
+
+    def __init__(self, cin, mult, cg, k, stride, pointwise, residual=False):
+        super().__init__()
+        cout = cin // cg * mult
+        self.dw = tp.nn.Conv2d(cin, cout, k, stride, k // 2, groups=cin // cg, bias=False)
+        self.bn = tp.nn.BatchNorm2d(cout)
+        self.pw = tp.nn.Conv2d(cout, 8, 1, bias=False) if pointwise else None
+        self.residual = residual
+
+    def forward(self, x):
+        y = F.hardtanh(self.bn(self.dw(x)), 0.0, 6.0)
+        if self.residual:
+            y = y + x  # a full tensor: the epilogue stops before this add
+        return self.pw(y) if self.pw is not None else y
+
+
+def _bn_ref(m, y):
+    bn = m.bn
+    scale = bn.weight.detach().numpy() / np.sqrt(bn.running_var.numpy() + bn.eps)
+    shift = bn.bias.detach().numpy() - bn.running_mean.numpy() * scale
+    return y * scale[:, None, None] + shift[:, None, None]
+
+
+# channels, multiplier, channels per group, kernel, stride, spatial size, pointwise after it, residual
+EPILOGUE_CASES = {
+    "rows_stride1": (8, 1, 1, 3, 1, 36, True, False),
+    "wide_rows_stride2": (8, 1, 1, 3, 2, 20, True, False),
+    "wide_rows_stride1_multiplier": (4, 3, 1, 3, 1, 9, True, False),
+    "rows_grouped": (8, 1, 2, 3, 1, 33, True, False),
+    "wide_rows_grouped_5x5": (8, 2, 4, 5, 2, 15, True, False),
+    "result": (8, 1, 1, 3, 2, 40, False, False),
+    "residual": (8, 1, 1, 3, 1, 12, False, True),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EPILOGUE_CASES))
+def test_batch_norm_and_clamp_after_a_direct_conv_are_its_epilogue(case):
+    """The direct nest finishes each output (batch norm, clamp) and writes the clamp's buffer: the pointwise
+    convolution reads it in place (no clamp in its kernel), the plan says so, the result matches a float64
+    formula, and 2, 3 and 8 threads give the bits of one."""
+    cin, mult, cg, k, stride, size, pointwise, residual = EPILOGUE_CASES[case]
+    rng = np.random.default_rng(len(case))
+    m = _Separable(cin, mult, cg, k, stride, pointwise, residual)
+    bn = m.bn
+    bn.running_mean.copy_(tp.tensor(rng.standard_normal(bn.running_mean.shape).astype(np.float32)))
+    bn.running_var.copy_(tp.tensor(rng.uniform(0.5, 2, bn.running_var.shape).astype(np.float32)))
+    m.eval()
+    x = rng.standard_normal((2, cin, size, size), dtype=np.float32)
+    prog = export(m, tp.tensor(x))
+    outs = []
+    for threads in (1, 2, 3, 8):
+        compiled = tp.compile(prog, num_threads=threads, strict=True)
+        outs.append(np.asarray(prog(tp.tensor(x)).detach()))
+    module = parse(compiled.ir("tp"))
+    PassManager("expand,pad-unbacked,plan-fusion").run(module)
+    plan = str(read_plan(module.functions[0]))
+    assert "(its epilogue)" in plan  # the end is the result's buffer, or one of its own
+    assert ("buffer: conv epilogue" in plan) == (pointwise or residual)
+    kernels = compiled.ir("kernel").split("kernel.kernel")[1:]
+    direct = next(kern for kern in kernels if "kernel.gemm" not in kern and "kernel.minimum" in kern)
+    assert "rsqrt" in direct  # the batch norm is computed by the direct nest
+    if pointwise:
+        assert all("kernel.minimum" not in kern for kern in kernels if "kernel.gemm" in kern)
+    w = m.dw.weight.detach().numpy()
+    y = np.clip(_bn_ref(m, _conv_ref_2d(x, w, (stride,) * 2, (k // 2,) * 2, (1, 1), cin // cg)), 0, 6)
+    if residual:
+        y = y + x
+    if pointwise:
+        y = np.einsum("oc,nchw->nohw", m.pw.weight.detach().numpy()[:, :, 0, 0].astype(np.float64), y)
+    np.testing.assert_allclose(outs[0], y, rtol=1e-5, atol=1e-5)
     for got in outs[1:]:
         np.testing.assert_array_equal(got, outs[0])
