@@ -11,6 +11,12 @@ input image already is the GEMM's right operand. 3x3 stride-1 convolutions with 
 through :mod:`tensorplay.lowering.fusion.winograd` instead, depthwise and narrow grouped ones through
 :mod:`tensorplay.lowering.fusion.depthwise`.
 
+A convolution whose output is small next to its weight (:func:`transposed_applies`: ``C*prod(k)`` at least twice
+the output pixels, one group, e.g. ResNet-50's 7x7 and 14x14 layers) is computed transposed instead,
+``out^T (pixels x Cout) = col^T @ W^T``: the weight, in ``nn.Linear`` layout, is the GEMM's ``B`` operand, which
+:mod:`tensorplay.lowering.microkernels.gemm_prepack` packs ONCE per weight (not on every call, as the ``A``
+operand of the plain form is), and a copy loop writes the ``pixels x Cout`` scratch transposed into NCHW.
+
 The loop over images is parallel: the image copy and the columns are each iteration's scratch, so every chunk
 of images gets copies of its own; with fewer images than threads the loop runs on one thread and its inner
 loops (marked parallel too) and the GEMMs split instead. A 3x3 convolution with padding 1 over

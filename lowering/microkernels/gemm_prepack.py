@@ -9,10 +9,19 @@ named :func:`slot_symbol`, and calls::
     else                                          gemm_<config>(..., B, ...)      /* packs B itself */
 
 Slots start zeroed, so code nobody fills (an AOT library, a program run without a :class:`Prepacker`)
-takes the ordinary route. In the JIT, :class:`Prepacker` fills the slots before each call from the
-weights the call passes: a weight is packed again when it is another array, or when the tensor's
-``_version`` moved (in-place writes) -- writes through a raw numpy view of a tensor's storage are
-not seen, as with torch's version counter. Plain numpy arrays (no version) are never packed.
+takes the ordinary route.
+
+Convolutions use the same slots: :mod:`tensorplay.lowering.fusion.conv` computes small-output convolutions
+transposed so that the weight is such a ``B``, and Winograd's filter transform is a *transform site*: its
+``kernel.for {transform = ...}`` loop and the 16 GEMMs reading the transformed ``U`` share one slot holding
+:func:`tensorplay.lowering.fusion.winograd.filter_transform` of the weight, packed matrix by matrix
+(:func:`pack_transformed`), computed once per weight; the loop runs, and the GEMMs pack ``U`` themselves,
+only when the slot holds no copy of the weight the call passes.
+
+In the JIT, :class:`Prepacker` fills the slots before each call from the weights the call passes: a weight
+is packed again when it is another array, or when the tensor's ``_version`` moved (in-place writes) -- writes
+through a raw numpy view of a tensor's storage are not seen, as with torch's version counter. Plain numpy
+arrays (no version) are never packed.
 
 Example::
 
@@ -92,7 +101,7 @@ def pack_sites(f: Any) -> dict[Any, PackSite]:
     ...   kernel.return
     ... }''').functions[0]
     >>> list(pack_sites(f).values())
-    [PackSite(index=0, arg=1, k=64, n=32, trans_b=True)]
+    [PackSite(index=0, arg=1, k=64, n=32, trans_b=True, transform=None)]
     """
     args = list(f.args)
     sites: dict[Any, PackSite] = {}
