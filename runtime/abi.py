@@ -55,6 +55,7 @@ from __future__ import annotations
 import ctypes
 import json
 import math
+import mmap
 import operator
 import os
 import struct
@@ -509,14 +510,24 @@ class _Frame:
         self.plan_in_block: _Plan | None = None  # whose dims block[2] points at
 
     def workspace_address(self, nbytes: int) -> int | None:
-        """A 64-byte aligned scratch address of at least ``nbytes`` (None for 0 bytes)."""
+        """A 64-byte aligned scratch address of at least ``nbytes`` (None for 0 bytes), in small pages: only what
+        the code touches is resident (per-chunk copies past the threads a call uses stay untouched; numpy's
+        buffers of this size are huge pages, each 2 MiB made resident whole by one touched byte)."""
         if nbytes > self.ws_cap:
-            buf = np.empty(nbytes + WORKSPACE_ALIGN, np.uint8)
+            buf = _small_pages(nbytes + WORKSPACE_ALIGN)
             base = buf.ctypes.data
             self.workspace = buf
             self.ws_addr = base + (-base % WORKSPACE_ALIGN)
             self.ws_cap = nbytes
         return self.ws_addr if nbytes > 0 else None
+
+
+def _small_pages(nbytes: int) -> np.ndarray:
+    """``nbytes`` zeroed bytes of an anonymous mapping the kernel backs with small pages (``MADV_NOHUGEPAGE``)."""
+    pages = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        pages.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(pages, np.uint8)
 
 
 # Data pointer of a writable, non-empty array: addressof(c_char.from_buffer(a)) is several times
