@@ -39,9 +39,9 @@ layers 32ch 112x112 1.63 / 0.16 / 6.9, 96ch 112x112 stride 2 1.16 / 0.33 / 0.57,
 took 0.11: they do not fill a vector, hence the wide rows). Grouped 3x3: 2 channels per group (64ch 56x56)
 0.64 / 0.13 / 1.2, 4 per group (128ch 28x28) 0.37 / 0.24 / 0.32, (256ch 14x14) 0.24 / 0.16 / 0.15, 8 per group
 (128ch 28x28) 0.36 / 0.41 / 0.23: from 8 channels per group the GEMMs win (:data:`MAX_GROUP_CHANNELS`).
-Phase planes and wide rows against the row nest with its strided taps, stride 2, ``conv(relu6(batch_norm(x)))``
-(CPU ms, min of interleaved runs, loaded machine): 192ch 28x28 0.25 / 0.15, 576ch 14x14 0.22 / 0.17; wider output
-rows keep the row nest (144ch 56x56: 0.32 / 0.19, 96ch 112x112: 0.61 / 0.51).
+Stride 2, ``conv(relu6(batch_norm(x)))``, ms as row nest (strided taps) / phase planes and wide rows (CPU time,
+min of interleaved runs, loaded machine): 192ch 28x28 0.25 / 0.15, 576ch 14x14 0.22 / 0.17; wider output rows
+keep the row nest: 144ch 56x56 0.19 / 0.32, 96ch 112x112 0.51 / 0.61.
 """
 
 from __future__ import annotations
