@@ -139,8 +139,8 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: 
                [g_i, _flat(c_i, k_i, ks), _flat(sympy.Integer(0), o_i, sp)])
         close_to(em, depth)
     if transposed_applies(op):
-        _emit_transposed(em, op, weight, out, alloc, col if col is not None else src, sympy.Integer(0)
-                         if col is not None else img_off, n_i, depth)
+        a_src, a_off = (col, sympy.Integer(0)) if col is not None else (src, img_off)
+        _emit_transposed(em, op, weight, out, alloc, a_src, a_off, n_i)
         return
     (g_i,) = parallel_loops(em, [g])
     b_src, b_off = (col, g_i * ck * p) if col is not None else (src, img_off + g_i * cg * p)
@@ -171,8 +171,7 @@ def transposed_applies(op: Operation) -> bool:
 
 
 def _emit_transposed(em: NestEmitter, op: Operation, weight: Value, out: Value,
-                     alloc: Callable[[TensorType], Value], src: Value, src_off: sympy.Expr, n_i: sympy.Expr,
-                     depth: int) -> None:
+                     alloc: Callable[[TensorType], Value], src: Value, src_off: sympy.Expr, n_i: sympy.Expr) -> None:
     """``out[n_i]^T (pixels x Cout) = src^T @ W^T`` into a scratch, then copied transposed into ``out``.
 
     ``src`` holds the GEMM's ``C*prod(k) x pixels`` operand (the columns or the image itself) from ``src_off``;
