@@ -24,7 +24,7 @@ Example::
     >>> import numpy as np
     >>> config = GemmConfig(trans_b=True, epilogue=Epilogue(bias=True))
     >>> config.symbol
-    'tp_gemm_nt__bias__mr8_nv2_mc128_kc384_nc1536'
+    'tp_gemm_nt__bias__mr8_nv2_mc128_kc1024_nc1536'
     >>> GemmConfig.from_symbol(config.symbol) == config
     True
     >>> lib = gemm_library(config)
@@ -80,9 +80,9 @@ class GemmConfig:
     blocking is then unused). It is spelled in the symbol unless it is ``"f32"``.
 
     >>> GemmConfig(epilogue=Epilogue(bias=True, activation="gelu_tanh", residual=True)).symbol
-    'tp_gemm_nn__bias__gelu_tanh__residual__mr8_nv2_mc128_kc384_nc1536'
+    'tp_gemm_nn__bias__gelu_tanh__residual__mr8_nv2_mc128_kc1024_nc1536'
     >>> GemmConfig(trans_b=True, dtype="i64").symbol
-    'tp_gemm_nt__i64__mr8_nv2_mc128_kc384_nc1536'
+    'tp_gemm_nt__i64__mr8_nv2_mc128_kc1024_nc1536'
     """
 
     trans_a: bool = False
@@ -120,7 +120,7 @@ class GemmConfig:
     def from_symbol(cls, symbol: str) -> GemmConfig:
         """The configuration a :attr:`symbol` names; ValueError for any other string.
 
-        >>> GemmConfig.from_symbol("tp_gemm_tn__relu__mr8_nv2_mc128_kc384_nc1536").epilogue.activation
+        >>> GemmConfig.from_symbol("tp_gemm_tn__relu__mr8_nv2_mc128_kc1024_nc1536").epilogue.activation
         'relu'
         """
         parts = symbol.split("__") if isinstance(symbol, str) else []
@@ -187,7 +187,7 @@ def gemm_configs(function: Any) -> list[GemmConfig]:
     ...   kernel.return
     ... }''')
     >>> [c.symbol for c in gemm_configs(f)]
-    ['tp_gemm_nn__mr8_nv2_mc128_kc384_nc1536']
+    ['tp_gemm_nn__mr8_nv2_mc128_kc1024_nc1536']
     """
     walk = getattr(function, "walk", None)
     functions = [function] if callable(walk) else getattr(function, "functions", None)
@@ -332,7 +332,7 @@ def gemm_library(config: GemmConfig, *, opt: int = 3, cache: bool | CompileCache
     :func:`tensorplay.runtime.jit.compile_ir`. Libraries are kept for the life of the process.
 
     >>> gemm_library(GemmConfig()).name
-    'tp_gemm_nn__mr8_nv2_mc128_kc384_nc1536'
+    'tp_gemm_nn__mr8_nv2_mc128_kc1024_nc1536'
     """
     _check(config, opt)
     features = feature_string(prefer_vector_width)

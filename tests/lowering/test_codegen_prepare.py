@@ -14,7 +14,7 @@ from tensorplay.dialect import parse
 from tensorplay.dialect.interpret import DialectAssertionError, run
 from tensorplay.lowering.codegen.llvm import compile_kernel_module, emit_llvm, gemm_scratch_expr
 from tensorplay.lowering.codegen.prepare import positional_template
-from tensorplay.lowering.microkernels.gemm import scratch_bytes
+from tensorplay.lowering.microkernels.gemm import DEFAULT_SHAPE, scratch_bytes
 
 COPY = """func @k(%x: buffer<[s0, 4], f32>, %y: buffer<[s0, 4], f32>) -> () where {s0 in [2, 8]} {
   kernel.for {iv = i0, upper = s0} {
@@ -167,7 +167,8 @@ def test_positional_template_escapes_and_keeps_unknown_placeholders():
 
 
 def test_gemm_scratch_expression_matches_scratch_bytes():
-    for m, n, k in [(1, 1, 1), (1000, 7, 3), (5, 2000, 900), (192, 1536, 384), (193, 1537, 385)]:
+    s = DEFAULT_SHAPE
+    for m, n, k in [(1, 1, 1), (1000, 7, 3), (5, 2000, 900), (s.mc, s.nc, s.kc), (s.mc + 1, s.nc + 1, s.kc + 1)]:
         assert int(gemm_scratch_expr(m, n, k)) == scratch_bytes(m, n, k)
 
 

@@ -100,8 +100,9 @@ def test_crosses_every_cache_block(trans_b: bool) -> None:
 
 
 def test_large_square_against_numpy() -> None:
+    """The default blocks, each crossed with a ragged end (M past MC, K past KC)."""
     rng = np.random.default_rng(3)
-    a, b = operands(rng, 300, 520, 700)
+    a, b = operands(rng, DEFAULT_SHAPE.mc + 37, 520, DEFAULT_SHAPE.kc + 45)
     want, scale = reference(a, b, False, False)
     check(compile_gemm()(a, b), want, scale)
 

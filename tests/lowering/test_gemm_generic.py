@@ -86,7 +86,7 @@ def test_float64_activations_and_batch() -> None:
 
 def test_config_symbols_name_the_dtype() -> None:
     cfg = GemmConfig(trans_b=True, epilogue=Epilogue(bias=True, activation="relu"), dtype="u8")
-    assert cfg.symbol == "tp_gemm_nt__u8__bias__relu__mr8_nv2_mc128_kc384_nc1536"
+    assert cfg.symbol == "tp_gemm_nt__u8__bias__relu__mr8_nv2_mc128_kc1024_nc1536"
     assert GemmConfig.from_symbol(cfg.symbol) == cfg
     assert GemmConfig.from_symbol(GemmConfig().symbol).dtype == "f32"
 

@@ -9,7 +9,7 @@ import pytest
 
 from tensorplay.dialect import parse
 from tensorplay.lowering.codegen.llvm import compile_kernel_module, gemm_scratch_expr
-from tensorplay.lowering.microkernels.gemm import scratch_bytes
+from tensorplay.lowering.microkernels.gemm import DEFAULT_SHAPE, scratch_bytes
 from tensorplay.lowering.microkernels.gemm_parallel import BLOCKED_GRAIN, gemm_grid, thread_scratch_bytes
 from tensorplay.runtime.threadpool import pool_stats
 
@@ -214,7 +214,7 @@ def _program_runs(compiled, prog, x) -> tuple[np.ndarray, dict[int, np.ndarray],
     return one, outs, jobs
 
 
-@pytest.mark.parametrize("k_in,n_out", [(384, 1536), (400, 3200), (1000, 1024)],
+@pytest.mark.parametrize("k_in,n_out", [(384, 1536), (400, 3200), (DEFAULT_SHAPE.kc + 100, 1024)],
                          ids=["one_depth_block", "two_column_blocks", "deep"])
 def test_prepacked_weights_split_at_their_panels(k_in: int, n_out: int) -> None:
     """A Linear's weight is prepacked once (panel-major): any depth splits at NR columns."""

@@ -74,7 +74,7 @@ def test_packed_kernel_matches_numpy(shape: GemmShape, trans_b: bool) -> None:
 
 def test_packed_symbol_round_trips() -> None:
     config = GemmConfig(trans_b=True, epilogue=Epilogue(residual=True), packed_b=True)
-    assert config.symbol == "tp_gemm_nt__residual__packed_b__mr8_nv2_mc128_kc384_nc1536"
+    assert config.symbol == "tp_gemm_nt__residual__packed_b__mr8_nv2_mc128_kc1024_nc1536"
     assert GemmConfig.from_symbol(config.symbol) == config
     with pytest.raises(ValueError, match="f32 only"):
         GemmConfig(dtype="f64", packed_b=True)
