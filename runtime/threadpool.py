@@ -22,8 +22,13 @@ How it works:
   worker that wakes late costs nothing but its own wake-up), then the caller waits for the count of
   finished chunks;
 * idle workers spin :data:`SPIN` times (x86 ``pause``), then sleep on a futex (the job word's
-  generation); the caller waits for stragglers by yielding the CPU :data:`CALLER_YIELDS` times, then
-  sleeps on the futex of the finished-chunk count, so nothing burns a core while idle. No lock is
+  generation). While a program's native call is running (``tp_parallel_hot(+1)`` at its start, ``-1``
+  at its end, emitted by :mod:`tensorplay.lowering.codegen.llvm`) they go on polling, yielding the CPU
+  between polls, up to :data:`HOT_SPIN` times, so the next parallel loop of the same call finds them
+  awake instead of paying a futex wake-up per loop (a MobileNetV2 call runs ~80 loops of ~150 us, and
+  a woken worker came so late that the caller had run most chunks itself). The caller waits for
+  stragglers by yielding the CPU :data:`CALLER_YIELDS` times, then sleeps on the futex of the
+  finished-chunk count, so nothing burns a core while idle. No lock is
   ever taken, so a thread preempted anywhere (an oversubscribed machine) never blocks another;
 * ``fork()``: the busy word and the pool's pid are checked against ``getpid()``, so a child finding
   its parent's state (no worker threads, possibly a pool held by a parent thread) resets the pool and starts its own
@@ -41,7 +46,7 @@ Example::
     >>> lib is pool_library() and lib.address(PARALLEL_FOR) > 0
     True
     >>> sorted(pool_stats())
-    ['jobs', 'workers']
+    ['jobs', 'running', 'workers']
 """
 
 from __future__ import annotations
@@ -58,15 +63,23 @@ from .cache import cache_key, default_cache
 from .jit import Library, compile_object, load_object, undefined_symbols
 from .target import feature_string, host_cpu
 
-__all__ = ["CALLER_YIELDS", "CHUNK_FN", "MAX_WORKERS", "PARALLEL_FOR", "POOL_PREFIX", "SPIN", "declare_parallel_for",
-           "emit_pool_ir", "needs_pool", "pool_library", "pool_object", "pool_stats"]
+__all__ = ["CALLER_YIELDS", "CHUNK_FN", "HOT", "HOT_SPIN", "MAX_WORKERS", "PARALLEL_FOR", "POOL_PREFIX", "SPIN",
+           "declare_hot", "declare_parallel_for", "emit_pool_ir", "needs_pool", "pool_library", "pool_object",
+           "pool_stats"]
 
 POOL_PREFIX = "tp_parallel_"
 PARALLEL_FOR = "tp_parallel_for"
+#: ``void tp_parallel_hot(int32_t delta)``: +1 when a native call starts, -1 when it ends.
+HOT = "tp_parallel_hot"
 #: Most worker threads the pool ever starts (a job uses at most ``n - 1`` of them).
 MAX_WORKERS = 255
 #: Polls (each with a ``pause``, ~25 ns on the dev machine) before an idle worker sleeps.
 SPIN = 1000
+#: Polls before an idle worker sleeps while some native call is running: after the first :data:`SPIN` ones each
+#: poll yields the CPU (``sched_yield``, ~0.3-1 us when nothing else wants the core), so on an oversubscribed
+#: machine the threads with work run first. A bound (tens of ms), not a wait: the worker parks as soon as no
+#: call is running.
+HOT_SPIN = 1 << 16
 #: Polls (each with a ``sched_yield``) before a caller waiting for the workers' last chunks sleeps: yielding
 #: lets a worker sharing the caller's core (an oversubscribed machine) finish its chunk.
 CALLER_YIELDS = 50
@@ -82,6 +95,7 @@ CHUNK_FN = ir.FunctionType(VOID, [PTR, I64, I64])
 #: ``ptr`` once printed; llvmlite types an indirect call by its pointer's pointee.
 CHUNK_PTR = ir.PointerType(CHUNK_FN)
 PARALLEL_FOR_TYPE = ir.FunctionType(VOID, [CHUNK_PTR, PTR, I64])
+HOT_TYPE = ir.FunctionType(VOID, [I32])
 
 
 def declare_parallel_for(module: ir.Module) -> ir.Function:
@@ -94,6 +108,14 @@ def declare_parallel_for(module: ir.Module) -> ir.Function:
     fn = module.globals.get(PARALLEL_FOR)
     if fn is None:
         fn = ir.Function(module, PARALLEL_FOR_TYPE, PARALLEL_FOR)
+    return fn
+
+
+def declare_hot(module: ir.Module) -> ir.Function:
+    """The declaration of ``tp_parallel_hot`` in ``module`` (added once)."""
+    fn = module.globals.get(HOT)
+    if fn is None:
+        fn = ir.Function(module, HOT_TYPE, HOT)
     return fn
 
 
@@ -124,6 +146,7 @@ class _PoolEmitter:
         self.busy, self.pid = var("busy", I32, 64), var("pid", I32)  # pid holding the pool; pid owning workers
         self.workers, self.sleepers, self.waiting = var("workers", I32), var("sleepers", I32), var("waiting", I32)
         self.jobs = var("jobs", I64)
+        self.hot = var("hot", I32, 64)  # native calls running (workers spin longer meanwhile)
 
         def ext(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
             return ir.Function(m, ir.FunctionType(ret, list(args)), name)
@@ -166,9 +189,10 @@ class _PoolEmitter:
         b.call(self.syscall, [_c(self.sys_futex), addr, _c(op), value, ir.Constant(PTR, None)])
 
     def _wait_until(self, f: ir.Function, b: ir.IRBuilder, futex: ir.Value, ready, counter: ir.GlobalVariable,
-                    add: bool, polls: int, yielding: bool) -> None:
+                    add: bool, polls: int, yielding: bool, hot_polls: int = 0) -> None:
         """Poll the i32 at ``futex`` until ``ready(b, value) -> i1`` holds: ``polls`` times (pausing, or
-        ``yielding`` the CPU, in between), then sleeping on the futex.
+        ``yielding`` the CPU, in between; ``hot_polls`` times while a native call is running), then
+        sleeping on the futex.
 
         While asleep the thread is counted in ``counter`` (``add``: increment/decrement, else set to 1/0),
         so whoever changes the value knows to wake it. Both sides use seq_cst: the sleeper writes the
@@ -187,11 +211,22 @@ class _PoolEmitter:
         b.position_at_end(spin_next)
         if yielding:
             b.call(self.sched_yield, [])
+        elif hot_polls > polls:  # past the first polls a hot spin yields: a caller sharing this core runs first
+            with b.if_else(b.icmp_signed("<", i, _c(polls, I32))) as (early, late):
+                with early:
+                    if self.pause is not None:
+                        b.call(self.pause, [])
+                with late:
+                    b.call(self.sched_yield, [])
         elif self.pause is not None:
             b.call(self.pause, [])
         nxt = b.add(i, _c(1, I32))
-        i.add_incoming(nxt, spin_next)
-        b.cbranch(b.icmp_signed("<", nxt, _c(polls, I32)), spin, park)
+        i.add_incoming(nxt, b.block)
+        more = b.icmp_signed("<", nxt, _c(polls, I32))
+        if hot_polls > polls:
+            running = b.icmp_signed(">", self._load(b, self.hot, "monotonic"), _c(0, I32))
+            more = b.or_(more, b.and_(running, b.icmp_signed("<", nxt, _c(hot_polls, I32))))
+        b.cbranch(more, spin, park)
         b.position_at_end(park)
         if add:
             b.atomic_rmw("add", counter, _c(1, I32), "seq_cst")
@@ -249,7 +284,7 @@ class _PoolEmitter:
         b.position_at_end(top)
         gen = b.trunc(self._fields(b, b.call(drain, []))[0], I32)
         self._wait_until(f, b, self._generation(b), lambda bb, v: bb.icmp_unsigned("!=", v, gen),
-                         self.sleepers, add=True, polls=SPIN, yielding=False)
+                         self.sleepers, add=True, polls=SPIN, yielding=False, hot_polls=HOT_SPIN)
         b.branch(top)
         return f
 
@@ -329,14 +364,22 @@ class _PoolEmitter:
         b.ret_void()
         return f
 
+    def hot_counter(self) -> None:
+        """``void tp_parallel_hot(int32_t delta)``: count native calls running (see :data:`HOT_SPIN`)."""
+        f, b = self._fn(HOT, HOT_TYPE, internal=False)
+        b.atomic_rmw("add", self.hot, f.args[0], "monotonic")
+        b.ret_void()
+
     def stats(self) -> None:
-        for name, g, ty in (("tp_parallel_workers", self.workers, I32), ("tp_parallel_jobs", self.jobs, I64)):
+        for name, g, ty in (("tp_parallel_workers", self.workers, I32), ("tp_parallel_jobs", self.jobs, I64),
+                            ("tp_parallel_running", self.hot, I32)):
             f, b = self._fn(name, ir.FunctionType(ty, []), internal=False)
             b.ret(self._load(b, g, "monotonic"))
 
     def emit(self) -> str:
         drain = self.drain()
         self.parallel_for(drain, self.worker(drain))
+        self.hot_counter()
         self.stats()
         return str(self.m)
 
@@ -406,17 +449,18 @@ def pool_library() -> Library:
 
 
 def pool_stats() -> dict[str, int]:
-    """``{"workers": threads started, "jobs": loops the pool has run}`` in this process (zeros, and no
-    compiling, while nothing has used the pool).
+    """``{"workers": threads started, "jobs": loops the pool has run, "running": native calls running now}``
+    in this process (zeros, and no compiling, while nothing has used the pool).
 
     >>> set(pool_stats().values()) <= set(range(10 ** 9))
     True
     """
     if not _LIBRARY:
-        return {"workers": 0, "jobs": 0}
+        return {"workers": 0, "jobs": 0, "running": 0}
     lib = _LIBRARY[0]
     return {"workers": lib.function("tp_parallel_workers", ctypes.c_int32)(),
-            "jobs": lib.function("tp_parallel_jobs", ctypes.c_int64)()}
+            "jobs": lib.function("tp_parallel_jobs", ctypes.c_int64)(),
+            "running": lib.function("tp_parallel_running", ctypes.c_int32)()}
 
 
 def needs_pool(obj: bytes) -> bool:

@@ -68,7 +68,7 @@ from tensorplay.dialect.ops import BINARY_OPS, UNARY_OPS
 from tensorplay.dialect.shapes import elem_dtype
 from tensorplay.dialect.types import BufferType, DType
 from tensorplay.runtime.abi import Executable, Signature, TensorSpec
-from tensorplay.runtime.threadpool import CHUNK_FN, declare_parallel_for
+from tensorplay.runtime.threadpool import CHUNK_FN, PARALLEL_FOR, declare_hot, declare_parallel_for
 
 from ..dtypes import SIGNATURE_NAMES, to_storage
 from ..fusion import memory_plan
@@ -222,7 +222,12 @@ class _Codegen:
             args.append(b.load(b.gep(base, [i64(k)], inbounds=True, source_etype=PTR), typ=PTR))
         args += [em.symbols[s] for s in self.plan.symbols] + [ws, nthreads]
         self.index_error.clear(b, em, ws)
+        pooled = PARALLEL_FOR in self.module.globals  # idle workers stay awake between this call's loops
+        if pooled:
+            b.call(declare_hot(self.module), [ir.Constant(I32, 1)])
         b.call(body, args)
+        if pooled:
+            b.call(declare_hot(self.module), [ir.Constant(I32, -1)])
         b.ret(self.index_error.result(b, em, ws))
 
     def _emit_body(self) -> ir.Function:

@@ -250,6 +250,24 @@ def test_one_thread_never_touches_the_pool(kernels):
     assert pool_stats()["jobs"] == before["jobs"] + 1
 
 
+def test_a_call_keeps_the_workers_awake_only_while_it_runs(kernels):
+    """A program with parallel loops counts itself running from its start to its end (idle workers spin longer
+    meanwhile, HOT_SPIN): the count is back to zero after every call, concurrent ones included."""
+    exe = compile_kernel_module(parse(EXP_MUL), num_threads=2)
+    ir_text = exe.library.ir
+    assert "call void @tp_parallel_hot(i32 1)" in ir_text and "call void @tp_parallel_hot(i32 -1)" in ir_text
+    x = np.random.default_rng(1).standard_normal(3 << 20, dtype=np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(exe(x)[0], exp_mul(x), rtol=1e-5, atol=1e-6)
+    assert pool_stats()["running"] == 0
+    threads = [threading.Thread(target=lambda: [exe(x) for _ in range(3)]) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert pool_stats()["running"] == 0
+
+
 def test_concurrent_python_threads_calling_programs(kernels):
     errors: list[BaseException] = []
     jobs = pool_stats()["jobs"]
