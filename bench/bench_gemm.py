@@ -10,6 +10,11 @@ Ours is timed through the raw native entry with cached pointers (what a compiled
 does); the numpy-wrapper overhead is reported separately. Prints GFLOP/s from the best of many
 short batches of calls (robust to a loaded machine), and writes the same numbers as JSON.
 
+``--blocks 128/384/1536,128/1024/1536`` times instead each cache blocking ``mc/kc/nc`` (register tile of
+:data:`~tensorplay.lowering.microkernels.gemm.DEFAULT_SHAPE`) on the products of the bench rows (GEMM, MLP,
+transformer, BERT/ViT/GPT-2, ResNet-50 im2col and transposed convolutions): CPU time per call, the minimum over
+interleaved rounds, relative to the first blocking.
+
 ``--threads T`` (T > 1) adds a table of the same linear and GEMV shapes through a compiled
 ``kernel.gemm`` (dynamic sizes, B as N x K) at 1 and T threads: the split of
 :mod:`tensorplay.lowering.microkernels.gemm_parallel`, pool included (interleaved, best of each).
@@ -30,7 +35,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tensorplay.lowering.microkernels.gemm import Epilogue, compile_gemm, scratch_bytes  # noqa: E402
+from tensorplay.lowering.microkernels.gemm import (  # noqa: E402
+    DEFAULT_SHAPE,
+    Epilogue,
+    GemmShape,
+    compile_gemm,
+    scratch_bytes,
+)
 from tensorplay.lowering.microkernels.gemm_prepack import pack_b  # noqa: E402
 
 SQUARE = (64, 256, 512, 1024, 2048)
@@ -39,6 +50,19 @@ SQUARE = (64, 256, 512, 1024, 2048)
 LINEAR = ((128, 256, 768), (128, 256, 1024), (128, 1024, 256), (64, 784, 512), (64, 512, 512), (64, 512, 10),
           (32, 512, 784))
 GEMV = ((784, 512), (512, 512), (512, 10), (4096, 4096))  # (K, N) at M = 1, weights as nn.Linear (N x K)
+#: (row, M, K, N, prepacked B) of the bench models' products with K past 512 (smaller K fits any tried KC):
+#: unpacked for the GEMM rows and im2col convolutions (Cout x Cin*9 x pixels), prepacked weights otherwise
+BLOCK_SHAPES = (
+    ("gemm", 1024, 1024, 1024, False), ("gemm", 2048, 2048, 2048, False), ("mlp b64", 64, 784, 512, True),
+    ("transformer", 128, 1024, 256, True), ("transformer", 1024, 1024, 256, True), ("bert", 128, 768, 2304, True),
+    ("bert", 128, 768, 768, True), ("bert", 128, 768, 3072, True), ("bert", 128, 3072, 768, True),
+    ("vit", 197, 768, 3072, True), ("vit", 197, 3072, 768, True), ("gpt2 head", 128, 768, 50257, True),
+    ("resnet50 conv", 64, 576, 3136, False), ("resnet50 conv", 128, 1152, 784, False),
+    ("resnet50 conv", 256, 2304, 196, False), ("resnet50 conv", 512, 4608, 49, False),
+    ("resnet50 conv", 2048, 1024, 49, False), ("resnet50 convT", 3136, 576, 64, True),
+    ("resnet50 convT", 784, 1152, 128, True), ("resnet50 convT", 196, 2304, 256, True),
+    ("resnet50 convT", 49, 4608, 512, True), ("resnet50 convT", 49, 1024, 2048, True),
+)
 
 
 def best_seconds(fn, min_time: float = 0.3, batch_time: float = 2e-4) -> float:
@@ -62,14 +86,23 @@ def best_seconds(fn, min_time: float = 0.3, batch_time: float = 2e-4) -> float:
             return best
 
 
+def _native_call(fn, args: tuple, operands: tuple):
+    """``fn(*args)`` as a zero-argument callable that keeps the arrays behind the pointers in ``args`` alive."""
+
+    def call() -> None:
+        fn(*args)
+
+    call.operands = operands
+    return call
+
+
 def raw_call(kern, a: np.ndarray, b: np.ndarray, c: np.ndarray, scratch: np.ndarray, bias=None):
     """A zero-argument callable invoking the native entry with precomputed pointers."""
     m, n = c.shape
     k = a.shape[1]
     args = (1, m, n, k, a.ctypes.data, a.shape[1], 0, b.ctypes.data, b.shape[1], 0, c.ctypes.data, n, 0,
             None if bias is None else bias.ctypes.data, None, n, 0, 0, scratch.ctypes.data)
-    fn = kern._fn
-    return lambda: fn(*args)
+    return _native_call(kern._fn, args, (a, b, c, scratch, bias))
 
 
 def packed_call(kern, a: np.ndarray, packed: np.ndarray, n: int, c: np.ndarray, scratch: np.ndarray, bias=None):
@@ -77,8 +110,42 @@ def packed_call(kern, a: np.ndarray, packed: np.ndarray, n: int, c: np.ndarray, 
     m, k = a.shape
     args = (1, m, n, k, a.ctypes.data, k, 0, packed.ctypes.data, 0, 0, c.ctypes.data, n, 0,
             None if bias is None else bias.ctypes.data, None, n, 0, 0, scratch.ctypes.data)
-    fn = kern._fn
-    return lambda: fn(*args)
+    return _native_call(kern._fn, args, (a, packed, c, scratch, bias))
+
+
+def block_rows(blocks: list[GemmShape], rng: np.random.Generator, rounds: int = 7) -> list[dict]:
+    """Milliseconds of CPU time per call of :data:`BLOCK_SHAPES` under each blocking (min over interleaved
+    rounds; CPU time, not wall time, so that other processes on the cores matter less)."""
+    print(f"{'row':>15} {'M x K x N':>16} " + "".join(f"{f'{s.mc}/{s.kc}/{s.nc}':>17}" for s in blocks)
+          + "   (ms of CPU per call, ratio to the first)")
+    rows = []
+    for label, m, k, n, packed in BLOCK_SHAPES:
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        w = rng.standard_normal((n, k) if packed else (k, n), dtype=np.float32)
+        c = np.empty((m, n), np.float32)
+        scratch = np.empty(max(scratch_bytes(m, n, k, s) for s in blocks), np.uint8)
+        calls = []
+        for s in blocks:
+            if packed:
+                calls.append(packed_call(compile_gemm(trans_b=True, packed_b=True, shape=s), a, pack_b(w, True, s), n,
+                                         c, scratch))
+            else:
+                calls.append(raw_call(compile_gemm(shape=s), a, w, c, scratch))
+        t0 = time.process_time()
+        calls[0]()
+        number = max(1, int(0.02 / max(time.process_time() - t0, 1e-6)))
+        best = [float("inf")] * len(blocks)
+        for _ in range(rounds):
+            for i, call in enumerate(calls):
+                t0 = time.process_time()
+                for _ in range(number):
+                    call()
+                best[i] = min(best[i], (time.process_time() - t0) / number)
+        rows.append({"row": label, "M": m, "K": k, "N": n, "prepacked": packed,
+                     "ms": {f"{s.mc}/{s.kc}/{s.nc}": 1e3 * t for s, t in zip(blocks, best)}})
+        print(f"{label:>15} {f'{m}x{k}x{n}':>16} " + "".join(f"{1e3 * t:11.3f} {t / best[0]:5.2f}" for t in best),
+              flush=True)
+    return rows
 
 
 def _numpy_linear_relu(x, w, bias):
@@ -135,10 +202,21 @@ def split_rows(threads: int, rng: np.random.Generator, rounds: int = 3) -> list[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", type=Path, default=Path(__file__).with_name("gemm.json"))
+    parser.add_argument("--json", type=Path, help="where to write the numbers (default bench/gemm.json; none with "
+                        "--blocks)")
     parser.add_argument("--sizes", type=int, nargs="*", default=list(SQUARE))
     parser.add_argument("--threads", type=int, default=1, help="also time the split GEMM at 1 and this many threads")
+    parser.add_argument("--blocks", help="comma-separated mc/kc/nc blockings to compare (only this table)")
     opts = parser.parse_args()
+    if opts.blocks:
+        tile = {"mr": DEFAULT_SHAPE.mr, "nv": DEFAULT_SHAPE.nv}
+        blocks = [GemmShape(**tile, **dict(zip(("mc", "kc", "nc"), map(int, spec.split("/")))))
+                  for spec in opts.blocks.split(",")]
+        rows = block_rows(blocks, np.random.default_rng(0))
+        if opts.json:
+            opts.json.write_text(json.dumps({"blocks": rows}, indent=2))
+        return
+    opts.json = opts.json or Path(__file__).with_name("gemm.json")
     if os.environ.get("OPENBLAS_NUM_THREADS") != "1":
         print("warning: OPENBLAS_NUM_THREADS is not 1; numpy may use several threads", file=sys.stderr)
     torch = torch_module()
