@@ -75,6 +75,8 @@ def _is_inplace(node) -> bool:
 class ExportTracer(Tracer):
     """A :class:`Tracer` that lifts module state into placeholders and records module calls."""
 
+    sheds_examples = True
+
     def __init__(self, shape_env: ShapeEnv | None = None) -> None:
         super().__init__(shape_env)
         self.state_specs: list[tuple[str, str, str, bool | None]] = []  # (placeholder, target, kind, persistent)

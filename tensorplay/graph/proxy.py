@@ -48,7 +48,7 @@ def _binary(fn, reflected=False):
 class Proxy:
     """A traced tensor value: a graph node plus the tracer that owns it."""
 
-    __slots__ = ("node", "tracer")
+    __slots__ = ("node", "tracer", "__weakref__")  # a weak reference tells an exporting tracer it is gone
 
     def __init__(self, node, tracer):
         self.node = node

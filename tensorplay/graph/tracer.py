@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import itertools
 import operator
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -109,7 +111,14 @@ def _pinned(fact, value: bool) -> int | None:
 
 
 class Tracer:
-    """Builds one graph; subclasses (export) decide how module state enters it."""
+    """Builds one graph; subclasses (export) decide how module state enters it.
+
+    With ``sheds_examples`` (export), a computed node's example tensor becomes a stand-in
+    (:func:`example_standin`) as soon as the proxy the op returned is gone: no user code can read its values
+    any more, so a capture holds only the activations still in reach, not all of them.
+    """
+
+    sheds_examples = False
 
     def __init__(self, shape_env: ShapeEnv | None = None):
         self.graph = Graph()
@@ -129,6 +138,7 @@ class Tracer:
         self._origins: dict[sympy.Symbol, frozenset] = {}  # such a symbol -> the (label, axis) it stands for
         self._picked: dict[tuple, set] = {}  # (node, axis) -> the single positions read along that axis
         self._use = "as a value of the graph"
+        self._live: set[weakref.ref] = set()  # one per proxy of a computed node whose example sheds with it
 
     # ------------------------------------------------------------------ static extents
     def track_extents(self) -> None:
@@ -403,6 +413,8 @@ class Tracer:
             with self.graph.inserting_after(node if i == 0 else items[-1].node):
                 item = self.graph.call_function(operator.getitem, (node, i))
             items.append(self._finish_tensor(item, m, e, op))
+        if self.sheds_examples:  # the items hold the values (and shed them when unreachable)
+            node.meta["example_value"] = _shed(example)
         if isinstance(example, tuple) and hasattr(example, "_fields"):
             return type(example)(*items)
         return list(items) if isinstance(meta, list) else tuple(items)
@@ -425,7 +437,10 @@ class Tracer:
                 raise AssertionError(f"internal error: meta rule of {op.name} gives extent {d}, eager {actual}")
             shape.append(d)
         self._node_meta(node, TensorMeta(tuple(shape), meta.dtype), example)
-        return Proxy(node, self)
+        proxy = Proxy(node, self)
+        if self.sheds_examples and node.op in ("call_function", "call_method"):
+            self._live.add(weakref.ref(proxy, functools.partial(_shed_node, self._live, node)))
+        return proxy
 
     # ------------------------------------------------------------------ sizes
     def shape_of(self, proxy: Proxy) -> tuple:
@@ -706,6 +721,11 @@ def shed_example_data(graph: Graph) -> None:
     for node in graph.nodes:
         if node.op in ("call_function", "call_method") and "example_value" in node.meta:
             node.meta["example_value"] = _shed(node.meta["example_value"])
+
+
+def _shed_node(live: set, node, ref: weakref.ref) -> None:
+    live.discard(ref)
+    node.meta["example_value"] = _shed(node.meta.get("example_value"))
 
 
 def _shed(value: Any) -> Any:
