@@ -62,15 +62,7 @@ from .winograd import emit_winograd, winograd_applies
 #: up to 2.7x where the output is large next to the weight (the transposing copy, e.g. 1x1 64 -> 256 at 56x56).
 TRANSPOSED_MIN_DEPTH_PER_PIXEL = 2
 
-#: An im2col convolution whose columns of one image exceed this many bytes builds them a band of output rows at a
-#: time (:func:`band_rows`), each band's columns and output staying in L2 for its GEMM.
-COL_BAND_BYTES = 512 * 1024
-
-#: A band holds at least this many output pixels (the GEMM's N), so its GEMM keeps its rate.
-MIN_BAND_PIXELS = 256
-
-__all__ = ["COL_BAND_BYTES", "MIN_BAND_PIXELS", "TRANSPOSED_MIN_DEPTH_PER_PIXEL", "band_rows", "conv_col_type",
-           "emit_conv", "needs_im2col", "transposed_applies"]
+__all__ = ["TRANSPOSED_MIN_DEPTH_PER_PIXEL", "conv_col_type", "emit_conv", "needs_im2col", "transposed_applies"]
 
 
 def needs_im2col(op: Operation) -> bool:
@@ -128,7 +120,7 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: 
     ks, sp = list(wt.shape[2:]), list(yt.shape[2:])
     ck, p = cg * numel(ks), numel(sp)
     col_type = conv_col_type(op)
-    col = alloc(col_type) if col_type is not None and band_rows(op) is None else None
+    col = alloc(col_type) if col_type is not None else None
     image = None
     if input_buffer is None or any(pads):
         image = alloc(TensorType([xt.shape[1], *(xt.shape[2 + d] + 2 * pads[d] for d in range(nd))], dt))
@@ -139,10 +131,6 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: 
         src, at, img_off = image, [], sympy.Integer(0)
     else:
         src, at, img_off = input_buffer, [n_i], n_i * xt.shape[1] * numel(xt.shape[2:])
-    rows = band_rows(op)
-    if rows is not None:
-        _emit_bands(em, op, weight, out, alloc, src, at, n_i, rows)
-        return
     if col is not None:  # every tap is in range: the input has no padding, or src is the zero-bordered copy
         g_i, c_i, *rest = parallel_loops(em, [g, cg, *ks, *sp])
         k_i, o_i = rest[:nd], rest[nd:]
@@ -198,72 +186,6 @@ def _emit_transposed(em: NestEmitter, op: Operation, weight: Value, out: Value,
     em.create(len(em.levels) - 1, "kernel.gemm", [src, weight, scratch], attrs, [])
     o_i, *s_i = parallel_loops(em, [cout, *sp])
     store(em, em.op("kernel.load", scratch, index=[_flat(sympy.Integer(0), s_i, sp), o_i]), out, [n_i, o_i, *s_i])
-    close_to(em, 1)
-
-
-def band_rows(op: Operation) -> int | None:
-    """Output rows per band of an im2col convolution computed band by band (:func:`_emit_bands`), or None when
-    its whole column buffer is built at once: static shapes, the plain (not transposed) form, and columns of one
-    image over :data:`COL_BAND_BYTES`. A band is the largest divisor of the output height whose columns fit in
-    :data:`COL_BAND_BYTES`, at least :data:`MIN_BAND_PIXELS` output pixels.
-
-    >>> from tensorplay.dialect import parse
-    >>> f = parse('''func @f(%x: tensor<[1, 3, 224, 224], f32>, %w: tensor<[64, 3, 7, 7], f32>)
-    ...     -> (tensor<[1, 64, 112, 112], f32>) {
-    ...   %0 = tp.conv %x, %w {dilation = [1, 1], padding = [3, 3], stride = [2, 2]} : tensor<[1, 64, 112, 112], f32>
-    ...   tp.return %0
-    ... }''').functions[0]
-    >>> band_rows(f.body.ops[0])
-    7
-    """
-    col_type = conv_col_type(op)
-    if col_type is None or op.operands[0].type.rank < 4 or transposed_applies(op):
-        return None
-    sizes = [_int(e) for e in (*col_type.shape, *op.result.type.shape[2:])]
-    if any(s is None for s in sizes):
-        return None
-    g, ck, p, height = sizes[:4]
-    row_bytes = g * ck * (p // height) * col_type.dtype.itemsize
-    if row_bytes * height <= COL_BAND_BYTES:
-        return None
-    fits = [r for r in range(1, height) if height % r == 0 and r * row_bytes <= COL_BAND_BYTES
-            and r * (p // height) >= MIN_BAND_PIXELS]
-    return max(fits) if fits else None
-
-
-def _emit_bands(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
-                src: Value, at: list, n_i: sympy.Expr, rows: int) -> None:
-    """Image ``n_i`` of the im2col convolution ``op`` band by band: for each band of ``rows`` output rows, its
-    columns, the GEMM per group into a band of the output, and that band copied into ``out``. ``src`` holds the
-    (zero-bordered) image, indexed after ``at``."""
-    xt, wt, yt = op.operands[0].type, op.operands[1].type, op.result.type
-    a, nd = op.attributes, xt.rank - 2
-    g = a["groups"]
-    cg, og = sympy.cancel(xt.shape[1] / g), sympy.cancel(wt.shape[0] / g)
-    ks, sp = list(wt.shape[2:]), list(yt.shape[2:])
-    ck, band_sp = cg * numel(ks), [sympy.Integer(rows), *sp[1:]]
-    bp = numel(band_sp)
-    col = alloc(TensorType([g, ck, bp], xt.dtype))
-    band = alloc(TensorType([wt.shape[0], bp], yt.dtype))
-    depth = len(em.levels)
-    (b_i,) = em.loops([sympy.cancel(sp[0] / rows)], parallel=False)
-    inner = len(em.levels)
-    g_i, c_i, *rest = parallel_loops(em, [g, cg, *ks, *band_sp])
-    k_i, o_i = rest[:nd], rest[nd:]
-    o_i = [b_i * rows + o_i[0], *o_i[1:]]
-    pos = [o_i[d] * a["stride"][d] + k_i[d] * a["dilation"][d] for d in range(nd)]
-    store(em, em.op("kernel.load", src, index=[sympy.expand(e) for e in (*at, g_i * cg + c_i, *pos)]), col,
-          [g_i, _flat(c_i, k_i, ks), _flat(sympy.Integer(0), rest[nd:], band_sp)])
-    close_to(em, inner)
-    (g_i,) = parallel_loops(em, [g])
-    attrs = {"m": og, "n": bp, "k": ck, "a_offset": sympy.expand(g_i * og * ck),
-             "b_offset": sympy.expand(g_i * ck * bp), "c_offset": sympy.expand(g_i * og * bp), **origin(op)}
-    em.create(len(em.levels) - 1, "kernel.gemm", [weight, col, band], attrs, [])
-    close_to(em, inner)
-    o_c, *s_i = parallel_loops(em, [wt.shape[0], *band_sp])
-    store(em, em.op("kernel.load", band, index=[o_c, _flat(sympy.Integer(0), s_i, band_sp)]), out,
-          [n_i, o_c, b_i * rows + s_i[0], *s_i[1:]])
-    close_to(em, depth)
     close_to(em, 1)
 
 
