@@ -152,7 +152,10 @@ def test_a_fresh_interpreter_compiles_and_loads_gemms_gathers_and_random_draws(t
     # seed 100: the program's one random op draws numpy's stream for seed + 1, as the interpreter does
     want = ref + np.random.default_rng(101).random((4, 24)).astype(np.float32)
     np.testing.assert_allclose(np.asarray(loaded["z"], np.float32), want, rtol=1e-5, atol=1e-5)
-    assert [s.split(":")[0] for s in loaded["links"]] == ["Library", "Library", "_Callbacks"]
+    # the two GEMM kernels' shared libraries and the host callbacks (and the thread pool: a call marks itself running)
+    gemms = [s for s in loaded["links"] if s.startswith("Library:tp_gemm")]
+    assert len(gemms) == 2 and set(loaded["links"]) - set(gemms) <= {"Library:tp_threadpool", "_Callbacks:"}
+    assert "_Callbacks:" in loaded["links"]
     assert all(s.split(":")[1].startswith("tp_gemm_") for s in loaded["links"][:2])
 
 
