@@ -5,7 +5,10 @@ program's object there has already run the whole lowering (decompositions, conve
 codegen). This cache sits in front of it: :func:`program_key` hashes the exported program's serialized
 form (graph, signature, range constraints, example and weight shapes and dtypes; the bytes only of graph
 constants, which the compiler may bake into the code as literals; never the weights, which the code reads
-on every call), the compile options, the host CPU and a fingerprint of the compiler's own files.
+on every call, nor the nodes' source locations, which no code depends on: the same model exported from
+another line or script finds its code), the compile options, the host CPU and a fingerprint of the
+compiler's own files. A program restored from the cache shows the source locations of the one compiled
+first in its ``ir("tp")`` text.
 :func:`store` keeps everything a loader needs (the archive record of
 :func:`tensorplay.lowering.aot.archive_entry`, the ``tp`` and kernel texts, the stats); :func:`restore`
 maps it back as a :class:`tensorplay.lowering.pipeline.FreshProgram` without lowering anything.
@@ -26,7 +29,7 @@ import json
 import os
 import struct
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -83,6 +86,7 @@ def program_key(program: ExportedProgram, options: CompileOptions) -> str | None
         doc, groups = program_to_document(program)
     except (ValueError, TypeError):
         return None
+    doc = _without_source_locations(doc)
     cpu = host_cpu()
     h = hashlib.sha256(_compiler_fingerprint())
     for part in (cpu.triple, cpu.name, feature_string(options.prefer_vector_width), cpu.llvmlite,
@@ -94,6 +98,19 @@ def program_key(program: ExportedProgram, options: CompileOptions) -> str | None
         if i not in state:
             h.update(np.ascontiguousarray(t._data).tobytes())
     return h.hexdigest()
+
+
+def _without_source_locations(doc: Any) -> Any:
+    """``doc`` without source lines: every node's ``stack_trace`` (nested graphs included) and the line each
+    undeclared-dimension record names (read from the live program when a call needs it, never from the code)."""
+    if isinstance(doc, dict):
+        out = {k: _without_source_locations(v) for k, v in doc.items() if k != "stack_trace"}
+        if isinstance(out.get("static_extents"), list):
+            out["static_extents"] = [r[:4] if isinstance(r, list) else r for r in out["static_extents"]]
+        return out
+    if isinstance(doc, list):
+        return [_without_source_locations(v) for v in doc]
+    return doc
 
 
 def store(key: str, compiled: FreshProgram, program: ExportedProgram, cache: CompileCache | None = None) -> None:

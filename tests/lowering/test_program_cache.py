@@ -62,6 +62,17 @@ def test_the_key_covers_graph_shapes_and_options_but_not_weight_values():
     assert program_cache.program_key(other, options) != key
 
 
+def test_the_key_leaves_out_source_lines():
+    """The same model exported from two lines (another script, an inserted import) finds the same code: node stack
+    traces and the line an undeclared-dimension record names do not enter the key."""
+    model, options = Net(0).eval(), CompileOptions()
+    first = export(model, tp.randn(4, 6))
+    second = export(model, tp.randn(4, 6))
+    traces = [[n.meta.get("stack_trace") for n in p.graph.nodes] for p in (first, second)]
+    assert traces[0] != traces[1]
+    assert program_cache.program_key(first, options) == program_cache.program_key(second, options)
+
+
 def test_a_second_compile_restores_without_lowering_and_reads_its_own_weights(cache_dir, monkeypatch):
     first, w0 = program(0)
     fresh = compile_program(first)
