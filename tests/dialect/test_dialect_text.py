@@ -138,6 +138,16 @@ def test_workspace_and_kernel_round_trip():
     assert m.functions[0].workspace == WorkspacePlan(64 * s0, (("t0", 0), ("t1", 32 * s0)))
 
 
+def test_a_max_of_many_symbolic_terms_reads_back():
+    """Kernel text of a large program holds Max/Min of a few dozen terms (ResNet-50's scratch size had 19):
+    what the printer writes, the parser reads."""
+    size = sympy.Max(*(k * s0 + (k * k) % 7 * s1 for k in range(1, 41)), evaluate=False)
+    text = ("func @k(%x: buffer<[s0, s1], f32>) -> () where {s0 in [1, 64]; s1 in [1, 64]} workspace {size = "
+            f"{expr_str(size)}, t0 = 0}} {{\n  kernel.return\n}}\n")
+    m = parse(text)
+    assert str(m) == text and len(m.functions[0].workspace.size.args) == 40
+
+
 def test_printed_max_min_parse_without_pairwise_evaluation(monkeypatch):
     """The printer writes Max/Min evaluated: parsing rebuilds them as they are (sympy's pairwise dominance check
     took seconds on a GEMM program's scratch size) and the result equals the evaluated expression; Max/Min of
