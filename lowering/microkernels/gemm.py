@@ -76,6 +76,9 @@ __all__ = ["DEFAULT_SHAPE", "Epilogue", "GemmKernel", "GemmShape", "compile_gemm
 #: 384, the 1024-2048 squares and K = 1024 products 2-10%; no bench shape slower (interleaved CPU time, 1 thread).
 DEFAULT_SHAPE = GemmShape(mr=8, nv=2, mc=128, kc=1024, nc=1536)
 _ALIGN = 64
+#: Row counts of the tail micro-kernels: the last row tile of ``M`` (``M % MR`` rows) runs the smallest of these
+#: with enough rows instead of a full ``MR``-row tile (:func:`.gemm_kernels.emit_micro_kernel`).
+TAIL_ROWS = (1, 2, 4)
 #: With ``trans_b`` (B is N x K), products with at most this many columns run as row-by-row dot products.
 GEMV_MAX_N = 16
 NO_EPILOGUE = Epilogue()
@@ -144,6 +147,8 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
     pack_a = emit_pack(module, f"{tag}.pack_a", panel=shape.mr, contiguous=trans_a)
     pack_b = None if packed_b else emit_pack(module, f"{tag}.pack_b", panel=shape.nr, contiguous=not trans_b)
     micro = emit_micro_kernel(module, f"{tag}.micro", shape, epilogue)
+    tails = [(r, emit_micro_kernel(module, f"{tag}.micro{r}", shape, epilogue, rows=r)) for r in TAIL_ROWS
+             if r < shape.mr]
     if packed_b:
         gemv = emit_gemv_packed(module, f"{tag}.gemv", shape)
     else:
@@ -183,7 +188,7 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
                 _emit_gemv_call(b, lp, gemv, row_epi, trans_a, args, a_ptr, b_ptr, c_ptr, r_ptr, accumulate, base,
                                 epilogue.residual)
             with matrix:
-                _emit_blocked(b, lp, shape, epilogue, (pack_a, pack_b, micro), trans_a, trans_b, args,
+                _emit_blocked(b, lp, shape, epilogue, (pack_a, pack_b, micro, tails), trans_a, trans_b, args,
                               (a_ptr, b_ptr, c_ptr, r_ptr), accumulate, a_pack, b_pack)
     b.ret_void()
     return fn
@@ -210,9 +215,9 @@ def _emit_gemv_call(b: ir.IRBuilder, lp: Loops, gemv: ir.Function, row_epi: ir.F
 
 
 def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilogue,
-                  funcs: tuple[ir.Function, ir.Function | None, ir.Function], trans_a: bool, trans_b: bool, args: dict,
+                  funcs: tuple, trans_a: bool, trans_b: bool, args: dict,
                   ptrs: tuple[ir.Value, ...], accumulate: ir.Value, a_pack: ir.Value, b_pack: ir.Value) -> None:
-    pack_a, pack_b, micro = funcs
+    pack_a, pack_b, micro, tails = funcs
     a_ptr, b_ptr, c_ptr, r_ptr = ptrs
     m, n, k = args["M"], args["N"], args["K"]
     lda, ldb, ldc, ldr = args["lda"], args["ldb"], args["ldc"], args["ldr"]
@@ -248,7 +253,23 @@ def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilog
                         ap = gep(b, a_pack, b.mul(ir_, kc))
                         c_tile = gep(b, c_ptr, b.add(b.mul(row, ldc), col))
                         r_tile = gep(b, r_ptr, b.add(b.mul(row, ldr), col)) if epilogue.residual else r_ptr
-                        b.call(micro, [kc, ap, bp, c_tile, ldc, mr, nr, load_c, finish, bias, r_tile, ldr])
+                        _call_micro(b, micro, tails, mr, [kc, ap, bp, c_tile, ldc, mr, nr, load_c, finish, bias,
+                                                          r_tile, ldr])
+
+
+def _call_micro(b: ir.IRBuilder, micro: ir.Function, tails: list[tuple[int, ir.Function]], mr: ir.Value,
+                args: list) -> None:
+    """The micro-kernel call of a row tile of ``mr`` rows: the full kernel, or the smallest tail kernel with at
+    least ``mr`` rows."""
+    if not tails:
+        b.call(micro, args)
+        return
+    (rows, fn), rest = tails[0], tails[1:]
+    with b.if_else(b.icmp_signed("<=", mr, i64(rows))) as (small, other):
+        with small:
+            b.call(fn, args)
+        with other:
+            _call_micro(b, micro, rest, mr, args)
 
 
 # --------------------------------------------------------------------------------------

@@ -300,15 +300,19 @@ def _pack_transposed(b: ir.IRBuilder, lp: Loops, kc: ir.Value, src: ir.Value, ld
 # micro-kernel
 # --------------------------------------------------------------------------------------
 
-def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilogue) -> ir.Function:
+def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilogue,
+                      rows: int | None = None) -> ir.Function:
     """``void micro(i64 kc, ptr Ap, ptr Bp, ptr C, i64 ldc, i64 mr, i64 nr, i1 load_c, i1 finish,
     ptr bias, ptr R, i64 ldr)``.
 
     Computes the ``MR x NR`` tile ``sum_k Ap[k] (x) Bp[k]`` in registers, adds the existing
     ``C`` tile when ``load_c``, applies the epilogue when ``finish`` and stores the valid
     ``mr x nr`` corner. Partial tiles go through a stack tile so the epilogue code exists once.
+    With ``rows`` (< MR) the tile has only that many rows (of A panels still ``MR`` wide): the last row
+    tile of an ``M`` that is not a multiple of ``MR`` (``M = 49``: 6 full tiles and one of 1 row, not 7 full).
     """
     mr_c, nv, nr_c = shape.mr, shape.nv, shape.nr
+    rows = mr_c if rows is None else rows
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, PTR, PTR, PTR, I64, I64, I64, I1, I1,
                                                               PTR, PTR, I64]), name)
     fn.linkage = "internal"
@@ -323,8 +327,8 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
         slot.align = 64
         return b.bitcast(slot, PTR)
 
-    tile = stack(mr_c * nr_c, "tile")
-    rtile = stack(mr_c * nr_c, "rtile") if epi.residual else None
+    tile = stack(rows * nr_c, "tile")
+    rtile = stack(rows * nr_c, "rtile") if epi.residual else None
     btile = stack(nr_c, "btile") if epi.bias else None
 
     # ---- k loop: the accumulators are phis
@@ -336,26 +340,26 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
     b.position_at_end(loop)
     k = b.phi(I64, name="k")
     k.add_incoming(i64(0), entry)
-    accs = [[b.phi(V16, name=f"acc{i}_{v}") for v in range(nv)] for i in range(mr_c)]
+    accs = [[b.phi(V16, name=f"acc{i}_{v}") for v in range(nv)] for i in range(rows)]
     for row in accs:
         for phi in row:
             phi.add_incoming(zero, entry)
     bvec = [load_v(b, gep(b, bp, b.add(b.mul(k, i64(nr_c)), i64(v * LANES))), align=64) for v in range(nv)]
     a_row = b.mul(k, i64(mr_c))
     new = []
-    for i in range(mr_c):
+    for i in range(rows):
         a = splat(b, b.load(gep(b, ap, b.add(a_row, i64(i))), typ=F32))
         new.append([fma16(b, a, bvec[v], accs[i][v]) for v in range(nv)])
     k_next = b.add(k, i64(1))
     k.add_incoming(k_next, loop)
-    for i in range(mr_c):
+    for i in range(rows):
         for v in range(nv):
             accs[i][v].add_incoming(new[i][v], loop)
     b.cbranch(b.icmp_signed("<", k_next, kc), loop, after)
 
     b.position_at_end(after)
     result = []
-    for i in range(mr_c):
+    for i in range(rows):
         row = []
         for v in range(nv):
             phi = b.phi(V16)
@@ -365,7 +369,7 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
         result.append(row)
 
     # ---- choose where the tile goes: straight to C, or through the stack tile
-    full = b.and_(b.icmp_signed("==", mr, i64(mr_c)), b.icmp_signed("==", nr, i64(nr_c)))
+    full = b.and_(b.icmp_signed("==", mr, i64(rows)), b.icmp_signed("==", nr, i64(nr_c)))
     pre = b.block
     partial_bb = b.append_basic_block("partial.in")
     store_bb = b.append_basic_block("store")
@@ -404,20 +408,20 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
     ldr_out = merge(ldr, i64(nr_c), I64) if epi.residual else None
     b_out = merge(bias, btile) if epi.bias else None
 
-    rows = [gep(b, c_out, b.mul(i64(i), ldc_out)) for i in range(mr_c)]
+    c_rows = [gep(b, c_out, b.mul(i64(i), ldc_out)) for i in range(rows)]
     # add the existing C
     cur = b.block
     add_bb = b.append_basic_block("loadc")
     added_bb = b.append_basic_block("loadc.end")
     b.cbranch(load_c, add_bb, added_bb)
     b.position_at_end(add_bb)
-    summed = [[b.fadd(result[i][v], load_v(b, gep(b, rows[i], i64(v * LANES)))) for v in range(nv)]
-              for i in range(mr_c)]
+    summed = [[b.fadd(result[i][v], load_v(b, gep(b, c_rows[i], i64(v * LANES)))) for v in range(nv)]
+              for i in range(rows)]
     add_end = b.block
     b.branch(added_bb)
     b.position_at_end(added_bb)
     vals = []
-    for i in range(mr_c):
+    for i in range(rows):
         row = []
         for v in range(nv):
             phi = b.phi(V16)
@@ -426,9 +430,9 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
             row.append(phi)
         vals.append(row)
 
-    for i in range(mr_c):
+    for i in range(rows):
         for v in range(nv):
-            b.store(vals[i][v], gep(b, rows[i], i64(v * LANES)), align=4)
+            b.store(vals[i][v], gep(b, c_rows[i], i64(v * LANES)), align=4)
     if epi.active:
         # once per tile, row by row from L1: one inlined copy of the activation per vector column
         # instead of one per accumulator keeps compile time low at no measurable cost
