@@ -35,18 +35,30 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import llvmlite
+import llvmlite.ir as ir
 import numpy as np
 import sympy
 
-from ..fusion.winograd import FILTER_TRANSFORM, filter_transform
-from .gemm import DEFAULT_SHAPE, GEMV_MAX_N, GemmShape, packed_b_floats
+from tensorplay.runtime.cache import cache_key, default_cache
+from tensorplay.runtime.jit import Library, compile_object, load_object
+from tensorplay.runtime.target import feature_string, host_cpu
 
-__all__ = ["PackSite", "Prepacker", "pack_b", "pack_sites", "pack_transformed", "prepacker", "slot_symbol"]
+from ..fusion.winograd import FILTER_TRANSFORM, filter_transform
+from . import gemm_kernels
+from .gemm import DEFAULT_SHAPE, GEMV_MAX_N, GemmShape, packed_b_floats
+from .gemm_kernels import emit_pack
+
+__all__ = ["PackSite", "Prepacker", "native_packer", "pack_b", "pack_sites", "pack_transformed", "prepacker",
+           "slot_symbol"]
 
 #: Ops that only read a buffer operand (any operand position); kernel.gemm reads all but its output.
 _READERS = {"kernel.load", "kernel.load_at"}
@@ -162,21 +174,61 @@ def pack_transformed(w: np.ndarray, site: PackSite) -> np.ndarray:
 
 def pack_b(w: np.ndarray, trans_b: bool, shape: GemmShape = DEFAULT_SHAPE) -> np.ndarray:
     """``B`` (``w``, or ``w.T`` when ``trans_b``) in the prepacked layout of
-    :func:`tensorplay.lowering.microkernels.gemm.packed_b_floats`,
-    64-byte aligned."""
+    :func:`tensorplay.lowering.microkernels.gemm.packed_b_floats`, 64-byte aligned, as float32.
+
+    Packed by native code (:func:`native_packer`: the GEMM kernels' own ``B`` packing routine, 16 x 16 register
+    transposes for ``trans_b``), at memory speed: numpy's transposing copies take 10-40x longer on power-of-two
+    row lengths (a 768 x 3072 ``nn.Linear`` weight: ~30 ms against ~1 ms).
+    """
     if not isinstance(w, np.ndarray) or w.ndim != 2:
         raise ValueError(f"pack_b: expected a 2-D array, got {getattr(w, 'shape', type(w).__name__)}")
-    bm = w.T if trans_b else w
-    k, n = bm.shape
-    nr = shape.nr
-    panels, rest = divmod(n, nr)
+    src = np.ascontiguousarray(w, dtype=np.float32)
+    k, n = src.shape[::-1] if trans_b else src.shape
     out = _aligned(packed_b_floats(k, n, shape))
-    grid = out.reshape(panels + bool(rest), k, nr)  # panel, depth, column: one pass from B, no padded copy
-    grid[:panels] = bm[:, :panels * nr].reshape(k, panels, nr).transpose(1, 0, 2)
-    if rest:
-        grid[panels, :, :rest] = bm[:, panels * nr:]
-        grid[panels, :, rest:] = 0
+    if out.size:
+        native_packer(shape.nr, trans_b)(k, n, src.ctypes.data, src.shape[1], out.ctypes.data)
     return out
+
+
+#: C signature of the packing routines: ``void pack(i64 k, i64 n, float *src, i64 ld, float *dst)``
+_PACK_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p)
+_PACKERS: dict[int, tuple[Library, dict[bool, Any]]] = {}
+_PACKERS_LOCK = threading.Lock()
+
+
+def _pack_symbol(nr: int, trans_b: bool) -> str:
+    return f"tp_prepack_b_{'t' if trans_b else 'n'}_nr{nr}"
+
+
+def native_packer(nr: int, trans_b: bool) -> Callable[[int, int, int, int, int], None]:
+    """``pack(k, n, src, ld, dst)``: the ``k x n`` matrix ``B`` at address ``src`` (row ``i`` of ``B`` at
+    ``src + 4*i*ld`` or, with ``trans_b``, column ``j`` at ``src + 4*j*ld``) written to ``dst`` as ``NR = nr``
+    wide panels (:func:`tensorplay.lowering.microkernels.gemm.packed_b_floats`, the last panel zero-padded).
+    The routines are :func:`tensorplay.lowering.microkernels.gemm_kernels.emit_pack`, compiled once per machine
+    (the object is kept in the compile cache) and mapped once per process."""
+    with _PACKERS_LOCK:
+        if nr not in _PACKERS:
+            library = load_object(_pack_object(nr), name=f"tp_prepack_nr{nr}")
+            _PACKERS[nr] = library, {t: _PACK_TYPE(library.address(_pack_symbol(nr, t))) for t in (False, True)}
+        return _PACKERS[nr][1][trans_b]
+
+
+def _pack_object(nr: int) -> bytes:
+    """The object defining both packing routines for panels ``nr`` wide, from the compile cache or compiled."""
+    digest = hashlib.sha256(llvmlite.__version__.encode())
+    for source in (gemm_kernels.__file__, __file__):
+        digest.update(Path(source).read_bytes())
+    cpu, store = host_cpu(), default_cache()
+    key = cache_key(f"tensorplay prepack\nnr={nr}\n{digest.hexdigest()}", cpu.name, feature_string(None),
+                    cpu.llvmlite, 3)
+    obj = store.get(key)
+    if obj is None:
+        module = ir.Module(name=f"tp_prepack_nr{nr}")
+        for trans_b in (False, True):
+            emit_pack(module, _pack_symbol(nr, trans_b), panel=nr, contiguous=not trans_b).linkage = ""
+        obj, _ = compile_object(str(module), opt=3, cache=False, name=module.name)
+        store.put(key, obj)
+    return obj
 
 
 def _aligned(count: int) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""pack_b writes the panel-major layout in one pass: the same bytes as padding B, then cutting it into panels."""
+"""pack_b (native code) writes the panel-major layout in one pass: the same bytes as padding B, then cutting it into
+panels, for every K and N (power-of-two row lengths included, where a transposing copy is at its slowest)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def padded_then_cut(w: np.ndarray, trans_b: bool, nr: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("shape", [SMALL, DEFAULT_SHAPE])
-@pytest.mark.parametrize("k, n", [(1, 1), (10, 40), (7, 16), (33, 97), (768, 301), (5, 0), (0, 9)])
+@pytest.mark.parametrize("k, n", [(1, 1), (10, 40), (7, 16), (33, 97), (768, 301), (4096, 64), (64, 2048),
+                                  (5, 0), (0, 9)])
 @pytest.mark.parametrize("trans_b", [False, True])
 def test_packed_bytes_match_the_padded_layout(shape, k, n, trans_b):
     w = np.random.default_rng(k * 1000 + n).standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
