@@ -49,7 +49,7 @@ import sympy
 from tensorplay.dialect.ir import Operation, Value
 from tensorplay.dialect.types import TensorType
 
-from ..microkernels.gemm import GEMV_MAX_N
+from ..microkernels.gemm import DEFAULT_SHAPE, GEMV_MAX_N
 from .depthwise import direct_conv_applies, emit_direct_conv
 from .emit import NestEmitter, origin
 from .image_copy import close_to, copy_image, parallel_loops, store
@@ -206,7 +206,8 @@ def band_rows(op: Operation) -> int | None:
     """Output rows per band of a convolution whose columns run band by band, or None (one column buffer for the
     whole image): float32, 2-d, one group, static sizes, not :func:`transposed_applies`, whole columns over
     :data:`BAND_MIN_COL_BYTES`. A band is the largest divisor of the output height whose columns fit in
-    :data:`BAND_COL_BYTES` (at least one row).
+    :data:`BAND_COL_BYTES` and whose pixels fill whole GEMM column tiles (a multiple of ``NR``; else no bands: at
+    ResNet-50's 3x3 stride-2 56 -> 28 layer, 7-row bands of 196 pixels leave every band a partial tile).
 
     >>> from tensorplay.dialect import parse
     >>> f = parse('''func @f(%x: tensor<[1, 3, 224, 224], f32>, %w: tensor<[64, 3, 7, 7], f32>)
@@ -227,7 +228,9 @@ def band_rows(op: Operation) -> int | None:
     ck, _, oh, ow = sizes
     if 4 * ck * oh * ow <= BAND_MIN_COL_BYTES:
         return None
-    return max([r for r in range(1, oh + 1) if oh % r == 0 and 4 * ck * r * ow <= BAND_COL_BYTES] or [1])
+    fit = [r for r in range(1, oh)
+           if oh % r == 0 and r * ow % DEFAULT_SHAPE.nr == 0 and 4 * ck * r * ow <= BAND_COL_BYTES]
+    return max(fit) if fit else None
 
 
 def _emit_bands(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],

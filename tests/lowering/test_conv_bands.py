@@ -66,20 +66,19 @@ def test_stem_sized_columns_run_in_bands():
         np.testing.assert_allclose(got, eager, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("band_bytes, rows", [(12_000, 3), (3_000, 1)])
+@pytest.mark.parametrize("band_bytes, rows", [(30_000, 3), (10_000, 1)])
 def test_small_bands_with_an_inlined_prologue(monkeypatch, band_bytes, rows):
-    """Bands forced small: an output height of 9 rows in bands of 3 rows, or of 1 row, the input computed inline
-    (ReLU) into the zero-bordered copy; stride 1 and 2."""
+    """Bands forced small: an output of 9 rows of 32 pixels in bands of 3 rows, or of 1 row, the input computed
+    inline (ReLU) into the zero-bordered copy; stride 1 and 2."""
     monkeypatch.setattr(conv, "BAND_MIN_COL_BYTES", 1_000)
     monkeypatch.setattr(conv, "BAND_COL_BYTES", band_bytes)
     rng = np.random.default_rng(rows)
-    for stride, size in ((1, 9), (2, 17)):
+    for stride, (h, w_in) in ((1, (9, 32)), (2, (17, 63))):
         w = rng.standard_normal((24, 8, 3, 3), dtype=np.float32)
-        x = rng.standard_normal((2, 8, size, size + 2), dtype=np.float32)
+        x = rng.standard_normal((2, 8, h, w_in), dtype=np.float32)
         prog = export(_Stem(stride, 1, True), tp.tensor(x), tp.tensor(w))
         compiled = tp.compile(prog, num_threads=1, strict=True, cache=False)
-        ow = (size + 2 + 2 - 3) // stride + 1
-        assert f"buffer<[72, {rows * ow}], f32>" in compiled.ir("kernel")
+        assert f"buffer<[72, {rows * 32}], f32>" in compiled.ir("kernel")
         got = _bitwise_across_threads(prog, compiled, (x, w))
         np.testing.assert_allclose(got, _ref(np.maximum(x - 0.25, 0), w, stride, 1), rtol=1e-5, atol=1e-5)
 
@@ -97,3 +96,4 @@ def test_band_rows_rule():
     assert conv.band_rows(op("[1, 3, 224, 224]", "[64, 3, 7, 7]", "[1, 64, 112, 112]", 2)) == 14
     assert conv.band_rows(op("[1, 3, 32, 32]", "[64, 3, 3, 3]", "[1, 64, 32, 32]", 1)) is None       # 110 KB
     assert conv.band_rows(op("[1, 512, 14, 14]", "[512, 512, 3, 3]", "[1, 512, 7, 7]", 2)) is None   # transposed
+    assert conv.band_rows(op("[1, 128, 56, 56]", "[128, 128, 3, 3]", "[1, 128, 28, 28]", 2)) is None  # 28-pixel rows
