@@ -29,7 +29,7 @@ import json
 import os
 import struct
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -86,7 +86,7 @@ def program_key(program: ExportedProgram, options: CompileOptions) -> str | None
         doc, groups = program_to_document(program)
     except (ValueError, TypeError):
         return None
-    doc = _without_source_locations(doc)
+    _drop_source_locations(doc)
     cpu = host_cpu()
     h = hashlib.sha256(_compiler_fingerprint())
     for part in (cpu.triple, cpu.name, feature_string(options.prefer_vector_width), cpu.llvmlite,
@@ -100,17 +100,16 @@ def program_key(program: ExportedProgram, options: CompileOptions) -> str | None
     return h.hexdigest()
 
 
-def _without_source_locations(doc: Any) -> Any:
-    """``doc`` without source lines: every node's ``stack_trace`` (nested graphs included) and the line each
-    undeclared-dimension record names (read from the live program when a call needs it, never from the code)."""
-    if isinstance(doc, dict):
-        out = {k: _without_source_locations(v) for k, v in doc.items() if k != "stack_trace"}
-        if isinstance(out.get("static_extents"), list):
-            out["static_extents"] = [r[:4] if isinstance(r, list) else r for r in out["static_extents"]]
-        return out
-    if isinstance(doc, list):
-        return [_without_source_locations(v) for v in doc]
-    return doc
+def _drop_source_locations(doc: dict) -> None:
+    """Take the source lines out of a program document: every node's ``stack_trace`` (node metadata is the only
+    place it is stored: values inside the document, nested graphs' included, are tagged objects whose dict keys
+    are not JSON keys) and the line each undeclared-dimension record names (read from the live program when a
+    call needs it, never from the code)."""
+    for node in doc["graph"]["nodes"]:
+        node["meta"].pop("stack_trace", None)
+    records = doc["meta"].get("static_extents")
+    if isinstance(records, list):
+        doc["meta"]["static_extents"] = [r[:4] if isinstance(r, list) else r for r in records]
 
 
 def store(key: str, compiled: FreshProgram, program: ExportedProgram, cache: CompileCache | None = None) -> None:

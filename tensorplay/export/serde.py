@@ -47,6 +47,8 @@ from ..graph._pytree import TreeSpec, tree_flatten
 from ..graph.node import OPCODES
 from ..ops import REGISTRY, TensorMeta
 from ..ops._registry import Op
+from .dynamic_shapes import Dim as _Dim
+from .dynamic_shapes import DimHint, _DerivedDim, _StaticDim
 from .pt2_archive import (
     MAX_NDIM,
     bundle_payloads,
@@ -401,9 +403,6 @@ def encode_value(value: Any, table: TensorTable, symbols: SymbolTable | None = N
     >>> encode_value({"k": (1.5, float("inf"))}, TensorTable())
     {'$': 'dict', 'v': [['k', {'$': 'tuple', 'v': [1.5, {'$': 'float', 'v': 'inf'}]}]]}
     """
-    from .dynamic_shapes import Dim as _Dim
-    from .dynamic_shapes import DimHint, _DerivedDim, _StaticDim
-
     if depth > MAX_DEPTH:
         raise ValueError(f"cannot save {where}: nested deeper than {MAX_DEPTH}")
     symbols = symbols if symbols is not None else SymbolTable()
