@@ -200,18 +200,19 @@ def torch_compile(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
 _ONNX_CACHE: dict[tuple[str, str], tuple[bytes, float]] = {}
 
 
-def _onnx_key(case: Case) -> tuple[str, str]:
+def onnx_key(case: Case) -> tuple[str, str]:
+    """The rows sharing one ONNX export: a model's, when its batch (GPT: sequence) axis is dynamic; else one row's."""
     return case.model, "dyn" if case.model in DYNAMIC_AXIS else case.label
 
 
 def exported_onnx(case: Case) -> tuple[bytes, float] | None:
     """The ONNX bytes exported for ``case``'s model in this process and the seconds it took, if any."""
-    return _ONNX_CACHE.get(_onnx_key(case))
+    return _ONNX_CACHE.get(onnx_key(case))
 
 
 def preload_onnx(case: Case, blob: bytes, export_s: float) -> None:
     """Make ``blob`` (exported in ``export_s`` seconds, elsewhere) the ONNX model of ``case``'s rows."""
-    _ONNX_CACHE[_onnx_key(case)] = blob, export_s
+    _ONNX_CACHE[onnx_key(case)] = blob, export_s
 
 
 def onnx_bytes(case: Case, model: Any) -> tuple[bytes, float]:
@@ -220,7 +221,7 @@ def onnx_bytes(case: Case, model: Any) -> tuple[bytes, float]:
     import torch
 
     axis = DYNAMIC_AXIS.get(case.model)
-    key = _onnx_key(case)
+    key = onnx_key(case)
     if key not in _ONNX_CACHE:
         args = tuple(_torch_inputs(case))
         dynamic = None if axis is None else ({axis: torch.export.Dim.AUTO},)
@@ -252,12 +253,20 @@ def onnxruntime(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
                   note="setup = torch.onnx export (once per model, reused by its rows) + session creation")
 
 
+def known_unavailable(backend: str, case: Case) -> str | None:
+    """Why ``backend`` has no number for ``case``, when that is known without building the models."""
+    if backend == "numpy":
+        if case.model not in numpy_ref.FORWARDS:
+            return "n/a (not hand-written)"
+        if case.model in numpy_ref.NEEDS_ERF and numpy_ref.ERF is None:
+            return "n/a (needs scipy for erf)"
+    return None
+
+
 def numpy_forward(case: Case, pair: tuple[Any, Any], threads: int) -> Runner:
-    forward = numpy_ref.FORWARDS.get(case.model)
-    if forward is None:
-        raise Unavailable("n/a (not hand-written)")
-    if case.model in numpy_ref.NEEDS_ERF and numpy_ref.ERF is None:
-        raise Unavailable("n/a (needs scipy for erf)")
+    if (why := known_unavailable("numpy", case)) is not None:
+        raise Unavailable(why)
+    forward = numpy_ref.FORWARDS[case.model]
     params = {k: v.detach().numpy() for k, v in pair[0].state_dict().items()}
     return Runner(lambda: forward(params, *case.inputs))
 

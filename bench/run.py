@@ -1,8 +1,10 @@
 """Run every reference model through every inference path; print tables, write JSON and a chart.
 
-    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2] [--isolated all|real|none] [--profile-losers]
+    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2] [--timing alone|shared]
+                    [--isolated all|real|none] [--profile-losers]
 
-Each cell is the median / p90 latency after warm-up; every output is compared with PyTorch
+Each cell is the median / p90 latency after warm-up, each path of a model at each thread count timed in a
+fresh process of its own (:mod:`bench.worker`); every output is compared with PyTorch
 eager's (max abs diff); compiled paths report their compile/export time. Then each path of a model's first
 row runs once more in a fresh process for its peak memory and, for tensorplay, cold and warm compile
 times (:mod:`bench.isolated`). Results go to
@@ -46,6 +48,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--update-readme", action="store_true", help="put the report into bench/README.md")
     parser.add_argument("--profile-losers", action="store_true",
                         help="profile every one-thread row where another path beats tensorplay compiled")
+    parser.add_argument("--timing", choices=("alone", "shared"), default="alone",
+                        help="alone: each path of a model at each thread count timed in a fresh process of its own "
+                        "(default); shared: all in this process, one after another (faster; the paths disturb each "
+                        "other)")
     parser.add_argument("--isolated", choices=("all", "real", "none"), default=None,
                         help="models whose peak memory and cold/warm compile times are measured in processes of "
                         "their own: all, the real-size ones (quick mode's default) or none")
@@ -66,58 +72,68 @@ def _quiet() -> None:
         logging.getLogger(name).setLevel(logging.ERROR)
 
 
-def measure_case(case, backends: list[str], thread_counts: list[int], budget: float, quick: bool) -> list[dict]:
-    """All records of one row group: every backend at every thread count."""
+def _with_diff(rec: dict, reference: dict) -> dict:
+    """``rec`` without its output, with ``max_abs_diff`` against the reference output of its row (or the shape
+    error)."""
     import numpy as np
 
-    from bench.backends import BACKENDS, REFERENCE, Unavailable, error_text
-    from bench.models import make_pair
-    from bench.timing import measure, threads
+    out = rec.pop("output", None)
+    want = reference.get(rec["case"])
+    if out is not None and want is not None:
+        if out.shape == want.shape:
+            rec["max_abs_diff"] = float(np.max(np.abs(out.astype(np.float64) - want)))
+        else:
+            rec["error"] = f"output shape {out.shape}, expected {want.shape}"
+    return rec
 
-    pair = make_pair(case.model)
-    reference = BACKENDS[REFERENCE](case, pair, 1).call()
+
+def measure_model(rows: list, backends: list[str], thread_counts: list[int], budget: float, quick: bool,
+                  workdir: Path, alone: bool = True) -> list[dict]:
+    """All records of one model's rows: every backend at every thread count, each (path, thread count) in a fresh
+    process of its own (:mod:`bench.worker`) or, unless ``alone``, all in this process one after another. Every
+    output is compared with the reference path's (torch eager, timed first) at the first thread count."""
+    from bench.backends import REFERENCE, exported_onnx, known_unavailable
+    from bench.models import make_pair
+    from bench.worker import PathJob, onnx_file, time_alone, time_rows
+
+    pair = None if alone else make_pair(rows[0].model)
+    reference: dict = {}
     records = []
     for t in thread_counts:
-        for name in backends:
-            rec: dict = {"model": case.model, "case": case.label, "threads": t, "backend": name}
-            with threads(t):
-                try:
-                    runner = BACKENDS[name](case, pair, t)
-                    start = time.perf_counter()
-                    out = np.asarray(runner.call())
-                    slow = time.perf_counter() - start > budget  # warmed up by now; 3 timed calls will do
-                    stats = measure(runner.call, budget, *((0, 3) if slow else (1, 3) if quick else (3, 5)))
-                except Unavailable as exc:
-                    rec["error"] = str(exc)
-                except Exception as exc:  # a crash of one path is a result too: show it, go on
-                    rec["error"] = error_text(exc)
-                else:
-                    rec.update(median_ms=stats.median_ms, p90_ms=stats.p90_ms, runs=stats.runs, setup_s=runner.setup_s)
-                    if runner.note:
-                        rec["note"] = runner.note
-                    if runner.info:
-                        rec.update(runner.info)
-                    if out.shape == reference.shape:
-                        rec["max_abs_diff"] = float(np.max(np.abs(out.astype(np.float64) - reference)))
-                    else:
-                        rec["error"] = f"output shape {out.shape}, expected {reference.shape}"
-                    if case.flops:
-                        rec["gflops"] = case.flops / stats.median_ms / 1e6
-                    if case.bytes:
-                        rec["gbs"] = case.bytes / stats.median_ms / 1e6
-            records.append(rec)
-            shown = rec["error"] if "error" in rec else f"{rec['median_ms']:.3f} ms"
-            print(f"  {case.model:12} {case.label:10} {t}t {name:20} {shown}", flush=True)
+        for name in sorted(backends, key=lambda b: b != REFERENCE):
+            done = [{"model": c.model, "case": c.label, "threads": t, "backend": name, "error": why}
+                    for c in rows if (why := known_unavailable(name, c))]
+            todo = tuple(c for c in rows if not known_unavailable(name, c))
+            onnx = ()
+            if name == "onnxruntime" and alone:
+                files = {c.label: onnx_file(c, workdir) for c in todo}
+                done += [{"model": c.model, "case": c.label, "threads": t, "backend": name,
+                          "error": files[c.label][1]["error"]} for c in todo if "error" in files[c.label][1]]
+                todo = tuple(c for c in todo if "export_s" in files[c.label][1])
+                onnx = tuple((str(files[c.label][0]), files[c.label][1]["export_s"]) for c in todo)
+            if todo:
+                job = PathJob(todo, name, t, budget, quick, onnx)
+                done += time_alone(job) if alone else time_rows(job, pair)
+            for rec in sorted(done, key=lambda r: [c.label for c in rows].index(r["case"])):
+                if name == REFERENCE and t == thread_counts[0] and "output" in rec:
+                    reference[rec["case"]] = rec["output"]
+                records.append(_with_diff(rec, reference))
+                shown = rec["error"] if "error" in rec else f"{rec['median_ms']:.3f} ms"
+                print(f"  {rec['model']:12} {rec['case']:10} {t}t {name:20} {shown}", flush=True)
+            if name == "onnxruntime" and not alone:  # for the memory measurement's process (bench.isolated)
+                for c in todo:
+                    if exported_onnx(c) is not None:
+                        onnx_file(c, workdir)
     return records
 
 
 def isolated_jobs(case, backends: list[str], workdir: Path) -> list:
     """The fresh-process measurements of ``case`` (a model's first row): every path once, tensorplay compiled
     cold (an empty cache directory under ``workdir``) and warm; onnxruntime from the ONNX file exported by the
-    timing pass (skipped when that export failed)."""
+    timing pass (skipped when there is none)."""
     from bench import numpy_ref
-    from bench.backends import exported_onnx
     from bench.isolated import Job
+    from bench.worker import exported_file
 
     jobs = []
     for name in backends:
@@ -125,10 +141,8 @@ def isolated_jobs(case, backends: list[str], workdir: Path) -> list:
             cache = workdir / f"cache-{case.model}"
             jobs += [Job(case, name, "cold", str(cache)), Job(case, name, "warm", str(cache))]
         elif name == "onnxruntime":
-            if (exported := exported_onnx(case)) is not None:
-                path = workdir / f"{case.model}.onnx"
-                path.write_bytes(exported[0])
-                jobs.append(Job(case, name, onnx_path=str(path), onnx_export_s=exported[1]))
+            if (exported := exported_file(case, workdir)) is not None and "export_s" in exported[1]:
+                jobs.append(Job(case, name, onnx_path=str(exported[0]), onnx_export_s=exported[1]["export_s"]))
         elif name != "numpy" or case.model in numpy_ref.FORWARDS:
             jobs.append(Job(case, name))
     return jobs
@@ -172,6 +186,8 @@ def render(doc: dict, backends: list[str], reference: str) -> str:
     parts = [
         f"Run {doc['date']}, {'quick' if doc['quick'] else 'full'} mode, {doc['seconds']:.0f} s; "
         + ", ".join(f"{k} {val}" for k, val in v.items())
+        + ("; each path timed in a process of its own" if doc.get("timing", "alone") == "alone"
+           else "; all paths timed in one process")
         + f"; load average before {doc['load_before'][0]:.2f}, after {doc['load_after'][0]:.2f} "
         "(other processes on these cores distort the 2-thread rows most)",
         limits_text(doc["limits"]) if "limits" in doc else "",
@@ -254,7 +270,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     t0 = time.perf_counter()
     doc: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "quick": opts.quick, "budget_s": budget,
-                 "threads": opts.threads, "load_before": os.getloadavg(), "versions": _versions()}
+                 "threads": opts.threads, "timing": opts.timing, "load_before": os.getloadavg(),
+                 "versions": _versions()}
     if not opts.no_limits:
         doc["limits"] = limits(opts.quick)
         print(limits_text(doc["limits"]), flush=True)
@@ -263,8 +280,8 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="tensorplay-bench-") as workdir:
         for model in dict.fromkeys(c.model for c in selected):
             rows = [c for c in selected if c.model == model]
-            for case in rows:
-                doc["results"] += measure_case(case, backends, opts.threads, budget, opts.quick)
+            doc["results"] += measure_model(rows, backends, opts.threads, budget, opts.quick, Path(workdir),
+                                            alone=opts.timing == "alone")
             if model in isolated_models:
                 doc["isolated"] += measure_isolated(rows[0], backends, Path(workdir))
             release(model)
