@@ -62,6 +62,9 @@ from .winograd import emit_winograd, winograd_applies
 #: up to 2.7x where the output is large next to the weight (the transposing copy, e.g. 1x1 64 -> 256 at 56x56).
 TRANSPOSED_MIN_DEPTH_PER_PIXEL = 2
 
+#: Output channels per block of the transposed product's copy into NCHW (:func:`_emit_transposed`): one vector.
+TRANSPOSE_LANES = 16
+
 #: Columns of more than this many bytes per image run band by band (:func:`band_rows`; None: never). Measured at one
 #: thread: the stem's ``64 x 12544 x 147`` product reaches 62 GFLOP/s on its 7.4 MB of columns, 87 GFLOP/s on a
 #: 14-row band (0.9 MB).
@@ -189,7 +192,10 @@ def _emit_transposed(em: NestEmitter, op: Operation, weight: Value, out: Value,
 
     ``src`` holds the GEMM's ``C*prod(k) x pixels`` operand (the columns or the image itself) from ``src_off``;
     the weight is ``B`` in ``nn.Linear`` layout, a pack site packed once
-    (:mod:`tensorplay.lowering.microkernels.gemm_prepack`)."""
+    (:mod:`tensorplay.lowering.microkernels.gemm_prepack`). The copy runs over blocks of
+    :data:`TRANSPOSE_LANES` output channels, pixel by pixel, the channels of a block innermost: one contiguous
+    load of the scratch row per pixel, and the block's output rows stay in L1 (pixel-innermost, every load came
+    from another scratch row, ``4 * Cout`` bytes apart: 4 KiB at Cout = 1024, the same L1 set each time)."""
     wt, yt = op.operands[1].type, op.result.type
     cout, ck, sp = wt.shape[0], numel(wt.shape[1:]), list(yt.shape[2:])
     p = numel(sp)
@@ -197,7 +203,9 @@ def _emit_transposed(em: NestEmitter, op: Operation, weight: Value, out: Value,
     attrs = {"m": p, "n": cout, "k": ck, "trans_a": True, "trans_b": True, "a_offset": sympy.expand(src_off),
              **origin(op)}
     em.create(len(em.levels) - 1, "kernel.gemm", [src, weight, scratch], attrs, [])
-    o_i, *s_i = parallel_loops(em, [cout, *sp])
+    lanes = TRANSPOSE_LANES if _int(cout) is not None and _int(cout) % TRANSPOSE_LANES == 0 else 1
+    o_b, *s_i = parallel_loops(em, [sympy.cancel(cout / lanes), *sp])
+    o_i = o_b * lanes + (em.loops([lanes], parallel=False)[0] if lanes > 1 else 0)
     store(em, em.op("kernel.load", scratch, index=[_flat(sympy.Integer(0), s_i, sp), o_i]), out, [n_i, o_i, *s_i])
     close_to(em, 1)
 
