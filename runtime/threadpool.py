@@ -21,14 +21,16 @@ How it works:
   and the workers claim chunks by compare-and-swap on it (whoever is awake takes the work, so a
   worker that wakes late costs nothing but its own wake-up), then the caller waits for the count of
   finished chunks;
-* idle workers spin :data:`SPIN` times (x86 ``pause``), then sleep on a futex (the job word's
-  generation). While a program's native call is running (``tp_parallel_hot(+1)`` at its start, ``-1``
-  at its end, emitted by :mod:`tensorplay.lowering.codegen.llvm`) they go on polling, yielding the CPU
-  between polls, up to :data:`HOT_SPIN` times, so the next parallel loop of the same call finds them
+* idle workers poll :data:`SPIN` times (~0.2 ms: x86 ``pause`` in between, past the first :data:`PAUSES` polls
+  a ``sched_yield`` on every :data:`YIELD_EVERY`-th), then sleep on a futex (the job word's generation), so
+  back-to-back calls find them awake; workers the last job had no chunk for (a smaller thread count than
+  before) poll only :data:`PAUSES` times. While a program's native call is running (``tp_parallel_hot(+1)`` at
+  its start, ``-1`` at its end, emitted by :mod:`tensorplay.lowering.codegen.llvm`) they go on polling
+  up to :data:`HOT_SPIN` times, so the next parallel loop of the same call finds them
   awake instead of paying a futex wake-up per loop (a MobileNetV2 call runs ~80 loops of ~150 us, and
   a woken worker came so late that the caller had run most chunks itself). The caller waits for
   stragglers by yielding the CPU :data:`CALLER_YIELDS` times, then sleeps on the futex of the
-  finished-chunk count, so nothing burns a core while idle. No lock is
+  finished-chunk count, so nothing burns a core for long while idle. No lock is
   ever taken, so a thread preempted anywhere (an oversubscribed machine) never blocks another;
 * ``fork()``: the busy word and the pool's pid are checked against ``getpid()``, so a child finding
   its parent's state (no worker threads, possibly a pool held by a parent thread) resets the pool and starts its own
@@ -46,7 +48,7 @@ Example::
     >>> lib is pool_library() and lib.address(PARALLEL_FOR) > 0
     True
     >>> sorted(pool_stats())
-    ['jobs', 'running', 'workers']
+    ['jobs', 'parked', 'running', 'workers']
 """
 
 from __future__ import annotations
@@ -63,9 +65,9 @@ from .cache import cache_key, default_cache
 from .jit import Library, compile_object, load_object, undefined_symbols
 from .target import feature_string, host_cpu
 
-__all__ = ["CALLER_YIELDS", "CHUNK_FN", "HOT", "HOT_SPIN", "MAX_WORKERS", "PARALLEL_FOR", "POOL_PREFIX", "SPIN",
-           "declare_hot", "declare_parallel_for", "emit_pool_ir", "needs_pool", "pool_library", "pool_object",
-           "pool_stats"]
+__all__ = ["CALLER_YIELDS", "CHUNK_FN", "HOT", "HOT_SPIN", "MAX_WORKERS", "PARALLEL_FOR", "PAUSES", "POOL_PREFIX",
+           "SPIN", "YIELD_EVERY", "declare_hot", "declare_parallel_for", "emit_pool_ir", "needs_pool", "pool_library",
+           "pool_object", "pool_stats"]
 
 POOL_PREFIX = "tp_parallel_"
 PARALLEL_FOR = "tp_parallel_for"
@@ -73,13 +75,22 @@ PARALLEL_FOR = "tp_parallel_for"
 HOT = "tp_parallel_hot"
 #: Most worker threads the pool ever starts (a job uses at most ``n - 1`` of them).
 MAX_WORKERS = 255
-#: Polls (each with a ``pause``, ~25 ns on the dev machine) before an idle worker sleeps.
-SPIN = 1000
-#: Polls before an idle worker sleeps while some native call is running: after the first :data:`SPIN` ones each
-#: poll yields the CPU (``sched_yield``, ~0.3-1 us when nothing else wants the core), so on an oversubscribed
-#: machine the threads with work run first. A bound (tens of ms), not a wait: the worker parks as soon as no
-#: call is running.
-HOT_SPIN = 1 << 16
+#: Polls (each with a ``pause``, ~25 ns on the dev machine) an idle worker makes before it starts yielding the CPU
+#: on every :data:`YIELD_EVERY`-th poll.
+PAUSES = 1000
+#: Polls before an idle worker sleeps (~0.2-0.3 ms on the dev machine): a call that starts that soon after the last
+#: parallel loop of the previous one finds the workers awake. Waking a sleeping worker (a futex wake-up, in a
+#: KVM guest an idle vCPU too) cost ~15-30 us per call: back-to-back calls of the small bench ResNet at batch 1
+#: (its serial tail and the Python call path ~35 us, longer than the 25 us the workers spun before) took, at two
+#: threads, median 0.519 ms with a ~25 us spin, 0.486 with this one (min 0.488 -> 0.440).
+SPIN = 8000
+#: Polls before an idle worker sleeps while some native call is running. A bound (~40 ms on the dev machine), not a
+#: wait: the worker parks as soon as no call is running.
+HOT_SPIN = 1 << 20
+#: Past its first :data:`PAUSES` polls, an idle worker yields the CPU (``sched_yield``) on every this-many-th poll,
+#: so on an oversubscribed machine (or beside another library's threads) the threads with work run first. A
+#: yield is a system call (~1-3 us on the dev machine, a KVM guest) during which the worker sees no new job.
+YIELD_EVERY = 64
 #: Polls (each with a ``sched_yield``) before a caller waiting for the workers' last chunks sleeps: yielding
 #: lets a worker sharing the caller's core (an oversubscribed machine) finish its chunk.
 CALLER_YIELDS = 50
@@ -189,10 +200,11 @@ class _PoolEmitter:
         b.call(self.syscall, [_c(self.sys_futex), addr, _c(op), value, ir.Constant(PTR, None)])
 
     def _wait_until(self, f: ir.Function, b: ir.IRBuilder, futex: ir.Value, ready, counter: ir.GlobalVariable,
-                    add: bool, polls: int, yielding: bool, hot_polls: int = 0) -> None:
-        """Poll the i32 at ``futex`` until ``ready(b, value) -> i1`` holds: ``polls`` times (pausing, or
-        ``yielding`` the CPU, in between; ``hot_polls`` times while a native call is running), then
-        sleeping on the futex.
+                    add: bool, pauses: int, polls: int | ir.Value, every: int, hot_polls: int = 0) -> None:
+        """Poll the i32 at ``futex`` until ``ready(b, value) -> i1`` holds: ``polls`` times (an int, or an i32 value
+        at most ``hot_polls``; ``hot_polls`` times while a native call is running), then sleep on the futex.
+        Between polls the thread pauses (x86 ``pause``); past the first ``pauses`` polls every ``every``-th one (a
+        power of two) yields the CPU instead.
 
         While asleep the thread is counted in ``counter`` (``add``: increment/decrement, else set to 1/0),
         so whoever changes the value knows to wake it. Both sides use seq_cst: the sleeper writes the
@@ -200,6 +212,8 @@ class _PoolEmitter:
         sleeps only while the value is still the one read, so no wake-up is lost. No lock is taken: a
         thread preempted anywhere here never blocks another.
         """
+        if every < 1 or every & (every - 1):
+            raise ValueError(f"every must be a power of two, got {every}")
         pre = b.block
         spin, spin_next, park, check, sleep, out, done = (f.append_basic_block(x) for x in (
             "spin", "spin.next", "park", "park.check", "park.sleep", "park.out", "ready"))
@@ -209,21 +223,19 @@ class _PoolEmitter:
         i.add_incoming(_c(0, I32), pre)
         b.cbranch(ready(b, b.load_atomic(futex, "seq_cst", 4, typ=I32)), done, spin_next)
         b.position_at_end(spin_next)
-        if yielding:
-            b.call(self.sched_yield, [])
-        elif hot_polls > polls:  # past the first polls a hot spin yields: a caller sharing this core runs first
-            with b.if_else(b.icmp_signed("<", i, _c(polls, I32))) as (early, late):
-                with early:
-                    if self.pause is not None:
-                        b.call(self.pause, [])
-                with late:
-                    b.call(self.sched_yield, [])
-        elif self.pause is not None:
-            b.call(self.pause, [])
+        late = b.icmp_signed(">=", i, _c(pauses, I32))
+        yields = b.and_(late, b.icmp_signed("==", b.and_(i, _c(every - 1, I32)), _c(0, I32)))
+        with b.if_else(yields) as (yield_cpu, pause):
+            with yield_cpu:
+                b.call(self.sched_yield, [])
+            with pause:
+                if self.pause is not None:
+                    b.call(self.pause, [])
         nxt = b.add(i, _c(1, I32))
         i.add_incoming(nxt, b.block)
-        more = b.icmp_signed("<", nxt, _c(polls, I32))
-        if hot_polls > polls:
+        limit = _c(polls, I32) if isinstance(polls, int) else polls
+        more = b.icmp_signed("<", nxt, limit)
+        if hot_polls > (polls if isinstance(polls, int) else 0):
             running = b.icmp_signed(">", self._load(b, self.hot, "monotonic"), _c(0, I32))
             more = b.or_(more, b.and_(running, b.icmp_signed("<", nxt, _c(hot_polls, I32))))
         b.cbranch(more, spin, park)
@@ -277,14 +289,19 @@ class _PoolEmitter:
         return f
 
     def worker(self, drain: ir.Function) -> ir.Function:
-        """``void *worker(void *)``: run chunks, then wait for the next job's generation, forever."""
+        """``void *worker(void *index)``: run chunks, then wait for the next job's generation, forever. Worker
+        ``index`` (0, 1, ...) polls :data:`SPIN` times when the last job had a chunk for it (``index + 1 <
+        chunks``), else only :data:`PAUSES` times: workers a smaller thread count leaves idle park soon."""
         f, b = self._fn("tp_pool.worker", ir.FunctionType(PTR, [PTR]))
+        index = b.ptrtoint(f.args[0], I64)
         top = f.append_basic_block("top")
         b.branch(top)
         b.position_at_end(top)
-        gen = b.trunc(self._fields(b, b.call(drain, []))[0], I32)
+        generation, chunks, _ = self._fields(b, b.call(drain, []))
+        gen = b.trunc(generation, I32)
+        polls = b.select(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), _c(SPIN, I32), _c(PAUSES, I32))
         self._wait_until(f, b, self._generation(b), lambda bb, v: bb.icmp_unsigned("!=", v, gen),
-                         self.sleepers, add=True, polls=SPIN, yielding=False, hot_polls=HOT_SPIN)
+                         self.sleepers, add=True, pauses=PAUSES, polls=polls, every=YIELD_EVERY, hot_polls=HOT_SPIN)
         b.branch(top)
         return f
 
@@ -331,7 +348,7 @@ class _PoolEmitter:
         have = b.load(self.workers, typ=I32)
         b.cbranch(b.icmp_signed("<", have, want), blocks["spawn"], blocks["publish"])
         b.position_at_end(blocks["spawn"])
-        rc = b.call(self.create, [tid, ir.Constant(PTR, None), worker, ir.Constant(PTR, None)])
+        rc = b.call(self.create, [tid, ir.Constant(PTR, None), worker, b.inttoptr(b.zext(have, I64), PTR)])
         with b.if_then(b.icmp_signed("==", rc, _c(0, I32))):
             b.call(self.detach, [b.load(tid, typ=I64)])
             self._store(b, b.add(have, _c(1, I32)), self.workers, "monotonic")
@@ -355,7 +372,7 @@ class _PoolEmitter:
         b.call(drain, [])
         k32 = b.trunc(k, I32)
         self._wait_until(f, b, self.done, lambda bb, v: bb.icmp_unsigned("==", v, k32),
-                         self.waiting, add=False, polls=CALLER_YIELDS, yielding=True)
+                         self.waiting, add=False, pauses=0, polls=CALLER_YIELDS, every=1)
         b.branch(blocks["finish"])
         b.position_at_end(blocks["finish"])
         self._store(b, _c(0, I32), self.busy, "release")
@@ -372,7 +389,7 @@ class _PoolEmitter:
 
     def stats(self) -> None:
         for name, g, ty in (("tp_parallel_workers", self.workers, I32), ("tp_parallel_jobs", self.jobs, I64),
-                            ("tp_parallel_running", self.hot, I32)):
+                            ("tp_parallel_running", self.hot, I32), ("tp_parallel_parked", self.sleepers, I32)):
             f, b = self._fn(name, ir.FunctionType(ty, []), internal=False)
             b.ret(self._load(b, g, "monotonic"))
 
@@ -391,12 +408,13 @@ def _align(g: ir.GlobalVariable) -> int:
 def emit_pool_ir(triple: str | None = None) -> str:
     """LLVM IR text of the pool for ``triple`` (default: this host's).
 
-    >>> "@tp_parallel_for(" in emit_pool_ir()
+    >>> "tp_parallel_for" in emit_pool_ir()
     True
     """
     return _PoolEmitter(host_cpu().triple if triple is None else triple).emit()
 
 
+_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()  # of the code this process runs
 _LOCK = threading.Lock()
 _LIBRARY: list[Library] = []  # at most one: workers run its code for the life of the process
 
@@ -414,8 +432,9 @@ if hasattr(os, "register_at_fork"):
 def pool_object(*, cache: bool = True) -> bytes:
     """Relocatable ``pic`` object code of the pool for this host, to link into a shared library (AOT).
 
-    Cached under a key made from this module's source, so a cache hit emits no IR (a warm start's
-    milliseconds).
+    Cached under a key made from this module's source as imported (read at import: a process that imported an
+    older version would otherwise store its pool under the key of the file on disk), so a cache hit emits no IR
+    (a warm start's milliseconds).
 
     >>> pool_object()[:4]
     b'\\x7fELF'
@@ -424,8 +443,7 @@ def pool_object(*, cache: bool = True) -> bytes:
     key = None
     if store is not None:
         cpu = host_cpu()
-        source = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-        key = cache_key(f"tensorplay thread pool\n{source}", cpu.name, feature_string(), cpu.llvmlite, 2)
+        key = cache_key(f"tensorplay thread pool\n{_SOURCE}", cpu.name, feature_string(), cpu.llvmlite, 2)
         obj = store.get(key)
         if obj is not None:
             return obj
@@ -449,18 +467,20 @@ def pool_library() -> Library:
 
 
 def pool_stats() -> dict[str, int]:
-    """``{"workers": threads started, "jobs": loops the pool has run, "running": native calls running now}``
-    in this process (zeros, and no compiling, while nothing has used the pool).
+    """``{"workers": threads started, "jobs": loops the pool has run, "running": native calls running now,
+    "parked": workers asleep on the futex now}`` in this process (zeros, and no compiling, while nothing has used
+    the pool).
 
-    >>> set(pool_stats().values()) <= set(range(10 ** 9))
+    >>> all(0 <= v < 10 ** 9 for v in pool_stats().values())
     True
     """
     if not _LIBRARY:
-        return {"workers": 0, "jobs": 0, "running": 0}
+        return {"workers": 0, "jobs": 0, "running": 0, "parked": 0}
     lib = _LIBRARY[0]
     return {"workers": lib.function("tp_parallel_workers", ctypes.c_int32)(),
             "jobs": lib.function("tp_parallel_jobs", ctypes.c_int64)(),
-            "running": lib.function("tp_parallel_running", ctypes.c_int32)()}
+            "running": lib.function("tp_parallel_running", ctypes.c_int32)(),
+            "parked": lib.function("tp_parallel_parked", ctypes.c_int32)()}
 
 
 def needs_pool(obj: bytes) -> bool:

@@ -193,6 +193,7 @@ def test_workers_grow_to_the_request_and_park_when_idle(harness):
     cpu = time.process_time()
     time.sleep(0.3)
     assert time.process_time() - cpu < 0.05  # parked workers burn no CPU
+    assert pool_stats()["parked"] == pool_stats()["workers"]
 
 
 def test_pool_is_one_library_per_process_and_linked_by_prefix(harness):
