@@ -15,7 +15,12 @@ import tensorplay.nn.functional as F
 from tensorplay.dialect import parse
 from tensorplay.dialect.passes import PassManager
 from tensorplay.export import Dim, export
-from tensorplay.lowering.fusion.depthwise import MAX_GROUP_CHANNELS, WIDE_ROWS_BELOW, direct_conv_applies
+from tensorplay.lowering.fusion.depthwise import (
+    COPY_ROW_BLOCK,
+    MAX_GROUP_CHANNELS,
+    WIDE_ROWS_BELOW,
+    direct_conv_applies,
+)
 from tensorplay.lowering.fusion.plan import read_plan
 
 
@@ -142,6 +147,8 @@ PHASE_CASES = {
     "stride2_dilated": ((15, 14), 3, (2, 2), (2, 1), (2, 1), 4, 1, 1),
     "stride2_no_pad_grouped": ((12, 11), 3, (2, 2), (0, 0), (1, 1), 3, 2, 2),
     "stride1_pad2_multiplier": ((10, 40), 3, (1, 1), (2, 0), (1, 1), 5, 1, 3),
+    "stride1_row_blocks": ((23, 21), 3, (1, 1), (1, 1), (1, 1), 4, 1, 1),              # copy blocks of 12 + 11 rows
+    "stride2_row_blocks_grouped": ((30, 13), 3, (2, 2), (1, 1), (1, 1), 3, 2, 1),     # 2 phases x (8 + 7) rows
 }
 
 
@@ -164,6 +171,21 @@ def test_phase_planes_match_numpy_and_every_thread_count(case):
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
     for got in outs[1:]:
         np.testing.assert_array_equal(got, outs[0])
+
+
+def test_phase_plane_copy_loops_over_columns_outside_blocks_of_rows():
+    """The prologue's copy into the phase plane of a 23 x 21 input (padding 1) loops over the 21 columns outside
+    row blocks of at most COPY_ROW_BLOCK rows (12 then 11), each row computed once: the short loop LLVM unrolls is
+    the row block, and the column loop it vectorizes reads and writes contiguously."""
+    assert 23 > COPY_ROW_BLOCK >= 12
+    x = np.zeros((1, 8, 23, 21), np.float32)
+    prog = export(_Block(1, 1, 8), tp.tensor(x), tp.tensor(np.zeros((8, 1, 3, 3), np.float32)),
+                  tp.tensor(np.ones((8, 1, 1), np.float32)), tp.tensor(np.zeros((8, 1, 1), np.float32)))
+    kernel = tp.compile(prog, num_threads=1, strict=True).ir("kernel")
+    copies = re.findall(r"upper = (\d+)\} \{\s+kernel\.for \{iv = i\d+, upper = (\d+)\} \{\s+%\d+ = kernel\.load %x",
+                        kernel)
+    assert copies == [("21", "12"), ("21", "11")]
+    assert kernel.count("kernel.minimum") == 2  # the clamp of each block, once per element
 
 
 class _Separable(tp.nn.Module):
