@@ -18,11 +18,14 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Stats:
-    """Latency of one cell: median and 90th percentile over ``runs`` timed calls, in milliseconds."""
+    """Latency of one cell: median and 90th percentile over ``runs`` timed calls, in milliseconds, and the CPU
+    time of the whole process (every thread) per call, their mean: less sensitive than wall time to other
+    processes on the cores, and above the median when threads spin or wait busily."""
 
     median_ms: float
     p90_ms: float
     runs: int
+    cpu_ms: float
 
 
 def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs: int = 5,
@@ -35,12 +38,14 @@ def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs
         fn()
     samples: list[float] = []
     end = time.perf_counter() + budget_s
+    cpu = time.process_time()
     while len(samples) < max_runs and (len(samples) < min_runs or time.perf_counter() < end):
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
+    cpu = time.process_time() - cpu
     ms = np.asarray(samples) * 1e3
-    return Stats(float(np.median(ms)), float(np.percentile(ms, 90)), len(samples))
+    return Stats(float(np.median(ms)), float(np.percentile(ms, 90)), len(samples), cpu * 1e3 / len(samples))
 
 
 @contextlib.contextmanager

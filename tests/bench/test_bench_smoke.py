@@ -98,6 +98,18 @@ def test_measure_reports_order_statistics():
     stats = measure(lambda: time.sleep(0.002), budget_s=0.02, warmup=1, min_runs=4)
     assert stats.runs >= 4
     assert 2.0 <= stats.median_ms <= stats.p90_ms
+    assert 0 <= stats.cpu_ms < 1.0  # sleeping costs no CPU time
+
+
+def _spin_cpu(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
+def test_measure_reports_the_cpu_time_per_call():
+    stats = measure(lambda: _spin_cpu(0.003), budget_s=0.02, warmup=0, min_runs=4)
+    assert 3.0 <= stats.cpu_ms <= 3.0 + 1.0 and stats.median_ms >= 3.0
     with pytest.raises(ValueError, match="budget_s must be positive, got 0"):
         measure(lambda: None, budget_s=0)
 
