@@ -24,7 +24,8 @@ How it works:
 * idle workers poll :data:`SPIN` times (~0.2 ms: x86 ``pause`` in between, past the first :data:`PAUSES` polls
   a ``sched_yield`` on every :data:`YIELD_EVERY`-th), then sleep on a futex (the job word's generation), so
   back-to-back calls find them awake; workers the last job had no chunk for (a smaller thread count than
-  before) poll only :data:`PAUSES` times. While a program's native call is running (``tp_parallel_hot(+1)`` at
+  before), and workers whose previous wait for a job lasted over :data:`LINGER_CYCLES` (calls far apart),
+  poll only :data:`PAUSES` times. While a program's native call is running (``tp_parallel_hot(+1)`` at
   its start, ``-1`` at its end, emitted by :mod:`tensorplay.lowering.codegen.llvm`) they go on polling
   up to :data:`HOT_SPIN` times, so the next parallel loop of the same call finds them
   awake instead of paying a futex wake-up per loop (a MobileNetV2 call runs ~80 loops of ~150 us, and
@@ -65,9 +66,9 @@ from .cache import cache_key, default_cache
 from .jit import Library, compile_object, load_object, undefined_symbols
 from .target import feature_string, host_cpu
 
-__all__ = ["CALLER_YIELDS", "CHUNK_FN", "HOT", "HOT_SPIN", "MAX_WORKERS", "PARALLEL_FOR", "PAUSES", "POOL_PREFIX",
-           "SPIN", "YIELD_EVERY", "declare_hot", "declare_parallel_for", "emit_pool_ir", "needs_pool", "pool_library",
-           "pool_object", "pool_stats"]
+__all__ = ["CALLER_YIELDS", "CHUNK_FN", "HOT", "HOT_SPIN", "LINGER_CYCLES", "MAX_WORKERS", "PARALLEL_FOR", "PAUSES",
+           "POOL_PREFIX", "SPIN", "YIELD_EVERY", "declare_hot", "declare_parallel_for", "emit_pool_ir", "needs_pool",
+           "pool_library", "pool_object", "pool_stats"]
 
 POOL_PREFIX = "tp_parallel_"
 PARALLEL_FOR = "tp_parallel_for"
@@ -84,6 +85,10 @@ PAUSES = 1000
 #: (its serial tail and the Python call path ~35 us, longer than the 25 us the workers spun before) took, at two
 #: threads, median 0.519 ms with a ~25 us spin, 0.486 with this one (min 0.488 -> 0.440).
 SPIN = 8000
+#: Waits for a job shorter than this many cycles of the CPU's counter (~0.2 ms at 2.6 GHz) make a worker poll
+#: :data:`SPIN` times at its next wait; after a longer one (calls far apart: eager code between native kernels,
+#: where a polling worker only competed with the caller's numpy) it polls :data:`PAUSES` times.
+LINGER_CYCLES = 1 << 19
 #: Polls before an idle worker sleeps while some native call is running. A bound (~40 ms on the dev machine), not a
 #: wait: the worker parks as soon as no call is running.
 HOT_SPIN = 1 << 20
@@ -168,6 +173,7 @@ class _PoolEmitter:
         self.getpid = ext("getpid", I32)
         self.pause = ext("llvm.x86.sse2.pause", VOID) if arch == "x86_64" else None
         self.sched_yield = ext("sched_yield", I32)
+        self.cycles = ext("llvm.readcyclecounter", I64)  # x86 rdtsc, aarch64 cntvct: a clock for rough intervals
 
     # ------------------------------------------------------------------ small pieces
     def _fn(self, name: str, ty: ir.FunctionType, internal: bool = True) -> tuple[ir.Function, ir.IRBuilder]:
@@ -291,17 +297,24 @@ class _PoolEmitter:
     def worker(self, drain: ir.Function) -> ir.Function:
         """``void *worker(void *index)``: run chunks, then wait for the next job's generation, forever. Worker
         ``index`` (0, 1, ...) polls :data:`SPIN` times when the last job had a chunk for it (``index + 1 <
-        chunks``), else only :data:`PAUSES` times: workers a smaller thread count leaves idle park soon."""
+        chunks``) and its previous wait for a job lasted under :data:`LINGER_CYCLES`, else only :data:`PAUSES`
+        times: workers a smaller thread count leaves idle, and workers whose calls come far apart (eager code
+        between native kernels), park soon."""
         f, b = self._fn("tp_pool.worker", ir.FunctionType(PTR, [PTR]))
         index = b.ptrtoint(f.args[0], I64)
+        short = b.alloca(ir.IntType(1), name="short")  # the previous wait was short: calls come back to back
+        b.store(ir.Constant(ir.IntType(1), 1), short)
         top = f.append_basic_block("top")
         b.branch(top)
         b.position_at_end(top)
         generation, chunks, _ = self._fields(b, b.call(drain, []))
         gen = b.trunc(generation, I32)
-        polls = b.select(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), _c(SPIN, I32), _c(PAUSES, I32))
+        linger = b.and_(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), b.load(short, typ=ir.IntType(1)))
+        polls = b.select(linger, _c(SPIN, I32), _c(PAUSES, I32))
+        start = b.call(self.cycles, [])
         self._wait_until(f, b, self._generation(b), lambda bb, v: bb.icmp_unsigned("!=", v, gen),
                          self.sleepers, add=True, pauses=PAUSES, polls=polls, every=YIELD_EVERY, hot_polls=HOT_SPIN)
+        b.store(b.icmp_unsigned("<", b.sub(b.call(self.cycles, []), start), _c(LINGER_CYCLES)), short)
         b.branch(top)
         return f
 
