@@ -79,21 +79,23 @@ def _seconds(r: Record | None, field: str) -> str:
         return ""
     if "error" in r:
         return _short(r["error"])
-    miss = " (miss)" if field == "compile_s" and r.get("cache") == "warm" and not r["from_cache"] else ""
+    miss = " (miss)" if field in ("compile_s", "ready_s") and r.get("cache") == "warm" and not r["from_cache"] else ""
     return f"{r[field]:.3f}{miss}"
 
 
 def compile_table(isolated: list[Record]) -> str:
     """Seconds to a first result in a fresh process (:mod:`bench.isolated`): tensorplay's export, its compile
-    on an empty compile cache (cold) and on the cache that run filled (warm; "(miss)" when the warm run
-    compiled after all), the warm process's first call; torch.compile's compile + first call; ONNX Runtime's
-    torch.onnx export + session creation."""
+    on an empty compile cache (cold) and, ready to call, on the cache that run filled (warm: compile + first call -
+    one later call, see :mod:`bench.isolated`; "(miss)" when the warm run compiled after all), the warm process's
+    first call; torch.compile's compile + first call; ONNX Runtime's torch.onnx export + session creation."""
     tp = "tensorplay compiled"
-    lines = ["| model | case | tensorplay export | tensorplay cold | tensorplay warm | warm first call | torch.compile "
+    lines = ["| model | case | tensorplay export | tensorplay cold | tensorplay warm (ready) | warm first call "
+             "| torch.compile "
              "| onnxruntime |", "|---|---|---|---|---|---|---|---|"]
     for (model, case), row in _isolated_rows(isolated).items():
         cold, warm = row.get(f"{tp} cold"), row.get(f"{tp} warm")
-        cells = [_seconds(cold, "export_s"), _seconds(cold, "compile_s"), _seconds(warm, "compile_s"),
+        ready = "ready_s" if warm is not None and "ready_s" in warm else "compile_s"  # (records from before ready_s)
+        cells = [_seconds(cold, "export_s"), _seconds(cold, "compile_s"), _seconds(warm, ready),
                  _seconds(warm, "first_call_s"), _seconds(row.get("torch.compile"), "setup_s"),
                  _seconds(row.get("onnxruntime"), "setup_s")]
         lines.append(f"| {model} | {case} | " + " | ".join(cells) + " |")

@@ -31,6 +31,13 @@ def test_measure_path_counts_the_path_above_its_baseline():
     assert rec["setup_peak_mib"] >= 4 and rec["run_peak_mib"] >= 4 and rec["setup_s"] > 0
 
 
+def test_compiled_path_records_the_time_to_ready(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORPLAY_CACHE_DIR", str(tmp_path))  # measure_path sets it for the job; undone here
+    rec = measure_path(Job(CHAIN, "tensorplay compiled", "cold", str(tmp_path)), calls=2)
+    assert "error" not in rec and not rec["from_cache"] and 0 < rec["call_s"] <= rec["export_s"] + rec["setup_s"]
+    assert rec["ready_s"] == pytest.approx(rec["compile_s"] + rec["first_call_s"] - rec["call_s"])
+
+
 def test_jobs_run_in_fresh_processes_and_report_failures():
     eager, unknown = run_jobs([Job(CHAIN, "tensorplay eager"), Job(CHAIN, "no such path")], timeout_s=300)
     assert eager["backend"] == "tensorplay eager" and eager["baseline_mib"] > 50
@@ -54,12 +61,14 @@ def test_compile_and_memory_tables():
             "first_call_s": 0.25, "from_cache": False},
            {"model": "m", "case": "b1", "backend": "tensorplay compiled", "cache": "warm", "weights_mib": 97.5,
             "setup_peak_mib": 150.0, "run_peak_mib": 110.0, "setup_s": 1.6, "export_s": 1.5, "compile_s": 0.04,
-            "first_call_s": 0.06, "from_cache": True},
+            "first_call_s": 0.06, "call_s": 0.05, "ready_s": 0.05, "from_cache": True},
            {"model": "m", "case": "b1", "backend": "onnxruntime", "error": "export error: " + "x" * 60}]
     cut = "export error: " + "x" * 23 + "..."  # 40 characters
-    assert report.compile_table(iso).splitlines()[2] == f"| m | b1 | 1.500 | 7.250 | 0.040 | 0.060 |  | {cut} |"
+    assert report.compile_table(iso).splitlines()[2] == f"| m | b1 | 1.500 | 7.250 | 0.050 | 0.060 |  | {cut} |"
     missed = [{**r, "from_cache": False} if r.get("cache") == "warm" else r for r in iso]
-    assert "| 0.040 (miss) |" in report.compile_table(missed)
+    assert "| 0.050 (miss) |" in report.compile_table(missed)
+    before_ready = [{k: v for k, v in r.items() if k not in ("call_s", "ready_s")} for r in iso]
+    assert "| 7.250 | 0.040 | 0.060 |" in report.compile_table(before_ready)  # older records: the compile alone
     table = report.memory_table(iso, ["torch eager", "tensorplay compiled", "onnxruntime"]).splitlines()
     assert table[0] == ("| model | case | weights | torch eager | tensorplay compiled cold | tensorplay compiled warm "
                         "| onnxruntime |")
