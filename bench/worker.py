@@ -91,13 +91,15 @@ def time_rows(job: PathJob, pair: tuple[Any, Any] | None = None) -> list[dict]:
 
 
 def export_onnx(case: Case, path: str) -> dict:
-    """Export ``case``'s model to ONNX (:func:`bench.backends.onnx_bytes`) into ``path``: ``{"export_s"}``, or
-    ``{"error"}`` with the text the onnxruntime cells show."""
+    """Export ``case``'s model to ONNX (:func:`bench.backends.onnx_bytes`, on one thread) into ``path``:
+    ``{"export_s"}``, or ``{"error"}`` with the text the onnxruntime cells show."""
     from .backends import Unavailable, onnx_bytes
     from .models import make_pair
+    from .timing import threads
 
     try:
-        blob, seconds = onnx_bytes(case, make_pair(case.model)[0])
+        with threads(1):  # torch's default (every core) busy-waits badly when other processes share the cores
+            blob, seconds = onnx_bytes(case, make_pair(case.model)[0])
     except Unavailable as exc:
         return {"error": str(exc)}
     Path(path).write_bytes(blob)
