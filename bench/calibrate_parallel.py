@@ -8,12 +8,17 @@ threads (default 2) with splitting forced (grain 1):
 * a grain is the work per thread at the smallest size of the sweep from which T threads are at least
   ``--gain`` (default 10%) faster than 1 thread, and stay so for every larger size;
 * ``PACK_COST`` is the time to pack one element of ``B`` (unpacked minus prepacked ``B`` in an
-  8-row product) over the time of one multiply-add of a large blocked product.
+  8-row product) over the time of one multiply-add of a large blocked product;
+* the worker pool (:mod:`tensorplay.runtime.threadpool`, ``--pool``): the cost of one fork-join of two chunks
+  that touch no shared data (chunks of N ``pause`` instructions, timed in native code), and the cost a call
+  pays when it starts after an idle gap, which tells whether the workers' idle spin (``SPIN``) outlasts the gaps
+  between back-to-back calls.
 
 Timings are the best of many short batches (``bench.bench_gemm.best_seconds``), so a shared machine
 disturbs them less; still run it on a quiet machine and more than once::
 
     python bench/calibrate_parallel.py
+    python bench/calibrate_parallel.py --pool      # the pool's fork-join and wake-up costs only
 """
 
 from __future__ import annotations
@@ -110,12 +115,88 @@ def _cores_used(exe, x: np.ndarray, threads: int) -> float:
     return (time.process_time() - cpu) / (time.perf_counter() - wall)
 
 
+_POOL_DRIVER = """
+declare void @tp_parallel_for(ptr, ptr, i64)
+declare void @tp_parallel_hot(i32)
+declare void @llvm.x86.sse2.pause()
+define void @spin_chunk(ptr %env, i64 %t, i64 %k) {
+entry:
+  %n = load i64, ptr %env
+  %none = icmp sle i64 %n, 0
+  br i1 %none, label %out, label %loop
+loop:
+  %i = phi i64 [0, %entry], [%j, %loop]
+  call void @llvm.x86.sse2.pause()
+  %j = add i64 %i, 1
+  %c = icmp slt i64 %j, %n
+  br i1 %c, label %loop, label %out
+out:
+  ret void
+}
+define void @jobs(ptr %env, i64 %r, i64 %k) {
+entry:
+  call void @tp_parallel_hot(i32 1)
+  br label %loop
+loop:
+  %i = phi i64 [0, %entry], [%j, %loop]
+  call void @tp_parallel_for(ptr @spin_chunk, ptr %env, i64 %k)
+  %j = add i64 %i, 1
+  %c = icmp slt i64 %j, %r
+  br i1 %c, label %loop, label %out
+out:
+  call void @tp_parallel_hot(i32 -1)
+  ret void
+}
+"""
+
+
+def pool_costs(threads: int, repeat: int) -> None:
+    """Print the pool's fork-join cost per job and the extra time of a call that starts after an idle gap (x86)."""
+    import ctypes
+    import time
+
+    from tensorplay.runtime.jit import compile_ir
+    from tensorplay.runtime.threadpool import pool_library
+
+    pool_library()
+    jobs = compile_ir(_POOL_DRIVER, cache=False, name="calibrate_pool").function(
+        "jobs", None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+    env = (ctypes.c_int64 * 1)()
+    env[0] = 100_000
+    per_pause = min(best_seconds(partial(jobs, ctypes.addressof(env), 1, 1), min_time=0.05)
+                    for _ in range(repeat)) / env[0]
+    print(f"\nworker pool: one pause {per_pause * 1e9:.1f} ns")
+    print(f"{'chunk us':>9} {'1 chunk us':>11} {f'{threads} chunks us':>12} {'fork-join us':>13}")
+    rounds = 50
+    for pauses in (0, 40, 200, 1000):
+        env[0] = pauses
+        one, many = (min(best_seconds(partial(jobs, ctypes.addressof(env), rounds, k), min_time=0.05)
+                         for _ in range(repeat)) / rounds for k in (1, threads))
+        print(f"{pauses * per_pause * 1e6:9.2f} {one * 1e6:11.2f} {many * 1e6:12.2f} {(many - one) * 1e6:13.2f}")
+    env[0] = int(10e-6 / per_pause)
+    print(f"a call of 10 jobs of {threads} chunks of 10 us (ideal ~100 us) after an idle gap, median of 300 calls:")
+    for gap in (5, 50, 100, 300, 1000):
+        times = []
+        for _ in range(300):
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < gap * 1e-6:
+                pass
+            t0 = time.perf_counter()
+            jobs(ctypes.addressof(env), 10, threads)
+            times.append(time.perf_counter() - t0)
+        print(f"  gap {gap:5d} us: {np.median(times) * 1e6:7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gain", type=float, default=0.10, help="speedup a split must reach (default 0.10)")
     parser.add_argument("--repeat", type=int, default=3, help="interleaved runs per size (min taken)")
     parser.add_argument("--threads", type=int, default=2, help="thread count compared with 1 (default 2)")
+    parser.add_argument("--pool", action="store_true", help="measure the worker pool's costs only")
     opts = parser.parse_args()
+    if opts.pool:
+        pool_costs(opts.threads, opts.repeat)
+        return
     rng = np.random.default_rng(0)
 
     def f32(*shape: int) -> np.ndarray:

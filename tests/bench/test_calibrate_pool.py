@@ -1,0 +1,24 @@
+"""bench/calibrate_parallel.py --pool: the pool's fork-join and wake-up table."""
+from __future__ import annotations
+
+import platform
+import re
+
+import pytest
+
+from bench.calibrate_parallel import pool_costs
+
+pytestmark = pytest.mark.skipif(platform.machine() != "x86_64", reason="the chunks spin on x86 pause")
+
+
+def test_pool_costs_prints_a_row_per_chunk_size_and_gap(capsys):
+    pool_costs(threads=2, repeat=1)
+    out = capsys.readouterr().out
+    pause_ns = float(re.search(r"one pause ([\d.]+) ns", out).group(1))
+    assert 1 < pause_ns < 1000
+    rows = [line.split() for line in out.splitlines() if re.fullmatch(r"\s*[\d.]+(\s+-?[\d.]+){3}", line)]
+    assert len(rows) == 4  # chunks of 0, 40, 200, 1000 pauses
+    for chunk, one, _, _ in (map(float, r) for r in rows):
+        assert one >= 0.9 * chunk  # one chunk on one thread takes at least its pauses
+    gaps = [int(g) for g in re.findall(r"gap\s+(\d+) us:", out)]
+    assert gaps == [5, 50, 100, 300, 1000]
