@@ -164,11 +164,13 @@ def pack_transformed(w: np.ndarray, site: PackSite) -> np.ndarray:
     """The slot contents of a ``transform`` site: the 16 ``N x K`` matrices of
     :func:`tensorplay.lowering.fusion.winograd.filter_transform` (``w``: ``N x K x 3 x 3``), each
     :func:`pack_b` ``(trans_b=True)``, matrix ``xi`` from ``xi * packed_b_floats(K, N)``."""
-    u = filter_transform(w.reshape(site.n, site.k, 3, 3))
+    u = np.ascontiguousarray(filter_transform(w.reshape(site.n, site.k, 3, 3)), np.float32)
     size = packed_b_floats(site.k, site.n)
     out = _aligned(16 * size)
-    for xi in range(16):
-        out[xi * size:(xi + 1) * size] = pack_b(u[xi], trans_b=True)
+    if size:
+        pack = native_packer(DEFAULT_SHAPE.nr, True)
+        for xi in range(16):
+            pack(site.k, site.n, u[xi].ctypes.data, site.k, out[xi * size:].ctypes.data)
     return out
 
 
