@@ -17,8 +17,8 @@ tap is loaded once per channel (hoisted out of the pixel loops)::
 
 Planes of static size are split, while they are copied, into ``s0 * s1`` phase planes (every ``s``-th row and
 column from each offset; one plane at stride 1), so a strided convolution loads every tap contiguously along the
-output row and the input is read once, its phases deinterleaved by one loop nest over columns outside a block of
-rows (:data:`COPY_ROW_BLOCK`; :func:`_emit_phases`); the taps are summed as one wide row per channel. That is for
+output row and the input is read once, each phase copied by a loop nest over its columns outside a block of rows
+(:data:`COPY_ROW_BLOCK`; :func:`_emit_phases`); the taps are summed as one wide row per channel. That is for
 output rows narrower than :data:`WIDE_ROWS_BELOW` (:data:`STRIDED_WIDE_ROWS_BELOW` when strided), which do not fill
 vectors; wider ones, and planes of symbolic size, take the row nest (:func:`_emit_rows`), its strided taps
 vectorized as interleaved loads. Every output element is one fixed sum on one thread, so results do not depend on the
@@ -67,10 +67,10 @@ WIDE_ROWS_BELOW = 32
 STRIDED_WIDE_ROWS_BELOW = 16
 #: Most input channels per group for which the direct nest is used (wider groups make a GEMM per group worth it).
 MAX_GROUP_CHANNELS = 4
-#: Most phase rows (rows times the phases each holds) one loop nest of the phase-plane copy fills: the copy loops over
-#: columns outside a block of rows, so LLVM unrolls the short row loop and vectorizes the column loop with
-#: contiguous loads and stores. Rows outside (as a plain copy is written) had LLVM unroll the short column loop and
-#: vectorize the row loop with gathers and scatters at the plane pitch instead (:func:`_emit_phases`).
+#: Most rows one loop nest of the phase-plane copy fills: the copy of a phase loops over its columns outside a block
+#: of rows, so LLVM unrolls the short row loop and vectorizes the column loop with loads along the input row and
+#: contiguous stores. Rows outside (as a plain copy is written) had LLVM unroll the short column loop and vectorize
+#: the row loop with gathers and scatters at the plane pitch instead (:func:`_emit_phases`).
 COPY_ROW_BLOCK = 16
 
 
@@ -182,9 +182,9 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
     s*d1 // s1`` of phase ``(r*d0 % s0, s*d1 % s1)``: every tap is a contiguous load along the output row, and a
     strided input is gathered once, by the copy, instead of by every tap.
 
-    The copy loops over columns outside blocks of at most :data:`COPY_ROW_BLOCK` phase rows. The taps are summed
-    as one wide row per channel over ``OH * Wq`` consecutive positions (the last ``Wq - OW`` of each row
-    discarded, a spare phase row read past the last one), long enough to vectorize, then copied out."""
+    The copy of each phase loops over its columns outside blocks of at most :data:`COPY_ROW_BLOCK` rows. The taps
+    are summed as one wide row per channel over ``OH * Wq`` consecutive positions (the last ``Wq - OW`` of each
+    row discarded, a spare phase row read past the last one), long enough to vectorize, then copied out."""
     x = op.operands[0]
     xt, wt = x.type, op.operands[1].type
     a = op.attributes
@@ -215,24 +215,17 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
                     c_i, r_i, q_i = em.loops([cg, i1 - i0, extent], parallel=False)
                     store(em, zero, plane, [c_i, base + (r_i + i0) * wq + start + q_i])
                     close_to(em, depth)
-        # columns every phase of the row holds in one loop (a row of input read once, contiguously), the
-        # few others per phase
-        lo, hi = max(j0 for j0, _ in cols), min(j1 for _, j1 in cols)
-        spans = [(list(range(s1)), lo, hi)] + [([pb], j0, j1) for pb, (j0, j1) in enumerate(cols)
-                                                 for j0, j1 in ((j0, min(lo, j1)), (max(hi, j0), j1))]
-        for phases, j0, j1 in spans:
+        # one nest per phase: its columns outside blocks of rows (the short loop LLVM unrolls)
+        for pb, (j0, j1) in enumerate(cols):
             if i1 <= i0 or j1 <= j0:
                 continue
-            blocks = -(-(i1 - i0) * len(phases) // COPY_ROW_BLOCK)
-            size = -(-(i1 - i0) // blocks)
+            size = -(-(i1 - i0) // -(-(i1 - i0) // COPY_ROW_BLOCK))  # blocks of equal size, the last shorter
             for b0 in range(i0, i1, size):
                 c_i, q_i, r_i = em.loops([cg, j1 - j0, min(size, i1 - b0)], parallel=False)
-                for pb in phases:
-                    at = (n_i, g_i * cg + c_i, (r_i + b0) * s0 + pa - p0, (q_i + j0) * s1 + pb - p1)
-                    at = tuple(sympy.expand(e) for e in at)
-                    val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer,
-                                                                              index=list(at))
-                    store(em, val, plane, [c_i, (pa * s1 + pb) * span + (r_i + b0) * wq + q_i + j0])
+                at = (n_i, g_i * cg + c_i, (r_i + b0) * s0 + pa - p0, (q_i + j0) * s1 + pb - p1)
+                at = tuple(sympy.expand(e) for e in at)
+                val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
+                store(em, val, plane, [c_i, (pa * s1 + pb) * span + (r_i + b0) * wq + q_i + j0])
                 close_to(em, depth)
     taps = [(((r * d0) % s0 * s1 + (s * d1) % s1) * span + (r * d0 // s0) * wq + s * d1 // s1)
             for r in range(kh) for s in range(kw)]

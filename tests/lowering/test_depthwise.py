@@ -148,7 +148,7 @@ PHASE_CASES = {
     "stride2_no_pad_grouped": ((12, 11), 3, (2, 2), (0, 0), (1, 1), 3, 2, 2),
     "stride1_pad2_multiplier": ((10, 40), 3, (1, 1), (2, 0), (1, 1), 5, 1, 3),
     "stride1_row_blocks": ((23, 21), 3, (1, 1), (1, 1), (1, 1), 4, 1, 1),              # copy blocks of 12 + 11 rows
-    "stride2_row_blocks_grouped": ((30, 13), 3, (2, 2), (1, 1), (1, 1), 3, 2, 1),     # 2 phases x (8 + 7) rows
+    "stride2_row_blocks_grouped": ((40, 13), 3, (2, 2), (1, 1), (1, 1), 3, 2, 1),     # phases of 10 + 10 rows
 }
 
 
