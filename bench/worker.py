@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -47,8 +48,6 @@ def time_rows(job: PathJob, pair: tuple[Any, Any] | None = None) -> list[dict]:
     and info, the row's output as ``output`` (for the caller to compare), or ``error``; and ``pid`` and
     ``threads_at_start``, the threads alive in this process when the job started (1 in a fresh process: nothing
     else is running)."""
-    import os
-
     import numpy as np
 
     from .backends import BACKENDS, Unavailable, error_text, exported_onnx, preload_onnx
