@@ -11,7 +11,7 @@ input image already is the GEMM's right operand. 3x3 stride-1 convolutions with 
 through :mod:`tensorplay.lowering.fusion.winograd` instead, depthwise and narrow grouped ones through
 :mod:`tensorplay.lowering.fusion.depthwise`.
 
-A convolution whose output is small next to its weight (:func:`transposed_applies`: ``C*prod(k)`` at least twice
+A convolution whose output is small next to its weight (:func:`transposed_applies`: ``C*prod(k)`` at least 1.4 times
 the output pixels, one group, e.g. ResNet-50's 7x7 and 14x14 layers) is computed transposed instead,
 ``out^T (pixels x Cout) = col^T @ W^T``: the weight, in ``nn.Linear`` layout, is the GEMM's ``B`` operand, which
 :mod:`tensorplay.lowering.microkernels.gemm_prepack` packs ONCE per weight (not on every call, as the ``A``
@@ -58,9 +58,10 @@ from .winograd import emit_winograd, winograd_applies
 
 #: A convolution runs transposed when its GEMM depth ``C*prod(k)`` is at least this many times its output pixels
 #: per image (:func:`transposed_applies`): measured at one thread on ResNet-50's convolutions, the transposed
-#: product wins 10-25% at 7x7 and 14x14 outputs (no weight packing, a register tile filled along Cout) and loses
-#: up to 2.7x where the output is large next to the weight (the transposing copy, e.g. 1x1 64 -> 256 at 56x56).
-TRANSPOSED_MIN_DEPTH_PER_PIXEL = 2
+#: product wins 10-25% at 7x7 and 14x14 outputs (no weight packing, a register tile filled along Cout) and 15% at
+#: the 3x3 stride-2 56 -> 28 layer (depth 1.47 x pixels), loses 8% at 256 -> 1024 1x1 at 14x14 (1.31 x) and up to
+#: 2.7x where the output is large next to the weight (the transposing copy, e.g. 1x1 64 -> 256 at 56x56).
+TRANSPOSED_MIN_DEPTH_PER_PIXEL = 1.4
 
 #: Output channels per block of the transposed product's copy into NCHW (:func:`_emit_transposed`): one vector.
 TRANSPOSE_LANES = 16
