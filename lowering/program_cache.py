@@ -11,7 +11,10 @@ compiler's own files. A program restored from the cache shows the source locatio
 first in its ``ir("tp")`` text.
 :func:`store` keeps everything a loader needs (the archive record of
 :func:`tensorplay.lowering.aot.archive_entry`, the ``tp`` and kernel texts, the stats); :func:`restore`
-maps it back as a :class:`tensorplay.lowering.pipeline.FreshProgram` without lowering anything.
+maps it back as a :class:`tensorplay.lowering.pipeline.FreshProgram` without lowering anything, and starts
+packing its constant GEMM weights on a background thread
+(:meth:`tensorplay.lowering.microkernels.gemm_prepack.Prepacker.pack_ahead`): calls made before a weight's packed
+copy is ready pack it in the kernel, as code without a prepacker does.
 
 >>> import tensorplay as tp
 >>> from tensorplay.export import export
@@ -186,4 +189,6 @@ def restore(key: str, program: ExportedProgram, options: CompileOptions, *,
     if sites:
         packer = Prepacker(library, artifact.prefix, dict(enumerate(sites)), n_user, held, literals)
         compiled._prepack = packer if packer else None
+        # ready to call now: the weights' packed copies are made on a background thread meanwhile
+        packer.pack_ahead({name: state[target[name]] for name in packer.names if name in target})
     return compiled

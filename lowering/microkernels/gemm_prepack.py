@@ -21,7 +21,10 @@ only when the slot holds no copy of the weight the call passes.
 In the JIT, :class:`Prepacker` fills the slots before each call from the weights the call passes: a weight
 is packed again when it is another array, or when the tensor's ``_version`` moved (in-place writes) -- writes
 through a raw numpy view of a tensor's storage are not seen, as with torch's version counter. Plain numpy
-arrays (no version) are never packed.
+arrays (no version) are never packed. A program restored from the compile cache packs weights totalling
+:data:`PACK_AHEAD_BYTES` or more on a background thread (:meth:`Prepacker.pack_ahead`): it is ready to call at once,
+each slot takes the ordinary route until its copy is ready, and a copy is installed only if its weight is still the
+same array at the same version. All weights are packed natively (:func:`native_packer`).
 
 Example::
 
@@ -239,10 +242,19 @@ def _aligned(count: int) -> np.ndarray:
     return raw[skip:skip + count]
 
 
+#: Weights of at least this many bytes are packed on a background thread when a program comes from the compile
+#: cache (:meth:`Prepacker.pack_ahead`): packing them into fresh memory takes 0.1-1 s for BERT- or ViT-sized
+#: models, most of it first-touch page faults, where the restore itself takes tens of milliseconds.
+PACK_AHEAD_BYTES = 16 << 20
+
+#: :attr:`_Slot.ahead` while a background thread packs the slot's weight (:meth:`Prepacker.pack_ahead`)
+_PACKING = object()
+
+
 class _Slot:
     """One site's slot in native memory and what was last packed into it."""
 
-    __slots__ = ("site", "source", "cell", "data", "version", "packed", "previous")
+    __slots__ = ("site", "source", "cell", "data", "version", "packed", "previous", "ahead")
 
     def __init__(self, site: PackSite, source: tuple[str, Any], address: int) -> None:
         self.site, self.source = site, source
@@ -251,24 +263,50 @@ class _Slot:
         self.version: Any = None
         self.packed: np.ndarray | None = None
         self.previous: np.ndarray | None = None  # kept alive one generation longer for a concurrent call
+        self.ahead: Any = None  # _PACKING, or (data, version, packed) packed on the side, until a call takes it
+
+    def packable(self, data: Any, version: Any) -> bool:
+        """Whether a tensor's storage ``data`` at ``version`` can be packed into this slot."""
+        return (version is not None and isinstance(data, np.ndarray) and data.dtype == np.float32
+                and data.size == self.site.source_size and data.flags.c_contiguous)
+
+    def pack(self, data: np.ndarray) -> np.ndarray:
+        site = self.site
+        if site.transform:
+            return pack_transformed(data, site)
+        return pack_b(data.reshape((site.n, site.k) if site.trans_b else (site.k, site.n)), site.trans_b)
 
     def update(self, value: Any) -> None:
         data = getattr(value, "_data", None)
         version = getattr(value, "_version", None)
         if data is self.data and version == self.version and data is not None:
             return
-        site = self.site
-        want = (site.n, site.k) if site.trans_b else (site.k, site.n)
-        if (version is None or not isinstance(data, np.ndarray) or data.dtype != np.float32
-                or data.size != site.source_size or not data.flags.c_contiguous):
+        ahead = self.ahead
+        if ahead is _PACKING:  # still being packed on the side: this call's kernel packs B itself
+            self.cell[0] = self.cell[1] = 0
+            self.data = self.version = None
+            return
+        if not self.packable(data, version):
             self.cell[0] = self.cell[1] = 0  # nothing trustworthy to pack: the kernel packs B itself
             self.data = self.version = None
             return
-        packed = pack_transformed(data, site) if site.transform else pack_b(data.reshape(want), site.trans_b)
+        self.ahead = None
+        if ahead is not None and ahead[0] is data and ahead[1] == version:
+            packed = ahead[2]
+        else:  # (packed ahead from a value since replaced or written to: stale)
+            packed = self.pack(data)
         self.previous, self.packed = self.packed, packed
         self.data, self.version = data, version
         self.cell[1] = data.ctypes.data
         self.cell[0] = packed.ctypes.data
+
+
+def _pack_on_the_side(jobs: list[tuple[_Slot, np.ndarray, Any]]) -> None:
+    for slot, data, version in jobs:
+        try:
+            slot.ahead = data, version, slot.pack(data)
+        except Exception:  # (MemoryError, say) calls pack it themselves
+            slot.ahead = None
 
 
 class Prepacker:
@@ -278,13 +316,14 @@ class Prepacker:
     name, or literal arrays). Sites whose ``B`` is a user input are left to the kernel.
     """
 
-    __slots__ = ("_library", "_named", "_literal", "__weakref__")
+    __slots__ = ("_library", "_named", "_literal", "_ahead", "__weakref__")
 
     def __init__(self, library: Any, prefix: str, sites: Mapping[Any, PackSite], n_user: int, held: list,
                  literals: list) -> None:
         self._library = weakref.ref(library)  # the slots live in its memory (see __del__)
         self._named: list[tuple[str, _Slot]] = []
         self._literal: list[_Slot] = []
+        self._ahead: threading.Thread | None = None
         for site in {site.index: site for site in sites.values()}.values():  # one slot per packed weight
             pos = site.arg - n_user
             if not 0 <= pos < len(held):
@@ -321,6 +360,32 @@ class Prepacker:
     def names(self) -> list[str]:
         """Names of the weights whose packed copies this prepacker keeps."""
         return [name for name, _ in self._named]
+
+    def pack_ahead(self, values: Mapping[str, Any]) -> threading.Thread | None:
+        """Pack the weights ``values`` holds (by name) on a background thread, so that a program is ready to call
+        before its weights are packed; returns the thread, or None when they are fewer than
+        :data:`PACK_AHEAD_BYTES` (the first call packs them, in milliseconds). Until a slot's copy
+        is ready, calls take the kernels' own packing route (the same results); the first call after that
+        installs the copy when the weight is still the same array at the same version, and packs it again
+        otherwise (so a weight replaced or written in place meanwhile is never served stale)."""
+        jobs = []
+        for name, slot in self._named:
+            value = values.get(name)
+            data, version = getattr(value, "_data", None), getattr(value, "_version", None)
+            if slot.ahead is None and slot.data is None and slot.packable(data, version):
+                jobs.append((slot, data, version))
+        if sum(data.nbytes for _, data, _ in jobs) < PACK_AHEAD_BYTES:
+            return None
+        for slot, _, _ in jobs:
+            slot.ahead = _PACKING
+        self._ahead = threading.Thread(target=_pack_on_the_side, args=(jobs,), name="tensorplay-prepack", daemon=True)
+        self._ahead.start()
+        return self._ahead
+
+    def wait(self) -> None:
+        """Block until the weights :meth:`pack_ahead` is packing are packed (each call then reads the packed copies)."""
+        if self._ahead is not None:
+            self._ahead.join()
 
     def refresh(self, lookup: Callable[[str], Any]) -> None:
         """Repack what changed; ``lookup(name)`` is the value the call passes for weight ``name``."""

@@ -178,3 +178,63 @@ def test_a_restored_program_builds_a_library_without_its_program(cache_dir, tmp_
     x = np.ones((2, 6), np.float32)
     np.testing.assert_allclose(StandaloneModel.load(tmp_path / "b", "net")(x)[0], reference(w, x), rtol=1e-5,
                                atol=1e-5)
+
+
+class Wide(tp.nn.Module):
+    """Two layers with prepacked weights (N above the matrix-vector limit)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        tp.manual_seed(seed)
+        self.fc1, self.fc2 = tp.nn.Linear(40, 48), tp.nn.Linear(48, 36)
+
+    def forward(self, x):
+        return self.fc2(tp.relu(self.fc1(x)))
+
+
+def wide_reference(model, x):
+    w = {k: np.asarray(v.detach()._data, np.float64) for k, v in model.state_dict().items()}
+    return np.maximum(x @ w["fc1.weight"].T + w["fc1.bias"], 0) @ w["fc2.weight"].T + w["fc2.bias"]
+
+
+def test_a_restored_program_packs_its_weights_on_the_side_and_never_serves_a_stale_copy(cache_dir, monkeypatch):
+    """Restored from the cache, a program is callable before its weights are packed (calls meanwhile pack in the
+    kernel); a packed-ahead copy is used only while the weight is the same array at the same version."""
+    import threading
+
+    from tensorplay.lowering.microkernels import gemm_prepack
+
+    def exported(seed):
+        model = Wide(seed).eval()
+        return model, export(model, tp.randn(4, 40), dynamic_shapes={"x": {0: Dim("n", min=1, max=64)}})
+
+    compile_program(exported(0)[1])
+    monkeypatch.setattr(gemm_prepack, "PACK_AHEAD_BYTES", 0)  # (these weights are small: packed by the first call)
+    release, pack = threading.Event(), gemm_prepack._Slot.pack
+    monkeypatch.setattr(gemm_prepack._Slot, "pack", lambda slot, data: (release.wait(30), pack(slot, data))[1])
+    x = np.random.default_rng(1).standard_normal((5, 40)).astype(np.float32)
+    for change in (None, "in place", "replaced"):
+        model, prog = exported(1)
+        restored = compile_program(prog)
+        packer = restored._prepack
+        assert restored.stats["from_cache"] and packer._ahead is not None and sorted(packer.names) == [
+            "p_fc1_weight", "p_fc2_weight"]
+        slots = dict(packer._named)
+        (y,) = restored.run({"x": tp.tensor(x), **restored.state_of(prog)})  # the side thread waits: kernel route
+        assert all(s.cell[0] == 0 and s.packed is None for s in slots.values())
+        np.testing.assert_allclose(y, wide_reference(model, x), rtol=1e-5, atol=1e-5)
+        if change == "in place":
+            with tp.no_grad():
+                model.fc1.weight.mul_(-2.0)
+        elif change == "replaced":
+            model.fc1.weight = tp.nn.Parameter(tp.randn(48, 40))
+            prog = export(model, tp.randn(4, 40), dynamic_shapes={"x": {0: Dim("n", min=1, max=64)}})
+        ahead = slots["p_fc1_weight"]
+        release.set()
+        packer.wait()
+        copy = ahead.ahead[2]
+        (y,) = restored.run({"x": tp.tensor(x), **restored.state_of(prog)})
+        np.testing.assert_allclose(y, wide_reference(model, x), rtol=1e-5, atol=1e-5)
+        assert all(s.cell[0] == s.packed.ctypes.data for s in slots.values())
+        assert (ahead.packed is copy) == (change is None)  # a weight changed since: packed again
+        release.clear()
