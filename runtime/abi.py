@@ -711,25 +711,37 @@ class Executable:
             frame = self._local.frame
         except AttributeError:
             frame = self._frame()
-        try:
-            plan = self._plans[arrays[0].shape if self._n_in == 1 else tuple(map(_shape_of, arrays))]
-        except (KeyError, AttributeError, TypeError):  # new shapes, or not arrays (validated next)
-            plan = self._plan_for(arrays, frame)
-        outs = self._outputs(plan, out, arrays)
+        call = self._call
+        # The plan of this thread's last call, if any, is tried first: the native check compares every input's
+        # dims with the plan's and refuses a mismatch, so no shape needs reading here when they repeat.
+        plan = frame.plan_in_block if call is not None and out is None else None
+        guessed = plan is not None
+        if not guessed:
+            plan = self._plan_of(arrays, frame)
+        if out is None and not plan.pooled and self._single_out is not None:
+            outs = [_empty(plan.shapes[0], self._single_out)]
+        else:
+            outs = self._outputs(plan, out, arrays)
         nbytes = plan.nbytes
         ws = frame.workspace_address(nbytes) if nbytes else None
-        call = self._call
-        if call is not None:
+        if call is not None:  # _call_native, inlined
             block = frame.block
             if ws != frame.ws_in_block:
                 block[5] = ws or 0
                 frame.ws_in_block = ws
             if plan is not frame.plan_in_block:
                 block[2] = plan.dims_addr
-                frame.plan_in_block = plan  # also keeps plan.dims alive while block[2] points at it
+                frame.plan_in_block = plan
             code = call(id(arrays), id(outs), frame.a_block)
         else:
             code = -1
+        if code < 0 and guessed:  # other shapes than last time (or inputs the native check refuses)
+            looked_up = self._plan_of(arrays, frame)
+            if looked_up is not plan:
+                plan = looked_up
+                outs = self._outputs(plan, out, arrays)
+                ws = frame.workspace_address(plan.nbytes) if plan.nbytes else None
+                code = self._call_native(call, arrays, outs, frame, plan, ws)
         if code < 0:  # an input the native checks do not take as is: validate and call from Python
             self._check(arrays, frame)
             if frame.in_dims[:self._n_in_dims] != plan.dims[:self._n_in_dims]:  # reshaped meanwhile
@@ -743,6 +755,26 @@ class Executable:
         if code:
             raise self.signature.error(code, (), self.shape_error)
         return outs if self._extents is None else _data_sized(outs, self._extents, ws, plan.nbytes)
+
+    def _plan_of(self, arrays: tuple[Any, ...], frame: _Frame) -> _Plan:
+        """The remembered plan for the shapes of ``arrays``, or a new one (validating them)."""
+        try:
+            return self._plans[arrays[0].shape if self._n_in == 1 else tuple(map(_shape_of, arrays))]
+        except (KeyError, AttributeError, TypeError):  # new shapes, or not arrays (validated next)
+            return self._plan_for(arrays, frame)
+
+    @staticmethod
+    def _call_native(call: Any, arrays: tuple[Any, ...], outs: list[np.ndarray], frame: _Frame, plan: _Plan,
+                     ws: int | None) -> int:
+        """One trampoline call with ``plan``'s dims and workspace ``ws`` (negative: an input refused)."""
+        block = frame.block
+        if ws != frame.ws_in_block:
+            block[5] = ws or 0
+            frame.ws_in_block = ws
+        if plan is not frame.plan_in_block:
+            block[2] = plan.dims_addr
+            frame.plan_in_block = plan  # also keeps plan.dims alive while block[2] points at it
+        return call(id(arrays), id(outs), frame.a_block)
 
     def _outputs(self, plan: _Plan, out: Any, arrays: tuple[Any, ...]) -> list[np.ndarray]:
         if out is not None:
