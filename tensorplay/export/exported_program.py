@@ -36,12 +36,13 @@ from .graph_signature import (
     InputKind,
     OutputKind,
 )
-from .native import _FALLBACK, native_runner
+from .native import _FALLBACK, NativeRunner, native_runner
 from .pickling import archive_bytes, program_from_archive
 
 __all__ = ["CallSpec", "EqualityConstraint", "ExportedProgram", "ModuleCallEntry", "ModuleCallSignature", "Verifier"]
 
 CallSpec = collections.namedtuple("CallSpec", ["in_spec", "out_spec"])
+_new_tensor = Tensor._from_storage
 
 
 @dataclass(frozen=True)
@@ -320,11 +321,23 @@ class ExportedProgram:
         return self._call_plan().user_result(raw)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        code = self.graph_module.code
         plan = self.__dict__.get("_plan")
-        if plan is None or plan.code is not self.graph_module.code:
+        if plan is None or plan.code is not code:
             plan = self._call_plan()
         if plan.simple and not kwargs and len(args) == plan.num_user:  # the common case, inlined
-            raw = _run_program(self, plan.read_state(self, args))
+            flat = plan.read_state(self, args)
+            native = self.__dict__.get("_native")
+            if plan.single and native is not None and native[0] is code and native[1].__class__ is NativeRunner:
+                runner = native[1]
+                if runner.single is not None:  # one result, no input updates: NativeRunner.__call__, inlined
+                    try:
+                        return _new_tensor(runner.run(flat)[0], runner.single)
+                    except ConstraintsExceededError as exc:
+                        from .specialize import call_other_extents
+                        raw = call_other_extents(self, flat, exc)
+                        return raw[0] if raw.__class__ is tuple and len(raw) == 1 else plan.user_result(raw)
+            raw = _run_program(self, flat)
             return raw[0] if plan.single and raw.__class__ is tuple and len(raw) == 1 else plan.user_result(raw)
         return plan.user_result(_run_program(self, plan.flat_args(self, args, kwargs)))
 

@@ -64,7 +64,8 @@ class NativeRunner:
         self.compiled = compiled
         self.placeholders = [n.name for n in program.graph.placeholders]
         self.dtypes = [_dtype.from_name(s.dtype) for s in compiled.signature.outputs]
-        self._run = compiled.caller(self.placeholders)
+        #: values in placeholder order -> the native results (the compiled program's caller)
+        self.run = compiled.caller(self.placeholders)
         binding = compiled.binding
         position = {name: i for i, name in enumerate(self.placeholders)}
         writes = binding.writes
@@ -77,15 +78,16 @@ class NativeRunner:
         flat = type(outputs) is tuple and all(type(r) is Result and not r.number and r.index == i
                                               for i, r in enumerate(outputs))
         self._unflatten = tuple if flat and len(outputs) == len(self.dtypes) else binding.unflatten
-        self._single = self.dtypes[0] if len(self.dtypes) == 1 and self._unflatten is tuple and not (
+        #: the result's dtype when the program has one result and updates no input (the common case), else None
+        self.single = self.dtypes[0] if len(self.dtypes) == 1 and self._unflatten is tuple and not (
             self.writes or self.interpret) else None
 
     def __call__(self, program: ExportedProgram, flat_args: list) -> Any:
-        if self._single is not None:  # one result and no input updates: the common case
-            return (_new_tensor(self._run(flat_args)[0], self._single),)
+        if self.single is not None:  # one result and no input updates: the common case
+            return (_new_tensor(self.run(flat_args)[0], self.single),)
         if self.writes or self.interpret:
             return self._call_updating(program, flat_args)
-        arrays = self._run(flat_args)
+        arrays = self.run(flat_args)
         return self._unflatten([_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)])
 
     def _call_updating(self, program: ExportedProgram, flat_args: list) -> Any:
@@ -101,7 +103,7 @@ class NativeRunner:
             targets.append(dest)
         if self.interpret or _aliased(targets, [index for _, index, _, _ in self.writes], flat_args):
             return program.graph_module(*flat_args)
-        arrays = self._run(flat_args)
+        arrays = self.run(flat_args)
         tensors = [_new_tensor(a, d) for a, d in zip(arrays, self.dtypes, strict=True)]
         for (result, _, _, count), dest in zip(self.writes, targets, strict=True):
             dest._data[...] = arrays[result]
