@@ -543,8 +543,8 @@ class _Codegen:
                 owner = v.owner
                 outer = (isinstance(owner, Operation) and id(owner) not in inside) or \
                     (not isinstance(owner, Operation) and v in sc.vals)
-                if outer and v not in env_vals and v in sc.vals:
-                    env_vals.append(v)
+                if outer and v not in env_vals and v in sc.vals and not isinstance(sc.vals[v], ir.Constant):
+                    env_vals.append(v)  # literals stay literals in the outlined body (below)
         gemms = any(o.name == "kernel.gemm" for o in op.walk())
         privates = [v for v in memory_plan.loop_privates(op) if v in env_vals]
         if privates and not self.chunk_copies:
@@ -567,7 +567,8 @@ class _Codegen:
         pb = ir.IRBuilder(par.append_basic_block("entry"))
         n_v = len(env_vals)
         pem = ExprEmitter(pb, {s: par.args[n_v + i] for i, s in enumerate(env_syms)}, sc.em.variant)
-        pvals = {v: par.args[i] for i, v in enumerate(env_vals)}
+        pvals = {v: sc.vals[v] for o in op.walk() for v in o.operands if isinstance(sc.vals.get(v), ir.Constant)}
+        pvals.update({v: par.args[i] for i, v in enumerate(env_vals)})
         ws = par.args[len(env_types) - 1]
         lo, hi = par.args[len(env_types)], par.args[len(env_types) + 1]
         psc = _Scope(par, pb, pem, self.fastmath, pvals, ws, True)
