@@ -101,6 +101,17 @@ class ScalarOps:
             return self.binary(name, acc, x, dt)
         return self.finish(self._intrinsic(f"llvm.{name}", [acc, x], fastmath=("nsz",)), dt)
 
+    def _extremum(self, name: str, x: ir.Value, y: ir.Value) -> ir.Value:
+        """``llvm.maximum``/``llvm.minimum`` (NaN propagates, -0 < +0). Against a literal ``c`` that is not NaN
+        (nor -0 for maximum, +0 for minimum: those tie with the other zero) the same value is ``x if x > c or x is
+        NaN else c`` (``x < c`` for minimum), one compare and select, where x86 lowers the intrinsic to a sign
+        test and two blends around a max/min: ReLU6's clamps at 0 and 6 cost half."""
+        for a, c in ((x, y), (y, x)):
+            v = c.constant if isinstance(c, ir.Constant) and isinstance(c.constant, float) else math.nan
+            if not math.isnan(v) and not (v == 0 and math.copysign(1.0, v) == (-1.0 if name == "maximum" else 1.0)):
+                return self.b.select(self.b.fcmp_unordered(">" if name == "maximum" else "<", a, c), a, c)
+        return self._intrinsic(f"llvm.{name}", [x, y])
+
     def _libm(self, name: str, args: Sequence[ir.Value], dt: DType) -> ir.Value:
         sym = _LIBM[name][0 if dt != F64 else 1]
         ty = _F64 if dt == F64 else _F32
@@ -244,7 +255,7 @@ class ScalarOps:
         if name in arith:
             return arith[name](x, y, flags=fm)
         if name in ("maximum", "minimum"):
-            return self._intrinsic(f"llvm.{name}", [x, y])
+            return self._extremum(name, x, y)
         if name in ("pow", "atan2"):
             if dt == F16:
                 r = self._libm(name, [b.fpext(x, _F32), b.fpext(y, _F32)], F32)
