@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -94,22 +94,40 @@ def test_numpy_forward_matches_torch(name):
     np.testing.assert_allclose(got, _torch_out(theirs, case), rtol=tol, atol=tol)
 
 
-def test_measure_reports_order_statistics():
-    stats = measure(lambda: time.sleep(0.002), budget_s=0.02, warmup=1, min_runs=4)
-    assert stats.runs >= 4
-    assert 2.0 <= stats.median_ms <= stats.p90_ms
-    assert 0 <= stats.cpu_ms < 1.0  # sleeping costs no CPU time
-
-
-def _spin_cpu(seconds: float) -> None:
+_MEASURE_ALONE = """
+import dataclasses, json, sys, time
+from bench.timing import measure
+def spin(seconds):
     end = time.process_time() + seconds
     while time.process_time() < end:
         pass
+call = (lambda: time.sleep(0.002)) if sys.argv[1] == "sleep" else (lambda: spin(0.003))
+stats = measure(call, budget_s=0.02, warmup=int(sys.argv[1] == "sleep"), min_runs=4)
+print(json.dumps(dataclasses.asdict(stats)))
+"""
+
+
+def _measure_alone(kind: str) -> dict:
+    """``measure`` of a sleeping or a CPU-bound call in a fresh process with one BLAS thread: ``cpu_ms`` is the
+    process's CPU time, and OpenBLAS's workers busy-wait ~0.1 s after numpy's import and after each call (here, the
+    test runner's BLAS threads, or torch's OpenMP ones, would count too)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", _MEASURE_ALONE, kind], capture_output=True, text=True,
+                          cwd=root, env=env, timeout=120, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_measure_reports_order_statistics():
+    stats = _measure_alone("sleep")
+    assert stats["runs"] >= 4
+    assert 2.0 <= stats["median_ms"] <= stats["p90_ms"]
+    assert 0 <= stats["cpu_ms"] < 1.0  # sleeping costs no CPU time
 
 
 def test_measure_reports_the_cpu_time_per_call():
-    stats = measure(lambda: _spin_cpu(0.003), budget_s=0.02, warmup=0, min_runs=4)
-    assert 3.0 <= stats.cpu_ms <= 3.0 + 1.0 and stats.median_ms >= 3.0
+    stats = _measure_alone("spin")
+    assert 3.0 <= stats["cpu_ms"] <= 3.0 + 1.0 and stats["median_ms"] >= 3.0
     with pytest.raises(ValueError, match="budget_s must be positive, got 0"):
         measure(lambda: None, budget_s=0)
 
