@@ -317,6 +317,9 @@ def _restore_computed_examples(program: Any) -> None:
             continue
         if not isinstance(val, TensorMeta):
             continue
+        if not all(isinstance(d, (int, sympy.Basic)) and not isinstance(d, bool) for d in val.shape):
+            raise ValueError(f"node {node.name!r}: its shape {val.shape!r} holds something other than integers "
+                             "and size expressions")
         shape = [sympy.sympify(d).subs(hints) for d in val.shape]
         if all(d.is_Integer for d in shape):
             # one element broadcast to the shape: no memory, whatever extent the document states

@@ -430,3 +430,12 @@ def test_reader_and_writer_helpers(tmp_path):
         PT2ArchiveWriter(3)
     with pytest.raises(TypeError, match="readable"):
         PT2ArchiveReader(3.5)
+
+
+def test_a_shape_entry_that_is_no_size_is_a_value_error():
+    doc = model_doc()  # found by the fuzzer above: a computed node's shape holding null
+    node = next(n for n in doc["graph"]["nodes"] if isinstance(n.get("meta", {}).get("val"), dict)
+                and n["meta"]["val"].get("shape") and n.get("op") == "call_function")
+    node["meta"]["val"]["shape"][0] = None
+    with pytest.raises(ValueError, match="holds something other than integers and size expressions"):
+        load_pt2(io.BytesIO(rebuild({"models/model.json": json.dumps(doc).encode()})))
