@@ -40,6 +40,7 @@ def test_encoder_layer_exports_with_dynamic_batch_and_sequence():
     _check(layer, (tp.randn(3, 5, 8),), [(tp.randn(2, 7, 8),), (tp.randn(4, 2, 8),)], spec)
 
 
+@pytest.mark.slow  # 36 s with a cold compile cache (two layers and a padding mask): run with -m slow
 def test_encoder_stack_with_padding_mask_exports():
     tp.manual_seed(2)
     enc = tp.nn.TransformerEncoder(tp.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2,
