@@ -724,15 +724,8 @@ class Executable:
             outs = self._outputs(plan, out, arrays)
         nbytes = plan.nbytes
         ws = frame.workspace_address(nbytes) if nbytes else None
-        if call is not None:  # _call_native, inlined
-            block = frame.block
-            if ws != frame.ws_in_block:
-                block[5] = ws or 0
-                frame.ws_in_block = ws
-            if plan is not frame.plan_in_block:
-                block[2] = plan.dims_addr
-                frame.plan_in_block = plan
-            code = call(id(arrays), id(outs), frame.a_block)
+        if call is not None:
+            code = self._call_native(call, arrays, outs, frame, plan, ws)
         else:
             code = -1
         if code < 0 and guessed:  # other shapes than last time (or inputs the native check refuses)
