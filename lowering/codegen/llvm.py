@@ -81,7 +81,7 @@ from ..microkernels.gemm_prepack import pack_sites, slot_symbol
 from ..progress import CompileProgress
 from ..resolvers import RESOLVERS
 from .expr import I32, I64, PTR, CodegenError, ExprEmitter, i64
-from .functions import KernelPlan, offset_symbol, plan_kernel
+from .functions import KernelPlan, flat_index, offset_symbol, plan_kernel
 from .gather import CODEGEN as _GATHER_CODEGEN
 from .gather import ErrorWord
 from .nonzero import counts_layout, emit_nonzero_call
@@ -466,8 +466,61 @@ class _Codegen:
         if a.parallel:
             (self._inner_parallel_for if sc.in_parallel else self._parallel_for)(sc, op)
             return
+        nest = self._flat_nest(op)
+        if nest is not None:
+            self._flat_loop(sc, nest)
+            return
         lower, upper = sc.em.emit(a.lower), sc.em.emit(a.upper)
         self._loop(sc, op, lower, upper, lambda s, acc: self._block(s, op.body.ops))
+
+    def _flat_nest(self, op: Operation) -> list[Operation] | None:
+        """The perfect nest of serial loops from ``op`` inwards when it runs as ONE loop over the product of their
+        ranges, else None: each loop from 0 step 1, the body of all but the innermost exactly the next loop, and
+        every load/store in the innermost body at a flat address where each loop variable's coefficient is the
+        next one's times the next loop's range (contiguous over the nest, or invariant); no other op mentions the
+        loop variables. A 7x7 or 14x14 plane of an elementwise kernel is then one vectorized loop of 49 or 196,
+        not 7 or 14 short rows (scalar or mostly remainder)."""
+        nest = [op]
+        while len(nest[-1].body.ops) == 1 and nest[-1].body.ops[0].name == "kernel.for":
+            nest.append(nest[-1].body.ops[0])
+        if len(nest) < 2 or any(loop.attr.parallel or loop.attr.transform is not None or loop.attr.lower != 0
+                                or loop.attr.step != 1 for loop in nest):
+            return None
+        ivs = [loop.attr.iv for loop in nest]
+        uppers = [sympy.sympify(loop.attr.upper) for loop in nest]
+        if any(u.free_symbols & set(ivs) for u in uppers):
+            return None
+        for inner in nest[-1].body.walk():
+            if inner.name in ("kernel.load", "kernel.store"):
+                flat = self.addresses.get(inner)
+                if flat is None:
+                    flat = flat_index(inner.operand.buffer.type, inner.attr.index)
+                flat = sympy.expand(flat)
+                coeffs = [flat.coeff(iv) for iv in ivs]
+                rest = sympy.expand(flat - sum(c * iv for c, iv in zip(coeffs, ivs)))
+                if any(_mentions(x, ivs) for x in (*coeffs, rest)):
+                    return None
+                if any(sympy.expand(coeffs[j] - coeffs[j + 1] * uppers[j + 1]) != 0 for j in range(len(ivs) - 1)):
+                    return None
+            elif any(_mentions(v, ivs) for v in inner.attributes.values()):
+                return None
+        return nest
+
+    def _flat_loop(self, sc: _Scope, nest: list[Operation]) -> None:
+        """The nest of :meth:`_flat_nest` as one loop (the innermost loop's variable over the product of the
+        ranges, the outer loop variables bound to 0)."""
+        em, inner = sc.em, nest[-1]
+        outer = [loop.attr.iv for loop in nest[:-1]]
+        saved = {s: em.symbols.get(s) for s in outer}
+        for s in outer:
+            em.bind(s, i64(0))
+        upper = em.emit(sympy.expand(sympy.Mul(*(loop.attr.upper for loop in nest))))
+        self._loop(sc, inner, i64(0), upper, lambda s, acc: self._block(s, inner.body.ops))
+        for s, v in saved.items():
+            if v is None:
+                del em.symbols[s]
+            else:
+                em.symbols[s] = v
 
     def _reduce(self, sc: _Scope, op: Operation) -> None:
         a = op.attr
@@ -789,6 +842,15 @@ _EMIT: dict[str, Callable[[_Codegen, _Scope, Operation], None]] = {
     "kernel.load": _Codegen._load, "kernel.store": _Codegen._store, "kernel.constant": _Codegen._constant,
     "kernel.where": _Codegen._where, "kernel.cast": _Codegen._cast,
 }
+
+
+def _mentions(value: Any, symbols: Sequence[sympy.Symbol]) -> bool:
+    """Whether an attribute value (a sympy expression, or a list/tuple of them) uses any of ``symbols``."""
+    if isinstance(value, sympy.Basic):
+        return bool(value.free_symbols & set(symbols))
+    if isinstance(value, (list, tuple)):
+        return any(_mentions(v, symbols) for v in value)
+    return False
 
 
 def _transformed_symbol(site: Any) -> sympy.Symbol:
