@@ -15,22 +15,27 @@ tap is loaded once per channel (hoisted out of the pixel loops)::
             ... 9 taps: w[i1, 0, kh, kw] * plane[0, i6 + kh, i7 + kw], summed in a fixed order ...
             kernel.store %s, %out {index = [i0, i1, i6, i7]}
 
-Planes of static size are split, while they are copied, into ``s0 * s1`` phase planes (every ``s``-th row and
-column from each offset; one plane at stride 1), so a strided convolution loads every tap contiguously along the
-output row and the input is read once, each phase copied by a loop nest over its columns outside a block of rows
-(:data:`COPY_ROW_BLOCK`; :func:`_emit_phases`); the taps are summed as one wide row per channel. That is for
-output rows narrower than :data:`WIDE_ROWS_BELOW` (:data:`STRIDED_WIDE_ROWS_BELOW` when strided), which do not fill
-vectors; wider ones, and planes of symbolic size, take the row nest (:func:`_emit_rows`), its strided taps
-vectorized as interleaved loads. Every output element is one fixed sum on one thread, so results do not depend on the
-thread count. With more than one input channel per group the first channel's sum is stored and the others are
-added to it in order. The images loop is split over threads when there are enough images, else the groups loop
-is; each chunk has its own plane buffer (:func:`tensorplay.lowering.fusion.memory_plan.loop_privates`).
+Planes of static size are split, while they are copied, into ``s0`` row phases (every ``s0``-th row from each
+offset; one plane at stride 1), so the taps of a whole output plane are loads at the column stride along one flat
+row of a phase, each phase copied by a loop nest over its columns outside a block of rows (:data:`COPY_ROW_BLOCK`;
+:func:`_emit_phases`); the taps are summed as one wide row per channel. That is for output rows narrower than
+:data:`WIDE_ROWS_BELOW` (:data:`STRIDED_WIDE_ROWS_BELOW` when strided), which do not fill vectors; wider ones, and
+planes of symbolic size, take the row nest (:func:`_emit_rows`), its strided taps vectorized as interleaved loads.
+Every output element is one fixed sum on one thread, so results do not depend on the thread count. With more than
+one input channel per group the first channel's sum is stored and the others are added to it in order. The images
+loop is split over threads when there are enough images, else the groups loop is; each chunk has its own plane
+buffer (:func:`tensorplay.lowering.fusion.memory_plan.loop_privates`).
 
 The elementwise ops after the convolution whose other operands are per channel (a batch norm, ReLU6) are its
-epilogue (:func:`conv_epilogue_end`, decided by the fusion plan): the nest applies them to each finished output
-(in the wide-row loop, or in a pass over the group's rows) and writes their result, which the next layer, a
-pointwise convolution in MobileNets, reads in place instead of computing it into a copy of its own. MobileNetV2
-b1 224x224, one thread (CPU ms, min of interleaved runs, loaded machine): 12.34 before, 11.52 with the epilogues.
+epilogue (:func:`conv_epilogue_end`, decided by the fusion plan): the nest applies them to each finished output (in
+the wide-row loop, or in a pass over the group's rows) and writes their result, which the next layer, a pointwise
+convolution in MobileNets, reads in place instead of computing it into a copy of its own. MobileNetV2 b1 224x224,
+one thread (CPU ms, min of interleaved runs, loaded machine): 12.34 before, 11.52 with the epilogues. The epilogue's
+leading per-channel affine ops (the batch norm) are folded (:mod:`~tensorplay.lowering.fusion.affine`): their factor
+multiplies the taps and their offset starts the sum, computed once per channel on every call; a batch norm in the
+computed input (the expansion GEMM's, in MobileNets) is one multiply-add per element in the copy. MobileNetV2's 17
+depthwise nests, one thread (ms, sum of per-kernel minima over 120 calls, two interleaved runs, loaded machine):
+1.607 before, 1.478 with the folds and row phases (192ch 28x28 stride 2 0.090 -> 0.041).
 
 Measured at one thread, batch 1, ``conv(relu(x))`` (ms: the GEMM per group before / this nest / PyTorch 2; ours
 CPU time, min of many calls; PyTorch wall time, min of 50 calls on a loaded machine): MobileNetV2's depthwise 3x3
@@ -40,8 +45,10 @@ took 0.11: they do not fill a vector, hence the wide rows). Grouped 3x3: 2 chann
 0.64 / 0.13 / 1.2, 4 per group (128ch 28x28) 0.37 / 0.24 / 0.32, (256ch 14x14) 0.24 / 0.16 / 0.15, 8 per group
 (128ch 28x28) 0.36 / 0.41 / 0.23: from 8 channels per group the GEMMs win (:data:`MAX_GROUP_CHANNELS`).
 Stride 2, ``conv(relu6(batch_norm(x)))``, ms as row nest (strided taps) / phase planes and wide rows (CPU time,
-min of interleaved runs, loaded machine): 192ch 28x28 0.25 / 0.15, 576ch 14x14 0.22 / 0.17; wider output rows
-keep the row nest: 144ch 56x56 0.19 / 0.32, 96ch 112x112 0.51 / 0.61.
+min of interleaved runs, loaded machine; phases of rows and columns then): 192ch 28x28 0.25 / 0.15, 576ch 14x14
+0.22 / 0.17; wider output rows keep the row nest: 144ch 56x56 0.19 / 0.32, 96ch 112x112 0.51 / 0.61. With row
+phases only, MobileNetV2's blocks (with the batch norm folds): 144ch 56x56 0.115 / 0.108, 96ch 112x112
+0.458 / 0.534.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import sympy
 from tensorplay.dialect.ir import Operation, Value
 from tensorplay.dialect.types import TensorType
 
+from .affine import AffineChain, apply, chain_from, chain_into, scale_shift
 from .emit import ELEMENTWISE_TP, NestEmitter
 from .image_copy import close_to, copy_image, parallel_loops, store
 
@@ -152,39 +160,85 @@ def emit_direct_conv(em: NestEmitter, op: Operation, weight: Value, out: Value,
     xt, yt, a = op.operands[0].type, op.result.type, op.attributes
     spatial = [_int(e) for e in (*xt.shape[2:], *yt.shape[2:])]
     narrow = WIDE_ROWS_BELOW if a["stride"] == [1, 1] else STRIDED_WIDE_ROWS_BELOW
+    element = _prologue(em, op.operands[0], input_buffer)
+    folded = None if epilogue is None else chain_from(op.result, lambda v: v is epilogue, shortest=1)
     if None in spatial or spatial[3] >= narrow:
-        _emit_rows(em, op, weight, out, alloc, input_buffer, epilogue)
+        _emit_rows(em, op, weight, out, alloc, input_buffer, epilogue, element, folded)
     else:
-        _emit_phases(em, op, weight, out, alloc, input_buffer, epilogue, *spatial)
+        _emit_phases(em, op, weight, out, alloc, input_buffer, epilogue, element, folded, *spatial)
 
 
-def _finish(em: NestEmitter, op: Operation, epilogue: Value | None, total: Value, index: list) -> Value:
+def _prologue(em: NestEmitter, x: Value, input_buffer: Value | None) -> Callable[[tuple], Value] | None:
+    """How the copy computes element ``at`` of a computed input ``x`` whose elementwise prologue holds an affine
+    chain from a buffer (the batch norm of the expansion GEMM's output): the chain as one multiply-add per element
+    (:mod:`~tensorplay.lowering.fusion.affine`), the ops after it as they are; None for the plain computation."""
+    if input_buffer is not None:
+        return None
+    buffered = lambda v: em.buffer_of(v) is not None  # noqa: E731
+    v = x
+    while not buffered(v) and isinstance(v.owner, Operation) and v.owner.name in ELEMENTWISE_TP:
+        chain = chain_into(v, buffered, shortest=3)
+        if chain is not None and buffered(chain.base):
+            return lambda at, chain=chain: _affine_element(em, chain, at, x)
+        full = [a for a in v.owner.operands if a.type == v.type]
+        if len(full) != 1 or any(a is not full[0] and any(d != 1 for d in a.type.shape[-2:])
+                                 for a in v.owner.operands):
+            return None
+        v = full[0]
+    return None
+
+
+def _affine_element(em: NestEmitter, chain: AffineChain, at: tuple, x: Value) -> Value:
+    """Element ``at`` of ``x``, its affine ``chain`` computed as ``base * s + t``."""
+    s, t = scale_shift(em, chain, list(at))
+    em.levels[-1].memo[(chain.end, em.simplify(at))] = apply(em, em.scalar(chain.base, at), s, t)
+    return em.scalar(x, at)
+
+
+def _finish(em: NestEmitter, op: Operation, epilogue: Value | None, folded: AffineChain | None, total: Value,
+            index: list) -> Value:
     """The value stored at ``index`` of the output: the convolution's ``total``, or the epilogue computed from it
-    (``total`` stands for the convolution's element while the epilogue's ops are emitted)."""
+    (``total`` stands for the convolution's element, or with ``folded`` for the end of that chain, while the
+    epilogue's ops are emitted)."""
     if epilogue is None:
         return total
-    em.levels[-1].memo[(op.result, em.simplify(index))] = total
+    em.levels[-1].memo[(op.result if folded is None else folded.end, em.simplify(index))] = total
     return em.scalar(epilogue, index)
 
 
-def _tap_weights(em: NestEmitter, weight: Value, o: sympy.Expr, ci: int, kh: int, kw: int) -> list[Value]:
+def _tap_weights(em: NestEmitter, weight: Value, o: sympy.Expr, ci: int, kh: int, kw: int,
+                 scale: Value | None) -> list[Value]:
     """The ``kh * kw`` taps of output channel ``o``, input channel ``ci`` of its group, loaded at the current level
-    (outside the pixel loops, so the stores of those loops cannot keep them from being hoisted)."""
-    return [em.op("kernel.load", weight, index=[sympy.expand(o), sympy.Integer(ci), sympy.Integer(r),
-                                                sympy.Integer(s)]) for r in range(kh) for s in range(kw)]
+    (outside the pixel loops, so the stores of those loops cannot keep them from being hoisted), times ``scale``
+    (the folded epilogue's factor) when given."""
+    taps = [em.op("kernel.load", weight, index=[sympy.expand(o), sympy.Integer(ci), sympy.Integer(r),
+                                                 sympy.Integer(s)]) for r in range(kh) for s in range(kw)]
+    return taps if scale is None else [em.op("kernel.mul", k, scale) for k in taps]
+
+
+def _sum_taps(em: NestEmitter, ks: list[Value], values: list[Value], start: Value | None) -> Value:
+    """``start + ks[0] * values[0] + ...`` summed in that order (``start`` None: from the first product)."""
+    total = start
+    for k, v in zip(ks, values):
+        prod = em.op("kernel.mul", k, v)
+        total = prod if total is None else em.op("kernel.add", total, prod)
+    return total
 
 
 def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
-                 input_buffer: Value | None, epilogue: Value | None, h: int, w: int, oh: int, ow: int) -> None:
-    """Static planes, any stride: each group's zero-padded input is split into ``s0 * s1`` phase planes (phase
-    ``(a, b)`` holds padded rows ``a, a + s0, ..`` and columns ``b, b + s1, ..``, flat with row pitch
-    ``Wq = ceil(Wp / s1)``), so tap ``(r, s)`` of output ``(i, j)`` is element ``(i + r*d0 // s0) * Wq + j +
-    s*d1 // s1`` of phase ``(r*d0 % s0, s*d1 % s1)``: every tap is a contiguous load along the output row, and a
-    strided input is gathered once, by the copy, instead of by every tap.
+                 input_buffer: Value | None, epilogue: Value | None, element: Callable[[tuple], Value] | None,
+                 folded: AffineChain | None, h: int, w: int, oh: int, ow: int) -> None:
+    """Static planes, any stride: each group's zero-padded input is split into ``s0`` row phases (phase ``a``
+    holds padded rows ``a, a + s0, ..``, flat with row pitch ``P = s1 * Wq``, ``Wq = ceil(Wp / s1)``), so tap
+    ``(r, s)`` of output ``(i, j)`` is element ``s1 * (i * Wq + j) + (r*d0 // s0) * P + s*d1`` of phase
+    ``r*d0 % s0``: the taps of consecutive outputs are loads at stride ``s1`` along one flat row of a phase.
 
-    The copy of each phase loops over its columns outside blocks of at most :data:`COPY_ROW_BLOCK` rows. The taps
-    are summed as one wide row per channel over ``OH * Wq`` consecutive positions (the last ``Wq - OW`` of each
-    row discarded, a spare phase row read past the last one), long enough to vectorize, then copied out."""
+    The copy of each phase loops over its columns outside blocks of at most :data:`COPY_ROW_BLOCK` rows, reading
+    and writing contiguously. The taps are summed as one wide row per channel over ``OH * Wq`` consecutive positions
+    (the last ``Wq - OW`` of each row discarded, a spare phase row read past the last one), long enough to
+    vectorize, then copied out. Column phases as well (every tap contiguous, the copy deinterleaving columns) took
+    longer: stride 2, 192ch 28x28 0.084 against 0.039 ms, 576ch 14x14 0.073 against 0.054 (1 thread, min of
+    interleaved calls)."""
     x = op.operands[0]
     xt, wt = x.type, op.operands[1].type
     a = op.attributes
@@ -192,57 +246,54 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
     cg, og = _int(wt.shape[1]), sympy.cancel(wt.shape[0] / g)
     kh, kw = (_int(k) for k in wt.shape[2:])
     hq, wq = -(-(h + 2 * p0) // s0), -(-(w + 2 * p1) // s1)
-    span = (hq + 1) * wq
-    plane = alloc(TensorType([cg, s0 * s1 * span], xt.dtype))
+    pitch = s1 * wq
+    span = (hq + 1) * pitch
+    plane = alloc(TensorType([cg, s0 * span], xt.dtype))
     wide = alloc(TensorType([og, oh * wq], xt.dtype))
     (n_i,) = em.loops([xt.shape[0]])
     (g_i,) = parallel_loops(em, [g])
     depth = len(em.levels)
     zero = em.constant(0.0, xt.dtype)
     for pa in range(s0):
-        # phase rows i0..i1 and, in phase (pa, pb), columns cols[pb] hold input elements; the rest is zero
+        # phase rows i0..i1, columns p1..p1 + w hold input elements; the rest is zero
         i0, i1 = max(0, -(-(p0 - pa) // s0)), min(hq, -(-(h + p0 - pa) // s0))
-        cols = [(max(0, -(-(p1 - pb) // s1)), min(wq, -(-(w + p1 - pb) // s1))) for pb in range(s1)]
-        for pb, (j0, j1) in enumerate(cols):
-            base = (pa * s1 + pb) * span
-            for start, extent in ((0, i0 * wq), (i1 * wq, span - i1 * wq)):
-                if extent:
-                    c_i, q_i = em.loops([cg, extent], parallel=False)
-                    store(em, zero, plane, [c_i, base + start + q_i])
-                    close_to(em, depth)
-            for start, extent in ((0, j0), (j1, wq - j1)):
-                if extent and i1 > i0:
-                    c_i, r_i, q_i = em.loops([cg, i1 - i0, extent], parallel=False)
-                    store(em, zero, plane, [c_i, base + (r_i + i0) * wq + start + q_i])
-                    close_to(em, depth)
-        # one nest per phase: its columns outside blocks of rows (the short loop LLVM unrolls)
-        for pb, (j0, j1) in enumerate(cols):
-            if i1 <= i0 or j1 <= j0:
-                continue
-            size = -(-(i1 - i0) // -(-(i1 - i0) // COPY_ROW_BLOCK))  # blocks of equal size, the last shorter
-            for b0 in range(i0, i1, size):
-                c_i, q_i, r_i = em.loops([cg, j1 - j0, min(size, i1 - b0)], parallel=False)
-                at = (n_i, g_i * cg + c_i, (r_i + b0) * s0 + pa - p0, (q_i + j0) * s1 + pb - p1)
-                at = tuple(sympy.expand(e) for e in at)
-                val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
-                store(em, val, plane, [c_i, (pa * s1 + pb) * span + (r_i + b0) * wq + q_i + j0])
+        base = pa * span
+        for start, extent in ((0, i0 * pitch), (i1 * pitch, span - i1 * pitch)):
+            if extent:
+                c_i, q_i = em.loops([cg, extent], parallel=False)
+                store(em, zero, plane, [c_i, base + start + q_i])
                 close_to(em, depth)
-    taps = [(((r * d0) % s0 * s1 + (s * d1) % s1) * span + (r * d0 // s0) * wq + s * d1 // s1)
-            for r in range(kh) for s in range(kw)]
+        if i1 <= i0:
+            continue
+        for start, extent in ((0, p1), (p1 + w, pitch - p1 - w)):
+            if extent:
+                c_i, r_i, q_i = em.loops([cg, i1 - i0, extent], parallel=False)
+                store(em, zero, plane, [c_i, base + (r_i + i0) * pitch + start + q_i])
+                close_to(em, depth)
+        # its columns outside blocks of rows (the short loop LLVM unrolls)
+        size = -(-(i1 - i0) // -(-(i1 - i0) // COPY_ROW_BLOCK))  # blocks of equal size, the last shorter
+        for b0 in range(i0, i1, size):
+            c_i, q_i, r_i = em.loops([cg, w, min(size, i1 - b0)], parallel=False)
+            at = tuple(sympy.expand(e) for e in (n_i, g_i * cg + c_i, (r_i + b0) * s0 + pa - p0, q_i))
+            if element is not None:
+                val = element(at)
+            else:
+                val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
+            store(em, val, plane, [c_i, base + (r_i + b0) * pitch + q_i + p1])
+            close_to(em, depth)
+    taps = [(r * d0) % s0 * span + (r * d0 // s0) * pitch + s * d1 for r in range(kh) for s in range(kw)]
     for ci in range(cg):  # the first input channel stores, the others add in order
         (o_i,) = em.loops([og], parallel=False)
         o = sympy.expand(g_i * og + o_i)
-        ks = _tap_weights(em, weight, o, ci, kh, kw)
+        scale, shift = (None, None) if folded is None else scale_shift(em, folded, [n_i, o, 0, 0])
+        ks = _tap_weights(em, weight, o, ci, kh, kw, scale)
         (q_i,) = em.loops([oh * wq], parallel=False)
-        total = None
-        for k, shift in zip(ks, taps):
-            v = em.op("kernel.load", plane, index=[sympy.Integer(ci), sympy.expand(q_i + shift)])
-            prod = em.op("kernel.mul", k, v)
-            total = prod if total is None else em.op("kernel.add", total, prod)
+        values = [em.op("kernel.load", plane, index=[sympy.Integer(ci), sympy.expand(s1 * q_i + k)]) for k in taps]
+        total = _sum_taps(em, ks, values, None if ci else shift)
         if ci:
             total = em.op("kernel.add", em.op("kernel.load", wide, index=[o_i, q_i]), total)
         if ci == cg - 1:  # the epilogue reads per-channel values only: a wide position stands for its pixel
-            total = _finish(em, op, epilogue, total, [n_i, o, q_i, sympy.Integer(0)])
+            total = _finish(em, op, epilogue, folded, total, [n_i, o, q_i, sympy.Integer(0)])
         store(em, total, wide, [o_i, q_i])
         close_to(em, depth)
     o_i, r_i, q_i = em.loops([og, oh, ow], parallel=False)
@@ -252,7 +303,8 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
 
 
 def _emit_rows(em: NestEmitter, op: Operation, weight: Value, out: Value,
-               alloc: Callable[[TensorType], Value], input_buffer: Value | None, epilogue: Value | None) -> None:
+               alloc: Callable[[TensorType], Value], input_buffer: Value | None, epilogue: Value | None,
+               element: Callable[[tuple], Value] | None, folded: AffineChain | None) -> None:
     """Any plane size: the group's planes are copied into a zero-bordered buffer (unless the input buffer is read
     as it is: stride 1, no padding) and the taps summed row by row, output width innermost."""
     x = op.operands[0]
@@ -269,29 +321,30 @@ def _emit_rows(em: NestEmitter, op: Operation, weight: Value, out: Value,
     (g_i,) = parallel_loops(em, [g])
     depth = len(em.levels)
     if plane is not None:
-        copy_image(em, x, input_buffer, n_i, plane, pads, first_channel=g_i * cg)
+        copy_image(em, x, input_buffer, n_i, plane, pads, first_channel=g_i * cg, element=element)
     for ci in range(cg):  # the first input channel stores, the others add in order
         (o_i,) = em.loops([og], parallel=False)
         o = sympy.expand(g_i * og + o_i)
-        ks = _tap_weights(em, weight, o, ci, kh, kw)
+        scale, shift = (None, None) if folded is None else scale_shift(em, folded, [n_i, o, 0, 0])
+        ks = _tap_weights(em, weight, o, ci, kh, kw, scale)
         h_i, w_i = em.loops([oh, ow], parallel=False)
-        total = None
-        for k, (r, s) in zip(ks, [(r, s) for r in range(kh) for s in range(kw)]):
+        values = []
+        for r, s in [(r, s) for r in range(kh) for s in range(kw)]:
             hi, wi = h_i * stride[0] + r * dil[0], w_i * stride[1] + s * dil[1]
             if plane is not None:
-                v = em.op("kernel.load", plane, index=[sympy.expand(e) for e in (ci, hi, wi)])
+                values.append(em.op("kernel.load", plane, index=[sympy.expand(e) for e in (ci, hi, wi)]))
             else:
                 at = (n_i, g_i * cg + ci, hi, wi)
-                v = em.op("kernel.load", input_buffer, index=[sympy.expand(e) for e in at])
-            prod = em.op("kernel.mul", k, v)
-            total = prod if total is None else em.op("kernel.add", total, prod)
+                values.append(em.op("kernel.load", input_buffer, index=[sympy.expand(e) for e in at]))
+        total = _sum_taps(em, ks, values, None if ci else shift)
         at = [n_i, o, h_i, w_i]
         if ci:
             total = em.op("kernel.add", em.op("kernel.load", out, index=at), total)
         store(em, total, out, at)
         close_to(em, depth)
-    if epilogue is not None:  # a pass of its own over the group's outputs (in cache): the tap loop stays lean
+    if epilogue is not None and (folded is None or folded.end is not epilogue):
+        # a pass of its own over the group's outputs (in cache): the tap loop stays lean
         o_i, h_i, w_i = em.loops([og, oh, ow], parallel=False)
         at = [n_i, sympy.expand(g_i * og + o_i), h_i, w_i]
-        store(em, _finish(em, op, epilogue, em.op("kernel.load", out, index=at), at), out, at)
+        store(em, _finish(em, op, epilogue, folded, em.op("kernel.load", out, index=at), at), out, at)
     close_to(em, 1)

@@ -1,0 +1,183 @@
+"""Per-channel affine chains around a direct (depthwise) convolution folded into one multiply-add
+(fusion/affine.py, fusion/depthwise.py): the inference batch norms of a MobileNetV2 block (the expansion's, computed
+in the depthwise copy, and the depthwise's own epilogue, folded into the taps) leave no per-element batch-norm op in
+the depthwise kernel; the results match eager and a float64 formula at 1, 2, 3 and 8 threads (bitwise equal to one
+thread), follow parameters written after compiling, and other affine forms (``a - x``, a scalar, a lone factor)
+fold too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+import tensorplay.nn.functional as F
+from tensorplay.dialect import parse
+from tensorplay.export import export
+from tensorplay.lowering.fusion.affine import chain_from, chain_into
+
+THREADS = (1, 2, 3, 8)
+
+
+class _Block(tp.nn.Module):
+    """1x1 expansion, batch norm, ReLU6, depthwise 3x3, batch norm, ReLU6, 1x1 projection (MobileNetV2)."""
+
+    def __init__(self, cin: int, hidden: int, stride: int):
+        super().__init__()
+        self.expand = tp.nn.Conv2d(cin, hidden, 1, bias=False)
+        self.bn1 = tp.nn.BatchNorm2d(hidden)
+        self.dw = tp.nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False)
+        self.bn2 = tp.nn.BatchNorm2d(hidden)
+        self.project = tp.nn.Conv2d(hidden, 8, 1, bias=False)
+
+    def forward(self, x):
+        y = F.hardtanh(self.bn1(self.expand(x)), 0.0, 6.0)
+        return self.project(F.hardtanh(self.bn2(self.dw(y)), 0.0, 6.0))
+
+
+def _randomize(m, rng):
+    for bn in (m.bn1, m.bn2):
+        c = bn.running_mean.shape[0]
+        bn.running_mean.copy_(tp.tensor(rng.uniform(-1, 1, c).astype(np.float32)))
+        bn.running_var.copy_(tp.tensor(rng.uniform(0.5, 2, c).astype(np.float32)))
+        bn.weight.detach().copy_(tp.tensor(rng.uniform(0.5, 1.5, c).astype(np.float32)))
+        bn.bias.detach().copy_(tp.tensor(rng.uniform(-0.5, 0.5, c).astype(np.float32)))
+
+
+def _np(t) -> np.ndarray:
+    return np.asarray(t.detach()).astype(np.float64)
+
+
+def _reference(m, x: np.ndarray, stride: int) -> np.ndarray:
+    """The block in float64 numpy: batch norm as (x - mean) / sqrt(var + eps) * weight + bias."""
+    def bn(mod, y):
+        shape = (1, -1, 1, 1)
+        return ((y - _np(mod.running_mean).reshape(shape)) / np.sqrt(_np(mod.running_var).reshape(shape) + mod.eps)
+                * _np(mod.weight).reshape(shape) + _np(mod.bias).reshape(shape))
+
+    y = np.clip(bn(m.bn1, np.einsum("oc,nchw->nohw", _np(m.expand.weight)[:, :, 0, 0], x)), 0, 6)
+    n, c, h, w = y.shape
+    yp = np.pad(y, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    oh, ow = (h - 1) // stride + 1, (w - 1) // stride + 1
+    k = _np(m.dw.weight)[:, 0]
+    z = sum(yp[:, :, r:r + stride * (oh - 1) + 1:stride, s:s + stride * (ow - 1) + 1:stride]
+            * k[None, :, r, s, None, None] for r in range(3) for s in range(3))
+    z = np.clip(bn(m.bn2, z), 0, 6)
+    return np.einsum("oc,nchw->nohw", _np(m.project.weight)[:, :, 0, 0], z)
+
+
+# hidden channels, stride, spatial size: row nest (wide rows) or phase planes (narrow rows), stride 1 and 2
+CASES = {"rows_stride1": (12, 1, 36), "rows_stride2": (12, 2, 40), "phases_stride1": (16, 1, 14),
+         "phases_stride2": (16, 2, 28), "phases_stride2_odd": (8, 2, 13)}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_block_folds_both_batch_norms_and_matches_at_every_thread_count(case):
+    hidden, stride, size = CASES[case]
+    rng = np.random.default_rng(len(case))
+    m = _Block(4, hidden, stride)
+    _randomize(m, rng)
+    m.eval()
+    x = rng.standard_normal((2, 4, size, size), dtype=np.float32)
+    prog = export(m, tp.tensor(x))
+    eager = _np(m(tp.tensor(x)))
+    outs = []
+    for threads in THREADS:
+        compiled = tp.compile(prog, num_threads=threads, strict=True)
+        outs.append(np.asarray(prog(tp.tensor(x)).detach()))
+    kernels = compiled.ir("kernel").split("kernel.kernel")[1:]
+    direct = [kern for kern in kernels if "kernel.gemm" not in kern and "kernel.minimum" in kern]
+    assert len(direct) == 1
+    # both clamps are computed in the depthwise nest; no op of either batch norm is left per element: their
+    # factors and offsets are computed once per channel (no origin), the rsqrt of each once per channel too
+    assert 'origin = "hardtanh"' in direct[0] and 'origin = "hardtanh_1"' in direct[0]
+    assert direct[0].count("kernel.rsqrt") == 2
+    assert 'origin = "batch_norm' not in direct[0] and 'origin = "sub' not in direct[0]
+    np.testing.assert_allclose(outs[0], eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outs[0], _reference(m, x.astype(np.float64), stride), rtol=1e-5, atol=1e-5)
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got, outs[0])
+
+
+@pytest.mark.parametrize("case", ["rows_stride1", "phases_stride2"])
+def test_parameters_written_after_compiling_are_read_by_the_next_call(case):
+    """The folded factors are computed on every call from the current parameters and statistics."""
+    hidden, stride, size = CASES[case]
+    rng = np.random.default_rng(7)
+    m = _Block(4, hidden, stride)
+    _randomize(m, rng)
+    m.eval()
+    x = rng.standard_normal((1, 4, size, size), dtype=np.float32)
+    prog = export(m, tp.tensor(x))
+    tp.compile(prog, num_threads=1, strict=True)
+    before = np.asarray(prog(tp.tensor(x)).detach())
+    _randomize(m, rng)  # in place: the exported program reads the same buffers
+    after = np.asarray(prog(tp.tensor(x)).detach())
+    ref = _reference(m, x.astype(np.float64), stride)
+    assert not np.allclose(before, ref, rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(after, ref, rtol=1e-5, atol=1e-5)
+
+
+class _Forms(tp.nn.Module):
+    """``6 - (2 * conv(x) + s) * t`` after a depthwise convolution (the reflected sub, a scalar, per-channel
+    tensors), clamped, then a pointwise convolution; its input is ``(x * s) * t + 1`` clamped."""
+
+    def __init__(self, c: int, rng):
+        super().__init__()
+        self.dw = tp.nn.Conv2d(c, c, 3, 1, 1, groups=c, bias=False)
+        self.pw = tp.nn.Conv2d(c, 4, 1, bias=False)
+        self.s = tp.nn.Parameter(tp.tensor(rng.uniform(-1, 1, (c, 1, 1)).astype(np.float32)))
+        self.t = tp.nn.Parameter(tp.tensor(rng.uniform(0.5, 2, (c, 1, 1)).astype(np.float32)))
+
+    def forward(self, x):
+        y = F.relu((x * self.s) * self.t + 1.0)
+        return self.pw(F.relu(6.0 - (2.0 * self.dw(y) + self.s) * self.t))
+
+
+@pytest.mark.parametrize("size", [9, 33])
+def test_other_affine_forms_fold_and_match_eager(size):
+    rng = np.random.default_rng(size)
+    m = _Forms(8, rng)
+    x = rng.standard_normal((2, 8, size, size), dtype=np.float32)
+    prog = export(m, tp.tensor(x))
+    eager = np.asarray(m(tp.tensor(x)).detach())
+    outs = []
+    for threads in THREADS:
+        compiled = tp.compile(prog, num_threads=threads, strict=True)
+        outs.append(np.asarray(prog(tp.tensor(x)).detach()))
+    s, t = _np(m.s), _np(m.t)
+    y = np.maximum(x * s * t + 1.0, 0)
+    w = _np(m.dw.weight)[:, 0]
+    yp = np.pad(y, [(0, 0), (0, 0), (1, 1), (1, 1)])
+    z = sum(yp[:, :, r:r + size, q:q + size] * w[None, :, r, q, None, None] for r in range(3) for q in range(3))
+    ref = np.einsum("oc,nchw->nohw", _np(m.pw.weight)[:, :, 0, 0], np.maximum(6.0 - (2.0 * z + s) * t, 0))
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outs[0], eager, rtol=1e-5, atol=1e-6)
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got, outs[0])
+    direct = next(k for k in compiled.ir("kernel").split("kernel.kernel")[1:] if "kernel.gemm" not in k)
+    assert 'origin = "sub' not in direct  # 6 - ... is folded into the taps' factor and the sum's start
+
+
+def test_chains_stop_at_buffers_full_operands_and_shared_values():
+    f = parse('''func @f(%x: tensor<[1, 8, 9, 9], f32>, %y: tensor<[1, 8, 9, 9], f32>, %m: tensor<[8, 1, 1], f32>,
+        %r: tensor<[8, 1, 1], f32>, %row: tensor<[9], f32>) -> (tensor<[1, 8, 9, 9], f32>, tensor<[1, 8, 9, 9], f32>) {
+      %0 = tp.sub %x, %m : tensor<[1, 8, 9, 9], f32>
+      %1 = tp.mul %0, %r : tensor<[1, 8, 9, 9], f32>
+      %2 = tp.add %1, %m : tensor<[1, 8, 9, 9], f32>
+      %3 = tp.mul %2, %row : tensor<[1, 8, 9, 9], f32>
+      %4 = tp.add %2, %y : tensor<[1, 8, 9, 9], f32>
+      tp.return %3, %4
+    }''').functions[0]
+    ops = f.body.ops
+    x = f.body.args[0]
+    chain = chain_into(ops[2].result, lambda v: v is x, shortest=3)
+    assert chain is not None and chain.base is x and [s[0] for s in chain.steps] == ["tp.sub", "tp.mul", "tp.add"]
+    assert chain_into(ops[2].result, lambda v: v is x, shortest=4) is None
+    # %3 multiplies by a row (not per channel), %4 adds a full tensor: the chain ends at %2
+    assert chain_into(ops[3].result, lambda v: v is x, shortest=1) is None
+    assert chain_into(ops[2].result, lambda v: v is ops[0].result, shortest=1).base is ops[0].result
+    # from %x forward: %2 is read twice (by %3 and %4), so the chain stops there
+    fwd = chain_from(x, lambda v: False, shortest=1)
+    assert fwd is not None and fwd.end is ops[2].result
+    assert chain_from(x, lambda v: v is ops[1].result, shortest=1).end is ops[1].result
