@@ -1,6 +1,7 @@
-"""A perfect nest of serial loops contiguous over its whole range runs as one loop (llvm.py ``_flat_nest``):
-the generated code has a single loop, results equal the interpreter's, and nests that are not contiguous
-(a transposing store, a load broadcast along one loop, an index op reading a loop variable) keep their loops."""
+"""A perfect nest of serial loops (or of reductions of one combine, from its identity) contiguous over its whole
+range runs as one loop (llvm.py ``_flat_nest``): the generated code has a single loop, results equal the
+interpreter's, and nests that are not contiguous (a transposing store, a load broadcast along one loop, an index op
+reading a loop variable) or whose reductions differ keep their loops."""
 
 from __future__ import annotations
 
@@ -96,6 +97,30 @@ INDEX_READ = """func @k(%x: buffer<[5, 7], f32>, %y: buffer<[5, 7], f32>) -> () 
 """
 
 
+# the mean over each [H, W] plane of relu(x + r) (the small ResNet's pool): two nested sums of one combine
+PLANE_SUM = """func @k(%x: buffer<[s0, 3, {h}, {w}], f32>, %r: buffer<[s0, 3, {h}, {w}], f32>, \
+%y: buffer<[s0, 3], f32>) -> () where {{s0 in [1, 64]}} {{
+  %z = kernel.constant {{value = 0.0}} : f32
+  kernel.for {{iv = i0, parallel = true, upper = s0}} {{
+    kernel.for {{iv = i1, upper = 3}} {{
+      %s = kernel.reduce {{combine = {combine}, init = {init}, iv = r0, upper = {h}}} : f32 {{
+        %t = kernel.reduce {{combine = {inner}, init = {init}, iv = r1, upper = {w}}} : f32 {{
+          %0 = kernel.load %x {{index = [i0, i1, r0, r1]}} : f32
+          %1 = kernel.load %r {{index = [i0, i1, r0, r1]}} : f32
+          %2 = kernel.add %0, %1 : f32
+          %3 = kernel.maximum %2, %z : f32
+          kernel.yield %3
+        }}
+        kernel.yield %t
+      }}
+      kernel.store %s, %y {{index = [i0, i1]}}
+    }}
+  }}
+  kernel.return
+}}
+"""
+
+
 def _loops(text: str) -> set[str]:
     """Loop variables with a loop in the generated LLVM IR."""
     llvm, _ = emit_llvm(parse(text))
@@ -134,6 +159,25 @@ def test_three_loops_collapse():
     check(COPY3, [f32(5, 6, 7)])
 
 
+@pytest.mark.parametrize("combine,init", [("add", "0.0"), ("max", "-inf"), ("min", "inf")])
+@pytest.mark.parametrize("h,w", [(7, 7), (16, 16), (2, 9)])
+def test_plane_reduction_is_one_loop(combine, init, h, w):
+    text = PLANE_SUM.format(h=h, w=w, combine=combine, inner=combine, init=init)
+    assert {"r0", "r1"} & _loops(text) == {"r1"}
+    x, r = f32(2, 3, h, w), f32(2, 3, h, w)
+    (got,) = check(text, [x, r])
+    want = getattr(np, {"add": "sum", "max": "max", "min": "min"}[combine])(np.maximum(x + r, 0), axis=(2, 3))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("combine,inner,init", [("add", "add", "1.0"), ("add", "max", "0.0")],
+                         ids=["init_not_identity", "combines_differ"])
+def test_reductions_that_do_not_nest_keep_their_loops(combine, inner, init):
+    text = PLANE_SUM.format(h=4, w=5, combine=combine, inner=inner, init=init)
+    assert {"r0", "r1"} <= _loops(text)
+    check(text, [f32(2, 3, 4, 5), f32(2, 3, 4, 5)])
+
+
 @pytest.mark.parametrize("text,inputs", [(TRANSPOSE, [(5, 7)]), (COLUMN_BIAS, [(5, 7), (7,)]),
                                          (INDEX_READ, [(5, 7)])], ids=["transpose", "column_bias", "index_read"])
 def test_non_contiguous_nest_keeps_its_loops(text, inputs):
@@ -142,8 +186,8 @@ def test_non_contiguous_nest_keeps_its_loops(text, inputs):
 
 
 def test_bottleneck_residual_model_matches_torch():
-    """Compiled BN + residual add + ReLU on 7x7 and 14x14 planes (ResNet-50's last stages) against torch float64,
-    bitwise equal at 1, 2, 3 and 8 threads."""
+    """Compiled BN + residual add + ReLU on 7x7 and 14x14 planes (ResNet-50's last stages), then the mean over the
+    plane, against torch float64, bitwise equal at 1, 2, 3 and 8 threads."""
     import tensorplay as tp
     from tensorplay import nn
     from tensorplay.export import export
@@ -155,7 +199,8 @@ def test_bottleneck_residual_model_matches_torch():
             self.bn = nn.BatchNorm2d(c)
 
         def forward(self, x, r):
-            return nn.functional.relu(self.bn(x) + r)
+            y = nn.functional.relu(self.bn(x) + r)
+            return y, y.mean((2, 3))
 
     for c, h in ((64, 7), (32, 14)):
         m = Residual(c).eval()
@@ -169,12 +214,14 @@ def test_bottleneck_residual_model_matches_torch():
         outs = []
         for t in (1, 2, 3, 8):
             compiled.executable.num_threads = t
-            outs.append(np.asarray(compiled.run({names[0]: x, names[1]: r, **state})[0]))
+            outs.append([np.asarray(o) for o in compiled.run({names[0]: x, names[1]: r, **state})])
         for o in outs[1:]:
-            np.testing.assert_array_equal(o, outs[0])
+            for got, first in zip(o, outs[0], strict=True):
+                np.testing.assert_array_equal(got, first)
         bn = torch.nn.BatchNorm2d(c).double().eval()
         bn.running_mean.copy_(torch.from_numpy(m.bn.running_mean.numpy().astype(np.float64)))
         bn.running_var.copy_(torch.from_numpy(m.bn.running_var.numpy().astype(np.float64)))
         with torch.no_grad():
             want = torch.relu(bn(torch.from_numpy(x).double()) + torch.from_numpy(r).double()).numpy()
-        np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(outs[0][0], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(outs[0][1], want.mean((2, 3)), rtol=1e-5, atol=1e-6)
