@@ -238,3 +238,62 @@ def test_a_restored_program_packs_its_weights_on_the_side_and_never_serves_a_sta
         assert all(s.cell[0] == s.packed.ctypes.data for s in slots.values())
         assert (ahead.packed is copy) == (change is None)  # a weight changed since: packed again
         release.clear()
+
+
+def test_the_key_and_the_restore_start_no_garbage_collection_and_leave_the_collector_as_it_was(cache_dir):
+    """Their short-lived containers are freed by reference counting: even with a collection due at every
+    allocation (threshold 1), neither step starts one; the collector is on (or off) afterwards as before."""
+    import gc
+
+    prog, w = program(5)
+    compile_program(prog)
+    options, steps = CompileOptions(), {program_cache._program_key.__code__, program_cache._restore.__code__}
+    collections = []
+
+    def callback(phase, info):  # a collection started inside either step (the test's own allocations start some)
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code not in steps:
+            frame = frame.f_back
+        if frame is not None:
+            collections.append(frame.f_code.co_name)
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(callback)
+    try:
+        gc.set_threshold(1)
+        key = program_cache.program_key(prog, options)
+        restored = program_cache.restore(key, prog, options)
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            assert program_cache.program_key(prog, options) == key and not gc.isenabled()
+        finally:
+            gc.enable()
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(callback)
+    assert collections == [] and enabled and restored is not None
+    x = np.ones((2, 6), np.float32)
+    (y,) = restored.run({"x": tp.tensor(x), **restored.state_of(prog)})
+    np.testing.assert_allclose(y, reference(w, x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(AttributeError):  # the collector comes back on when a step raises (no options here)
+        program_cache.program_key(prog, None)
+    assert gc.isenabled()
+
+
+def test_a_restored_program_maps_its_code_and_its_gemm_kernels_in_one_link_unit(cache_dir):
+    """One LLJIT instance for the program and every GEMM kernel it calls (one per object cost ~2 ms each)."""
+    from tensorplay.runtime import jit
+
+    compile_program(export(Wide(0).eval(), tp.randn(4, 40)))
+    model = Wide(1).eval()
+    prog = export(model, tp.randn(4, 40))
+    loads = jit.stats()["loads"]
+    restored = compile_program(prog)
+    assert restored.stats["from_cache"] and jit.stats()["loads"] - loads == 1
+    library = restored.executable.library
+    assert len([s for s in library._addresses if s.startswith("tp_gemm_")]) >= 2  # the kernels' code is its own
+    assert not [lib for lib in library.links if getattr(lib, "name", "").startswith("tp_gemm_")]
+    x = np.random.default_rng(2).standard_normal((4, 40)).astype(np.float32)
+    (y,) = restored.run({"x": tp.tensor(x), **restored.state_of(prog)})
+    np.testing.assert_allclose(y, wide_reference(model, x), rtol=1e-5, atol=1e-5)
