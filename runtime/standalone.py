@@ -256,18 +256,17 @@ def read_objects(path: str | os.PathLike[str]) -> list[bytes]:
 
 def load_objects(objects: list[bytes], artifact: NativeArtifact,
                  resolvers: Mapping[str, Resolver] | None = None) -> Any:
-    """Map ``artifact`` (checked against this host) linked against the kernel ``objects``, without compiling;
-    ``resolvers`` supply the libraries of other symbols it calls (:func:`tensorplay.runtime.jit.load_object`).
+    """Map ``artifact`` (checked against this host) and the kernel ``objects`` it calls, without compiling, in one
+    link unit; ``resolvers`` supply the libraries of other symbols it calls
+    (:func:`tensorplay.runtime.jit.load_object`).
 
-    Returns the artifact's Library, which keeps the kernel libraries alive.
+    Returns the artifact's Library, whose code includes the kernels'.
     """
     reason = artifact.incompatibility()
     if reason is not None:
         raise IncompatibleArtifact(reason)
-    kernels = [load_object(obj, name=f"{artifact.prefix}_kernel{i}", features=artifact.features)
-               for i, obj in enumerate(objects)]
-    return load_object(artifact.object, name=artifact.prefix, features=artifact.features, link=kernels,
-                       resolvers=resolvers)
+    return load_object(artifact.object, name=artifact.prefix, features=artifact.features, resolvers=resolvers,
+                       with_objects=objects)
 
 
 #: Symbols resolved by a Python host at load time (tensorplay.lowering.codegen.random's draws): no bundle can provide

@@ -424,3 +424,17 @@ def test_unresolvable_symbol_is_an_error_not_an_abort():
     obj, _ = compile_object(ir, cache=False)
     with pytest.raises(CompileError, match="tp_no_such_symbol"):
         load_object(obj, name="unresolved")
+
+
+def test_objects_mapped_in_one_link_unit_call_each_other_and_refuse_a_symbol_defined_twice():
+    from tensorplay.runtime.jit import compile_ir, load_object
+
+    base = compile_ir("define i64 @lu_twice(i64 %x) { %y = mul i64 %x, 2  ret i64 %y }", cache=False)
+    user = compile_ir("declare i64 @lu_twice(i64)  define i64 @lu_six(i64 %x) { %y = call i64 @lu_twice(i64 %x)"
+                      "  %z = mul i64 %y, 3  ret i64 %z }", cache=False, link=[base])
+    both = load_object(user.object, name="both", with_objects=[base.object])
+    assert both.links == () and both.object == user.object
+    assert both.function("lu_six", ctypes.c_int64, ctypes.c_int64)(7) == 42
+    assert both.function("lu_twice", ctypes.c_int64, ctypes.c_int64)(7) == 14
+    with pytest.raises(ValueError, match="lu_twice defined by more than one"):
+        load_object(user.object, with_objects=[base.object, base.object])
