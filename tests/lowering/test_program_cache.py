@@ -5,6 +5,7 @@ References are numpy formulas over each program's own weights.
 from __future__ import annotations
 
 import json
+import operator
 import os
 import subprocess
 import sys
@@ -71,6 +72,23 @@ def test_the_key_leaves_out_source_lines():
     traces = [[n.meta.get("stack_trace") for n in p.graph.nodes] for p in (first, second)]
     assert traces[0] != traces[1]
     assert program_cache.program_key(first, options) == program_cache.program_key(second, options)
+
+
+def test_the_key_leaves_out_module_paths_and_the_module_call_graph_but_not_the_graph():
+    """No compiler stage reads a node's ``nn_module_stack`` or the program's module call graph: changing them
+    keeps the key; changing what a node computes does not."""
+    options = CompileOptions()
+    prog = export(Net(0).eval(), tp.randn(4, 6))
+    key = program_cache.program_key(prog, options)
+    stacks = [n for n in prog.graph.nodes if n.meta.get("nn_module_stack")]
+    assert stacks and prog.module_call_graph
+    for n in stacks:
+        n.meta["nn_module_stack"] = {"renamed": ("elsewhere.block", "Other")}
+    prog.module_call_graph.clear()
+    assert program_cache.program_key(prog, options) == key
+    relu = next(n for n in prog.graph.nodes if n.op == "call_function" and "relu" in str(n.target))
+    relu.target = operator.neg
+    assert program_cache.program_key(prog, options) != key
 
 
 def test_a_second_compile_restores_without_lowering_and_reads_its_own_weights(cache_dir, monkeypatch):
