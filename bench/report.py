@@ -34,13 +34,25 @@ def _table(records: list[Record], backends: list[str], cell: Callable[[Record], 
     return "\n".join(lines)
 
 
+#: Share of the machine's cores (other processes' work plus the hypervisor's steal) from which a timed cell is marked
+#: as disturbed (:func:`disturbed`): at the 10 ms tick of ``/proc/stat``, a 0.1 s cell on 2 cores reads in 5% steps.
+DISTURBED_SHARE = 0.2
+
+
+def disturbed(r: Record) -> bool:
+    """Whether other processes or the hypervisor took at least :data:`DISTURBED_SHARE` of the machine while ``r``
+    was timed (records from before these fields never are)."""
+    return (r.get("others") or 0.0) + (r.get("steal") or 0.0) >= DISTURBED_SHARE
+
+
 def latency_table(records: list[Record], backends: list[str], width: int = 90) -> str:
     """Median / p90 latency in milliseconds, or the reason a cell has no number (cut to ``width``
-    characters; the JSON keeps it whole)."""
+    characters; the JSON keeps it whole); a cell timed while the machine was busy elsewhere (:func:`disturbed`)
+    ends in ``*``."""
     def cell(r: Record) -> str:
         if "error" in r:
             return r["error"] if len(r["error"]) <= width else r["error"][: width - 3] + "..."
-        return f"{r['median_ms']:.3f} / {r['p90_ms']:.3f}"
+        return f"{r['median_ms']:.3f} / {r['p90_ms']:.3f}" + (" *" if disturbed(r) else "")
 
     return _table(records, backends, cell)
 

@@ -192,6 +192,9 @@ def render(doc: dict, backends: list[str], reference: str) -> str:
         "(other processes on these cores distort the 2-thread rows most)",
         limits_text(doc["limits"]) if "limits" in doc else "",
         "### Latency, ms (median / p90)", report.latency_table(res, backends),
+        *([f"`*`: timed while other processes or the hypervisor (steal time) took at least "
+           f"{report.DISTURBED_SHARE:.0%} of the machine's cores (`others` and `steal` in the JSON)"]
+          if any(report.disturbed(r) for r in res) else []),
         f"### Max abs diff vs {reference}", report.diff_table(res, backends, reference),
         "### Compile / export time, s", report.setup_table(res, backends),
         *(["### Compile time in a new process, s (tensorplay: cold cache, then warm)",

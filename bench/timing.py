@@ -20,12 +20,41 @@ import numpy as np
 class Stats:
     """Latency of one cell: median and 90th percentile over ``runs`` timed calls, in milliseconds, and the CPU
     time of the whole process (every thread) per call, their mean: less sensitive than wall time to other
-    processes on the cores, and above the median when threads spin or wait busily."""
+    processes on the cores, and above the median when threads spin or wait busily. ``others`` is the share of the
+    machine's cores that other processes kept busy while the cell was timed, ``steal`` the share the hypervisor
+    gave to other machines (both from ``/proc/stat``, in 10 ms ticks; ``None`` where it does not exist): a cell
+    timed beside other work, or on a core the hypervisor took away, is not a clean measurement."""
 
     median_ms: float
     p90_ms: float
     runs: int
     cpu_ms: float
+    others: float | None = None
+    steal: float | None = None
+
+
+def machine_ticks() -> tuple[int, int, int] | None:
+    """All cores' busy, stolen and total clock ticks since boot (``/proc/stat``), or ``None`` off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    steal = fields[7] if len(fields) > 7 else 0
+    total = sum(fields[:8])  # guest time is already counted in user time
+    return total - idle - steal, steal, total
+
+
+def _shares(before: tuple[int, int, int] | None, after: tuple[int, int, int] | None,
+            own_cpu_s: float) -> tuple[float | None, float | None]:
+    """(others, steal) shares of the machine between two :func:`machine_ticks` readings, ``own_cpu_s`` being this
+    process's CPU seconds over the same span."""
+    if before is None or after is None or after[2] <= before[2]:
+        return None, None
+    busy, steal, total = (a - b for a, b in zip(after, before))
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    return max(0.0, busy * tick - own_cpu_s) / (total * tick), steal / total
 
 
 def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs: int = 5,
@@ -38,14 +67,17 @@ def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs
         fn()
     samples: list[float] = []
     end = time.perf_counter() + budget_s
+    ticks = machine_ticks()
     cpu = time.process_time()
     while len(samples) < max_runs and (len(samples) < min_runs or time.perf_counter() < end):
         t0 = time.perf_counter()
         fn()
         samples.append(time.perf_counter() - t0)
     cpu = time.process_time() - cpu
+    others, steal = _shares(ticks, machine_ticks(), cpu)
     ms = np.asarray(samples) * 1e3
-    return Stats(float(np.median(ms)), float(np.percentile(ms, 90)), len(samples), cpu * 1e3 / len(samples))
+    return Stats(float(np.median(ms)), float(np.percentile(ms, 90)), len(samples), cpu * 1e3 / len(samples),
+                 others, steal)
 
 
 @contextlib.contextmanager

@@ -44,7 +44,8 @@ class PathJob:
 
 def time_rows(job: PathJob, pair: tuple[Any, Any] | None = None) -> list[dict]:
     """Time ``job`` in this process (building the model pair under the job's thread limit unless ``pair`` is
-    given): one record per row with ``median_ms``, ``p90_ms``, ``runs``, ``cpu_ms``, ``setup_s``, the path's note
+    given): one record per row with ``median_ms``, ``p90_ms``, ``runs``, ``cpu_ms``, ``others``, ``steal``
+    (:class:`bench.timing.Stats`), ``setup_s``, the path's note
     and info, the row's output as ``output`` (for the caller to compare), or ``error``; and ``pid`` and
     ``threads_at_start``, the threads alive in this process when the job started (1 in a fresh process: nothing
     else is running)."""
@@ -76,7 +77,7 @@ def time_rows(job: PathJob, pair: tuple[Any, Any] | None = None) -> list[dict]:
                 rec["error"] = error_text(exc)
             else:
                 rec.update(median_ms=stats.median_ms, p90_ms=stats.p90_ms, runs=stats.runs, cpu_ms=stats.cpu_ms,
-                           setup_s=runner.setup_s, output=out)
+                           others=stats.others, steal=stats.steal, setup_s=runner.setup_s, output=out)
                 if runner.note:
                     rec["note"] = runner.note
                 if runner.info:
