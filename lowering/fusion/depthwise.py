@@ -17,14 +17,14 @@ tap is loaded once per channel (hoisted out of the pixel loops)::
 
 Planes of static size are split, while they are copied, into ``s0`` row phases (every ``s0``-th row from each
 offset; one plane at stride 1), so the taps of a whole output plane are loads at the column stride along one flat
-row of a phase, each phase copied by a loop nest over its columns outside a block of rows (:data:`COPY_ROW_BLOCK`;
-:func:`_emit_phases`); the taps are summed as one wide row per channel. That is for output rows narrower than
-:data:`WIDE_ROWS_BELOW` (:data:`STRIDED_WIDE_ROWS_BELOW` when strided), which do not fill vectors; wider ones, and
-planes of symbolic size, take the row nest (:func:`_emit_rows`), its strided taps vectorized as interleaved loads.
-Every output element is one fixed sum on one thread, so results do not depend on the thread count. With more than
-one input channel per group the first channel's sum is stored and the others are added to it in order. The images
-loop is split over threads when there are enough images, else the groups loop is; each chunk has its own plane
-buffer (:func:`tensorplay.lowering.fusion.memory_plan.loop_privates`).
+row of a phase, each phase copied by a loop per row (narrow rows: by columns outside a block of rows,
+:data:`COPY_ROW_BLOCK`; :func:`_emit_phases`); the taps are summed as one wide row per channel. That is for output
+rows narrower than :data:`WIDE_ROWS_BELOW` (:data:`STRIDED_WIDE_ROWS_BELOW` when strided), which do not fill
+vectors; wider ones, and planes of symbolic size, take the row nest (:func:`_emit_rows`), its strided taps
+vectorized as interleaved loads. Every output element is one fixed sum on one thread, so results do not depend on
+the thread count. With more than one input channel per group the first channel's sum is stored and the others are
+added to it in order. The images loop is split over threads when there are enough images, else the groups loop is;
+each chunk has its own plane buffer (:func:`tensorplay.lowering.fusion.memory_plan.loop_privates`).
 
 The elementwise ops after the convolution whose other operands are per channel (a batch norm, ReLU6) are its
 epilogue (:func:`conv_epilogue_end`, decided by the fusion plan): the nest applies them to each finished output (in
@@ -64,22 +64,31 @@ from .affine import AffineChain, apply, chain_from, chain_into, scale_shift
 from .emit import ELEMENTWISE_TP, NestEmitter
 from .image_copy import close_to, copy_image, parallel_loops, store
 
-__all__ = ["COPY_ROW_BLOCK", "MAX_GROUP_CHANNELS", "STRIDED_WIDE_ROWS_BELOW", "WIDE_ROWS_BELOW", "conv_epilogue_end",
-           "direct_conv_applies", "emit_direct_conv"]
+__all__ = ["COPY_ROW_BLOCK", "COPY_ROWS_FROM", "MAX_GROUP_CHANNELS", "STRIDED_WIDE_ROWS_BELOW", "WIDE_ROWS_BELOW",
+           "conv_epilogue_end", "direct_conv_applies", "emit_direct_conv"]
 
 #: Output widths below which stride-1 taps are summed over wide rows (:func:`_emit_phases`).
 WIDE_ROWS_BELOW = 32
-#: The same for strided convolutions: their phase copy deinterleaves rows, which costs more than the strided taps
-#: of the row nest on wide rows (stride 2, 144ch 56x56 in, 28 out: 0.32 ms against 0.19 ms) and less than their
-#: mostly-empty vectors on narrow ones (192ch 28x28: 0.15 against 0.26 ms; 576ch 14x14: 0.175 against 0.24).
-STRIDED_WIDE_ROWS_BELOW = 16
+#: The same for strided convolutions. Stride 2, MobileNetV2 blocks, 1 thread, ms as row nest / row phases and wide
+#: rows (min of interleaved calls, loaded machine): 96ch 112x112 in 0.46 / 0.53, 144ch 56x56 0.112 / 0.097 and
+#: 0.113 / 0.108; with column phases too (every tap contiguous, the copy deinterleaving) the narrow ones took
+#: 0.26 / 0.15 (192ch 28x28), 0.24 / 0.175 (576ch 14x14).
+STRIDED_WIDE_ROWS_BELOW = 32
 #: Most input channels per group for which the direct nest is used (wider groups make a GEMM per group worth it).
 MAX_GROUP_CHANNELS = 4
-#: Most rows one loop nest of the phase-plane copy fills: the copy of a phase loops over its columns outside a block
-#: of rows, so LLVM unrolls the short row loop and vectorizes the column loop with loads along the input row and
-#: contiguous stores. Rows outside (as a plain copy is written) had LLVM unroll the short column loop and vectorize
-#: the row loop with gathers and scatters at the plane pitch instead (:func:`_emit_phases`).
+#: Most rows one loop nest of the phase-plane copy fills when input rows are narrower than :data:`COPY_ROWS_FROM`:
+#: the copy of a phase loops over its columns outside a block of rows, so LLVM unrolls the short row loop and
+#: vectorizes the column loop with loads along the input row and contiguous stores. Rows outside (as a plain copy
+#: is written) had LLVM unroll the short column loop and vectorize the row loop with gathers and scatters at the
+#: plane pitch instead (:func:`_emit_phases`).
 COPY_ROW_BLOCK = 16
+#: Input width from which the phase-plane copy is a loop over the columns of each row, a nest per row (read and
+#: written contiguously; with a loop over the rows outside it LLVM vectorized the rows, with gathers: 192ch 28x28
+#: 0.157 against 0.068 ms). MobileNetV2 blocks, 1 thread, ms with blocks of rows / a nest per row (min of
+#: interleaved calls, loaded machine, two runs): 192ch 28x28 0.065 / 0.059, 0.078 / 0.064; stride 2 0.038 / 0.030,
+#: 0.047 / 0.032; 576ch 14x14 0.056 / 0.056, 0.076 / 0.066; stride 2 0.049 / 0.044, 0.060 / 0.053; 960ch 7x7
+#: 0.049 / 0.052, 0.048 / 0.052.
+COPY_ROWS_FROM = 8
 
 
 def _int(e: sympy.Expr) -> int | None:
@@ -233,12 +242,12 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
     ``(r, s)`` of output ``(i, j)`` is element ``s1 * (i * Wq + j) + (r*d0 // s0) * P + s*d1`` of phase
     ``r*d0 % s0``: the taps of consecutive outputs are loads at stride ``s1`` along one flat row of a phase.
 
-    The copy of each phase loops over its columns outside blocks of at most :data:`COPY_ROW_BLOCK` rows, reading
-    and writing contiguously. The taps are summed as one wide row per channel over ``OH * Wq`` consecutive positions
-    (the last ``Wq - OW`` of each row discarded, a spare phase row read past the last one), long enough to
-    vectorize, then copied out. Column phases as well (every tap contiguous, the copy deinterleaving columns) took
-    longer: stride 2, 192ch 28x28 0.084 against 0.039 ms, 576ch 14x14 0.073 against 0.054 (1 thread, min of
-    interleaved calls)."""
+    The copy of each phase reads and writes contiguously: a loop over the columns of each row, or for rows narrower
+    than :data:`COPY_ROWS_FROM` over its columns outside blocks of at most :data:`COPY_ROW_BLOCK` rows. The taps are
+    summed as one wide row per channel over ``OH * Wq`` consecutive positions (the last ``Wq - OW`` of each row
+    discarded, a spare phase row read past the last one), long enough to vectorize, then copied out. Column phases
+    as well (every tap contiguous, the copy deinterleaving columns) took longer: stride 2, 192ch 28x28 0.084 against
+    0.039 ms, 576ch 14x14 0.073 against 0.054 (1 thread, min of interleaved calls)."""
     x = op.operands[0]
     xt, wt = x.type, op.operands[1].type
     a = op.attributes
@@ -270,8 +279,9 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
                 c_i, r_i, q_i = em.loops([cg, i1 - i0, extent], parallel=False)
                 store(em, zero, plane, [c_i, base + (r_i + i0) * pitch + start + q_i])
                 close_to(em, depth)
-        # its columns outside blocks of rows (the short loop LLVM unrolls)
-        size = -(-(i1 - i0) // -(-(i1 - i0) // COPY_ROW_BLOCK))  # blocks of equal size, the last shorter
+        # a loop over the columns of each row from COPY_ROWS_FROM columns, else over columns outside blocks of rows
+        block = 1 if w >= COPY_ROWS_FROM else COPY_ROW_BLOCK
+        size = -(-(i1 - i0) // -(-(i1 - i0) // block))  # blocks of equal size, the last shorter
         for b0 in range(i0, i1, size):
             c_i, q_i, r_i = em.loops([cg, w, min(size, i1 - b0)], parallel=False)
             at = tuple(sympy.expand(e) for e in (n_i, g_i * cg + c_i, (r_i + b0) * s0 + pa - p0, q_i))

@@ -17,6 +17,7 @@ from tensorplay.dialect.passes import PassManager
 from tensorplay.export import Dim, export
 from tensorplay.lowering.fusion.depthwise import (
     COPY_ROW_BLOCK,
+    COPY_ROWS_FROM,
     MAX_GROUP_CHANNELS,
     WIDE_ROWS_BELOW,
     direct_conv_applies,
@@ -147,8 +148,10 @@ PHASE_CASES = {
     "stride2_dilated": ((15, 14), 3, (2, 2), (2, 1), (2, 1), 4, 1, 1),
     "stride2_no_pad_grouped": ((12, 11), 3, (2, 2), (0, 0), (1, 1), 3, 2, 2),
     "stride1_pad2_multiplier": ((10, 40), 3, (1, 1), (2, 0), (1, 1), 5, 1, 3),
-    "stride1_row_blocks": ((23, 21), 3, (1, 1), (1, 1), (1, 1), 4, 1, 1),              # copy blocks of 12 + 11 rows
-    "stride2_row_blocks_grouped": ((40, 13), 3, (2, 2), (1, 1), (1, 1), 3, 2, 1),     # phases of 10 + 10 rows
+    "stride1_row_blocks": ((23, 7), 3, (1, 1), (1, 1), (1, 1), 4, 1, 1),               # copy blocks of 12 + 11 rows
+    "stride1_row_copies": ((23, 21), 3, (1, 1), (1, 1), (1, 1), 4, 1, 1),              # a copy loop per row
+    "stride2_row_blocks_grouped": ((40, 7), 3, (2, 2), (1, 1), (1, 1), 3, 2, 1),      # phases of 10 + 10 rows
+    "stride2_row_copies_grouped": ((40, 13), 3, (2, 2), (1, 1), (1, 1), 3, 2, 1),
 }
 
 
@@ -173,19 +176,26 @@ def test_phase_planes_match_numpy_and_every_thread_count(case):
         np.testing.assert_array_equal(got, outs[0])
 
 
-def test_phase_plane_copy_loops_over_columns_outside_blocks_of_rows():
-    """The prologue's copy into the phase plane of a 23 x 21 input (padding 1) loops over the 21 columns outside
-    row blocks of at most COPY_ROW_BLOCK rows (12 then 11), each row computed once: the short loop LLVM unrolls is
-    the row block, and the column loop it vectorizes reads and writes contiguously."""
-    assert 23 > COPY_ROW_BLOCK >= 12
-    x = np.zeros((1, 8, 23, 21), np.float32)
+@pytest.mark.parametrize("width", [7, 21])
+def test_phase_plane_copy_loops_over_the_columns_of_each_row_or_of_blocks_of_rows(width):
+    """The prologue's copy into the phase plane of a 23-row input (padding 1), each element computed once: from
+    COPY_ROWS_FROM columns a loop over the columns of each row (its own nest: a loop over rows outside was
+    vectorized over the rows, with gathers); narrower rows by columns outside row blocks of at most COPY_ROW_BLOCK
+    rows (12 then 11), the short loop LLVM unrolls."""
+    assert 23 > COPY_ROW_BLOCK >= 12 and 7 < COPY_ROWS_FROM <= 21
+    x = np.zeros((1, 8, 23, width), np.float32)
     prog = export(_Block(1, 1, 8), tp.tensor(x), tp.tensor(np.zeros((8, 1, 3, 3), np.float32)),
                   tp.tensor(np.ones((8, 1, 1), np.float32)), tp.tensor(np.zeros((8, 1, 1), np.float32)))
     kernel = tp.compile(prog, num_threads=1, strict=True).ir("kernel")
-    copies = re.findall(r"upper = (\d+)\} \{\s+kernel\.for \{iv = i\d+, upper = (\d+)\} \{\s+%\d+ = kernel\.load %x",
+    inner = re.findall(r"kernel\.for \{iv = i\d+, upper = (\d+)\} \{\s+%\d+ = kernel\.load %x", kernel)
+    blocks = re.findall(r"upper = (\d+)\} \{\s+kernel\.for \{iv = i\d+, upper = (\d+)\} \{\s+%\d+ = kernel\.load %x",
                         kernel)
-    assert copies == [("21", "12"), ("21", "11")]
-    assert kernel.count("kernel.minimum") == 2  # the clamp of each block, once per element
+    if width < COPY_ROWS_FROM:
+        assert blocks == [("7", "12"), ("7", "11")]
+        assert kernel.count("kernel.minimum") == 2  # the clamp of each nest, once per element
+    else:
+        assert inner == ["21"] * 23 and blocks == []
+        assert kernel.count("kernel.minimum") == 23
 
 
 class _Separable(tp.nn.Module):
