@@ -499,15 +499,11 @@ class _Codegen:
             return None
         for inner in nest[-1].body.walk():
             if inner.name in ("kernel.load", "kernel.store"):
-                flat = self.addresses.get(inner)
-                if flat is None:
-                    flat = flat_index(inner.operand.buffer.type, inner.attr.index)
-                flat = sympy.expand(flat)
-                coeffs = [flat.coeff(iv) for iv in ivs]
-                rest = sympy.expand(flat - sum(c * iv for c, iv in zip(coeffs, ivs)))
-                if any(_mentions(x, ivs) for x in (*coeffs, rest)):
-                    return None
-                if any(sympy.expand(coeffs[j] - coeffs[j + 1] * uppers[j + 1]) != 0 for j in range(len(ivs) - 1)):
+                flat = self.addresses.get(inner)  # expanded, as flat_index gives it
+                coeffs = _coefficients(flat_index(inner.operand.buffer.type, inner.attr.index) if flat is None
+                                       else flat, ivs)
+                if coeffs is None or any(sympy.expand(coeffs[j] - coeffs[j + 1] * uppers[j + 1]) != 0
+                                         for j in range(len(ivs) - 1)):
                     return None
             elif any(_mentions(v, ivs) for v in inner.attributes.values()):
                 return None
@@ -875,6 +871,29 @@ def _nested_loop(loop: Operation) -> Operation | None:
             or not float(inner.attr.init) == float(loop.attr.init) == identity:
         return None
     return inner
+
+
+def _coefficients(flat: sympy.Expr, ivs: Sequence[sympy.Symbol]) -> list[sympy.Expr] | None:
+    """The coefficient of each of ``ivs`` in the expanded address ``flat``, or None when a term is not one loop
+    variable times a factor free of them (``2*i0*i1``, ``floor(i0/2)``).
+
+    >>> i0, i1, s = sympy.symbols("i0 i1 s0", integer=True)
+    >>> _coefficients(3*s*i0 + 3*i1 + s + 7, [i0, i1]), _coefficients(i0*i1 + i1, [i0, i1])
+    ([3*s0, 3], None)
+    """
+    coeffs = dict.fromkeys(ivs, sympy.Integer(0))
+    for term in sympy.Add.make_args(flat):
+        used = term.free_symbols & coeffs.keys()
+        if not used:
+            continue
+        if len(used) > 1:
+            return None
+        (iv,) = used
+        factor, rest = term.as_independent(iv, as_Add=False)
+        if rest != iv:
+            return None
+        coeffs[iv] += factor
+    return [coeffs[iv] for iv in ivs]
 
 
 def _mentions(value: Any, symbols: Sequence[sympy.Symbol]) -> bool:
