@@ -22,7 +22,9 @@ Measured in a new process that has just built and exported the model (one thread
 load average 5-15 from other jobs): key + restore take 19-27 ms for the bench ResNet (key 7 ms), 54-65 ms for
 ResNet-50 (key 30 ms, 17-20 of them :func:`tensorplay.export.save_load.program_to_document`), 59-73 ms for MobileNetV2
 (key 46 ms), 32-49 ms for BERT-base and 51-54 ms for ViT-B/16; before the collector was paused, ResNet-50's key
-started a full collection (0.25-0.76 s) on every warm start.
+started a full collection (0.25-0.76 s) on every warm start. The key's document is built without the parts it
+leaves out (``program_to_document(keyed=True)``): with them built and dropped it took 20-32 ms for ResNet-50 and
+MobileNetV2 and 14-19 for ViT-B/16, now 14-25 and 11-16 (CPU ms, min of 7, load average 4-8).
 
 >>> import tensorplay as tp
 >>> from tensorplay.export import export
@@ -118,10 +120,10 @@ def _program_key(program: ExportedProgram, options: CompileOptions) -> str | Non
     from tensorplay.export.save_load import program_to_document
 
     try:
-        doc, groups = program_to_document(program)
+        doc, groups = program_to_document(program, keyed=True)
     except (ValueError, TypeError):
         return None
-    _drop_unread_parts(doc)
+    _drop_unread_lines(doc)
     cpu = host_cpu()
     h = hashlib.sha256(_compiler_fingerprint())
     for part in (cpu.triple, cpu.name, feature_string(options.prefer_vector_width), cpu.llvmlite,
@@ -135,16 +137,11 @@ def _program_key(program: ExportedProgram, options: CompileOptions) -> str | Non
     return h.hexdigest()
 
 
-def _drop_unread_parts(doc: dict) -> None:
-    """Take what no compiler stage reads out of a program document: every node's ``stack_trace`` and
-    ``nn_module_stack`` (node metadata is the only place they are stored: values inside the document, nested
-    graphs' included, are tagged objects whose dict keys are not JSON keys), the module call graph (what
-    ``unflatten`` rebuilds modules from: 30% of MobileNetV2's document) and the line each undeclared-dimension
-    record names (read from the live program when a call needs it, never from the code)."""
-    doc.pop("module_call_graph", None)
-    for node in doc["graph"]["nodes"]:
-        node["meta"].pop("stack_trace", None)
-        node["meta"].pop("nn_module_stack", None)
+def _drop_unread_lines(doc: dict) -> None:
+    """Take the line each undeclared-dimension record names out of a keyed program document (read from the live
+    program when a call needs it, never from the code); the document leaves out the other parts no compiler stage
+    reads: every node's ``stack_trace`` and ``nn_module_stack``, and the module call graph (what ``unflatten``
+    rebuilds modules from: 30% of MobileNetV2's document)."""
     records = doc["meta"].get("static_extents")
     if isinstance(records, list):
         doc["meta"]["static_extents"] = [r[:4] if isinstance(r, list) else r for r in records]

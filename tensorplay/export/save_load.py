@@ -97,11 +97,14 @@ def _is_weight(spec: Any) -> bool:
     return spec.kind is InputKind.PARAMETER or (spec.kind is InputKind.BUFFER and bool(spec.persistent))
 
 
-def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) -> tuple[dict, dict[str, list]]:
+def program_to_document(ep: Any, opset_version: dict[str, int] | None = None,
+                        keyed: bool = False) -> tuple[dict, dict[str, list]]:
     """``(document, {group: [tensors]})`` for an ``ExportedProgram``; payload ``i`` of a group is tensor ``i``.
 
     Groups: ``weights`` (parameters, persistent buffers), ``constants`` (lifted constants,
     non-persistent buffers, tensors inside the graph) and ``sample_inputs`` (example inputs).
+    ``keyed``: the form :func:`tensorplay.lowering.program_cache.program_key` hashes, without what no compiler stage
+    reads (the nodes' ``stack_trace`` and ``nn_module_stack``, the module call graph); it is never decoded.
     """
     from ..nn import Parameter
     from .graph_signature import InputKind
@@ -136,7 +139,7 @@ def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) ->
         "schema_version": SCHEMA_VERSION,
         "producer": f"tensorplay {_tensorplay_version()}",  # informational: which build wrote the archive
         "opset_version": dict(opset_version or {}),
-        "graph": encode_graph(ep.graph, tables["constants"], symbols),
+        "graph": encode_graph(ep.graph, tables["constants"], symbols, *((("val",),) if keyed else ())),
         "graph_attrs": enc(dict(gm._graph_attrs), "constants", "graph constants"),
         "input_specs": [{"kind": s.kind.name, "arg": arg_to_doc(s.arg, enc), "target": s.target,
                          "persistent": s.persistent} for s in sig.input_specs],
@@ -149,7 +152,7 @@ def program_to_document(ep: Any, opset_version: dict[str, int] | None = None) ->
         "range_constraints": enc(dict(ep.range_constraints), "constants", "range_constraints"),
         "equality_constraints": [{"sites": enc(tuple(c.sites), "constants", "equality_constraints"),
                                   "name": c.name} for c in ep.equality_constraints],
-        "module_call_graph": [_call_entry_doc(e, enc) for e in ep.module_call_graph],
+        "module_call_graph": [] if keyed else [_call_entry_doc(e, enc) for e in ep.module_call_graph],
         "verifier": getattr(ep.verifier, "dialect", "STABLE"),
     }
     doc["symbols"] = symbols.to_json()

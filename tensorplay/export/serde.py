@@ -563,8 +563,10 @@ def decode_value(doc: Any, tensors: Callable[[int], Tensor] | None = None,
 _META_KEYS = ("val", "stack_trace", "nn_module_stack")
 
 
-def encode_graph(graph: Graph, table: TensorTable, symbols: SymbolTable | None = None) -> dict[str, Any]:
-    """JSON form of ``graph``: ``{"nodes": [...], "symbols": {...}}`` (tensors go to ``table``)."""
+def encode_graph(graph: Graph, table: TensorTable, symbols: SymbolTable | None = None,
+                 meta_keys: tuple[str, ...] = _META_KEYS) -> dict[str, Any]:
+    """JSON form of ``graph``: ``{"nodes": [...], "symbols": {...}}`` (tensors go to ``table``), with the nodes'
+    metadata under ``meta_keys`` (fewer for a form that is hashed, never decoded)."""
     symbols = symbols if symbols is not None else SymbolTable()
     nodes = []
     for n in graph.nodes:
@@ -580,7 +582,7 @@ def encode_graph(graph: Graph, table: TensorTable, symbols: SymbolTable | None =
         else:
             target = n.target
         meta = {key: encode_value(n.meta[key], table, symbols, f"{where} meta[{key!r}]")
-                for key in _META_KEYS if key in n.meta}
+                for key in meta_keys if key in n.meta}
         nodes.append({"name": n.name, "op": n.op, "target": target,
                       "args": encode_value(list(n.args), table, symbols, f"{where} args"),
                       "kwargs": encode_value(dict(n.kwargs), table, symbols, f"{where} kwargs"), "meta": meta})

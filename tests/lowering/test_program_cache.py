@@ -91,6 +91,18 @@ def test_the_key_leaves_out_module_paths_and_the_module_call_graph_but_not_the_g
     assert program_cache.program_key(prog, options) != key
 
 
+def test_the_keyed_document_never_builds_what_the_key_leaves_out():
+    from tensorplay.export.save_load import program_to_document
+
+    prog = export(Net(0).eval(), tp.randn(4, 6))
+    full, keyed = program_to_document(prog)[0], program_to_document(prog, keyed=True)[0]
+    assert full["module_call_graph"] and keyed["module_call_graph"] == []
+    assert any("nn_module_stack" in n["meta"] for n in full["graph"]["nodes"])
+    assert all(set(n["meta"]) <= {"val"} for n in keyed["graph"]["nodes"])
+    assert [n["meta"].get("val") for n in keyed["graph"]["nodes"]] == [n["meta"].get("val")
+                                                                        for n in full["graph"]["nodes"]]
+
+
 def test_a_second_compile_restores_without_lowering_and_reads_its_own_weights(cache_dir, monkeypatch):
     first, w0 = program(0)
     fresh = compile_program(first)
