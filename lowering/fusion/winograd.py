@@ -55,9 +55,11 @@ MIN_CHANNELS = 16
 #: With Cout > GEMV_MAX_N (the transposed products) and at least this many tiles per image (static), the image copy
 #: is channels-last (``[H', W', C]``) and so is ``V`` (``[16, tiles, C]``, the products' plain ``A``): the input
 #: transform loads and stores whole vectors along the channels instead of stride-2 gathers along a row of tiles.
-#: Measured at one thread (interleaved, min): 64 channels at 56x56 (784 tiles) 2.40 -> 2.19 ms; at 28x28 and below
-#: no gain (14x14, 49 tiles: 5% slower, the plain ``A`` of 49 rows is packed through 16 x 16 transposes). None: never.
-CHANNELS_LAST_MIN_TILES: int | None = 256
+#: Measured at one thread (interleaved, min): 64 channels at 56x56 (784 tiles) 2.40 -> 2.19 ms; at 32x32 (256 tiles)
+#: it loses: 32 channels 0.214 vs 0.247 ms alone, and the small bench ResNet (two such layers, 3 interleaved rounds,
+#: CPU min) runs b16 11.87 vs 13.11 ms, b1 0.680 vs 0.730 ms in plain layout; at 14x14 (49 tiles) 5% slower (the plain
+#: ``A`` of 49 rows is packed through 16 x 16 transposes). None: never.
+CHANNELS_LAST_MIN_TILES: int | None = 512
 #: Channels per block of the channels-last image copy: one vector.
 COPY_LANES = 16
 

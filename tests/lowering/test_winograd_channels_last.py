@@ -71,9 +71,9 @@ def test_channels_last_matches_reference_and_channel_major(monkeypatch, cin, cou
 
 
 def test_rule_takes_large_images_only():
-    """56x56 (784 tiles) goes channels-last at the default threshold, 14x14 (49 tiles) does not."""
+    """56x56 (784 tiles) goes channels-last at the default threshold, 32x32 (256 tiles) and 14x14 (49) do not."""
     rng = np.random.default_rng(0)
-    for size, last in ((56, True), (14, False)):
+    for size, last in ((56, True), (32, False), (14, False)):
         w = rng.standard_normal((32, 32, 3, 3), dtype=np.float32)
         x = rng.standard_normal((1, 32, size, size), dtype=np.float32)
         prog = export(_Conv(1, False), tp.tensor(x), tp.tensor(w))
