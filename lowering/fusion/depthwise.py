@@ -28,18 +28,19 @@ each chunk has its own plane buffer (:func:`tensorplay.lowering.fusion.memory_pl
 
 The elementwise ops after the convolution whose other operands are per channel (a batch norm, ReLU6) are its
 epilogue (:func:`conv_epilogue_end`, decided by the fusion plan): the nest applies them to each finished output (in
-the wide-row loop; in the row nest in its tap loop when the batch norm is folded, else in a pass over the group's
-rows) and writes their result, which the next layer, a pointwise convolution in MobileNets, reads in place instead
-of computing it into a copy of its own. MobileNetV2 b1 224x224, one thread (CPU ms, min of interleaved runs, loaded
-machine): 12.34 before, 11.52 with the epilogues. The epilogue's leading per-channel affine ops (the batch norm) are
-folded (:mod:`~tensorplay.lowering.fusion.affine`): their factor multiplies the taps and their offset starts the
-sum, computed once per channel on every call; a batch norm in the computed input (the expansion GEMM's, in
-MobileNets) is one multiply-add per element in the copy. MobileNetV2's 17 depthwise nests, one thread (ms, sum of
-per-kernel minima over 120 calls, two interleaved runs, loaded machine): 1.607 before, 1.478 with the folds and row
-phases (192ch 28x28 stride 2 0.090 -> 0.041); 1.588 -> 1.409 with the copies and thresholds of
+the wide-row loop; in the row nest in its tap loop when the batch norm is folded at stride 1, else in a pass over
+the group's rows) and writes their result, which the next layer, a pointwise convolution in MobileNets, reads in
+place instead of computing it into a copy of its own. MobileNetV2 b1 224x224, one thread (CPU ms, min of interleaved
+runs, loaded machine): 12.34 before, 11.52 with the epilogues. The epilogue's leading per-channel affine ops (the
+batch norm) are folded (:mod:`~tensorplay.lowering.fusion.affine`): their factor multiplies the taps and their
+offset starts the sum, computed once per channel on every call; a batch norm in the computed input (the expansion
+GEMM's, in MobileNets) is one multiply-add per element in the copy. MobileNetV2's 17 depthwise nests, one thread
+(ms, sum of per-kernel minima over 120 calls, two interleaved runs, loaded machine): 1.607 before, 1.478 with the
+folds and row phases (192ch 28x28 stride 2 0.090 -> 0.041); 1.588 -> 1.409 with the copies and thresholds of
 :data:`COPY_ROWS_FROM` and :data:`STRIDED_WIDE_ROWS_BELOW` too. The rest of a folded epilogue in the row nest's tap
-loop instead of a pass of its own: 144ch 56x56 0.167 -> 0.149 and 0.172 -> 0.146 ms, 32ch 112x112 and 96ch 112x112
-stride 2 unchanged (1 thread, min of interleaved calls).
+loop instead of a pass of its own: 144ch 56x56 0.167 -> 0.149 and 0.172 -> 0.146 ms, 32ch 112x112 unchanged, 96ch
+112x112 stride 2 slower (0.452 / 0.496, 0.490 / 0.502 ms: strided taps keep the pass; 1 thread, min of interleaved
+calls).
 
 Measured at one thread, batch 1, ``conv(relu(x))`` (ms: the GEMM per group before / this nest / PyTorch 2; ours
 CPU time, min of many calls; PyTorch wall time, min of 50 calls on a loaded machine): MobileNetV2's depthwise 3x3
@@ -329,6 +330,8 @@ def _emit_rows(em: NestEmitter, op: Operation, weight: Value, out: Value,
     kh, kw = (_int(k) for k in wt.shape[2:])
     oh, ow = yt.shape[2:]
     copy = input_buffer is None or any(pads)
+    # the rest of a folded epilogue in the tap loop at stride 1; strided taps (interleaved loads) keep the pass
+    inline = folded is not None and stride == [1, 1]
     plane = alloc(TensorType([cg, *(xt.shape[2 + d] + 2 * pads[d] for d in range(2))], xt.dtype)) if copy else None
 
     (n_i,) = em.loops([xt.shape[0]])
@@ -354,11 +357,11 @@ def _emit_rows(em: NestEmitter, op: Operation, weight: Value, out: Value,
         at = [n_i, o, h_i, w_i]
         if ci:
             total = em.op("kernel.add", em.op("kernel.load", out, index=at), total)
-        if folded is not None and ci == cg - 1:  # the rest of a folded epilogue in the tap loop
+        if inline and ci == cg - 1:
             total = _finish(em, op, epilogue, folded, total, at)
         store(em, total, out, at)
         close_to(em, depth)
-    if epilogue is not None and folded is None:
+    if epilogue is not None and not inline:
         # a pass of its own over the group's outputs (in cache): the tap loop stays lean
         o_i, h_i, w_i = em.loops([og, oh, ow], parallel=False)
         at = [n_i, sympy.expand(g_i * og + o_i), h_i, w_i]

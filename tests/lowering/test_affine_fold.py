@@ -35,7 +35,14 @@ class _Block(tp.nn.Module):
         return self.project(F.hardtanh(self.bn2(self.dw(y)), 0.0, 6.0))
 
 
+def _set(param, rng, scale: float) -> None:
+    param.detach().copy_(tp.tensor((rng.standard_normal(param.shape) * scale).astype(np.float32)))
+
+
 def _randomize(m, rng):
+    """Weights and statistics from ``rng`` (not the library's global generator: the same draws in any test order)."""
+    for conv in (m.expand, m.dw, m.project):
+        _set(conv.weight, rng, 1 / np.sqrt(np.prod(conv.weight.shape[1:])))
     for bn in (m.bn1, m.bn2):
         c = bn.running_mean.shape[0]
         bn.running_mean.copy_(tp.tensor(rng.uniform(-1, 1, c).astype(np.float32)))
@@ -67,7 +74,7 @@ def _reference(m, x: np.ndarray, stride: int) -> np.ndarray:
 
 
 # hidden channels, stride, spatial size: row nest (wide rows) or phase planes (narrow rows), stride 1 and 2
-CASES = {"rows_stride1": (12, 1, 36), "rows_stride2": (12, 2, 40), "phases_stride1": (16, 1, 14),
+CASES = {"rows_stride1": (12, 1, 36), "rows_stride2": (8, 2, 66), "phases_stride1": (16, 1, 14),
          "phases_stride2": (16, 2, 28), "phases_stride2_odd": (8, 2, 13)}
 
 
@@ -92,9 +99,9 @@ def test_block_folds_both_batch_norms_and_matches_at_every_thread_count(case):
     # factors and offsets are computed once per channel (no origin), the rsqrt of each once per channel too
     assert 'origin = "hardtanh"' in direct[0] and 'origin = "hardtanh_1"' in direct[0]
     assert direct[0].count("kernel.rsqrt") == 2
-    if case.startswith("rows"):  # the clamp after the folded batch norm is in the tap loop (no pass of its own)
-        taps_end = direct[0].rindex("kernel.mul")
-        assert "kernel.for" not in direct[0][taps_end:direct[0].index('origin = "hardtanh_1"')]
+    if case.startswith("rows"):  # at stride 1 the clamp after the folded batch norm is in the tap loop, strided
+        taps_end = direct[0].rindex("kernel.mul")  # taps keep a pass of its own
+        assert ("kernel.for" in direct[0][taps_end:direct[0].index('origin = "hardtanh_1"')]) == (stride != 1)
     assert 'origin = "batch_norm' not in direct[0] and 'origin = "sub' not in direct[0]
     np.testing.assert_allclose(outs[0], eager, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(outs[0], _reference(m, x.astype(np.float64), stride), rtol=1e-5, atol=1e-5)
@@ -129,6 +136,8 @@ class _Forms(tp.nn.Module):
         super().__init__()
         self.dw = tp.nn.Conv2d(c, c, 3, 1, 1, groups=c, bias=False)
         self.pw = tp.nn.Conv2d(c, 4, 1, bias=False)
+        _set(self.dw.weight, rng, 1 / 3)
+        _set(self.pw.weight, rng, 1 / np.sqrt(c))
         self.s = tp.nn.Parameter(tp.tensor(rng.uniform(-1, 1, (c, 1, 1)).astype(np.float32)))
         self.t = tp.nn.Parameter(tp.tensor(rng.uniform(0.5, 2, (c, 1, 1)).astype(np.float32)))
 
@@ -154,8 +163,9 @@ def test_other_affine_forms_fold_and_match_eager(size):
     yp = np.pad(y, [(0, 0), (0, 0), (1, 1), (1, 1)])
     z = sum(yp[:, :, r:r + size, q:q + size] * w[None, :, r, q, None, None] for r in range(3) for q in range(3))
     ref = np.einsum("oc,nchw->nohw", _np(m.pw.weight)[:, :, 0, 0], np.maximum(6.0 - (2.0 * z + s) * t, 0))
+    # 6 - (..) * t cancels where the output is near 0: folded, a few ulps of 6 each (as the float64 tests above)
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(outs[0], eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outs[0], eager, rtol=1e-5, atol=1e-5)
     for got in outs[1:]:
         np.testing.assert_array_equal(got, outs[0])
     direct = next(k for k in compiled.ir("kernel").split("kernel.kernel")[1:] if "kernel.gemm" not in k)
