@@ -77,6 +77,7 @@ from tensorplay.runtime.threadpool import CHUNK_FN, PARALLEL_FOR, declare_hot, d
 
 from ..dtypes import SIGNATURE_NAMES, to_storage
 from ..fusion import memory_plan
+from ..fusion.emit import reduce_init
 from ..fusion.memory_plan import GEMM_SCRATCH, INDEX_ERROR_WORD, gemm_scratch_expr, gemm_splittable, runtime_areas
 from ..microkernels.gemm import packed_b_floats
 from ..microkernels.gemm_library import GEMM_DTYPES, GemmConfig, declare_gemm, gemm_configs, gemm_libraries
@@ -853,10 +854,6 @@ _EMIT: dict[str, Callable[[_Codegen, _Scope, Operation], None]] = {
 }
 
 
-#: The init of a reduction that nests another of the same combine without changing it (:func:`_nested_loop`).
-_IDENTITY = {"add": 0.0, "mul": 1.0, "max": float("-inf"), "min": float("inf")}
-
-
 def _nested_loop(loop: Operation) -> Operation | None:
     """The loop that is all of ``loop``'s body: the one op of a ``kernel.for``, or the ``kernel.reduce`` whose result
     a ``kernel.reduce`` yields, with the same combine and its identity as both inits; else None."""
@@ -866,11 +863,11 @@ def _nested_loop(loop: Operation) -> Operation | None:
     if len(ops) != 2 or ops[0].name != "kernel.reduce" or ops[1].name != "kernel.yield" \
             or ops[1].operands[0] is not ops[0].result:
         return None
-    inner, identity = ops[0], _IDENTITY.get(loop.attr.combine)
-    if inner.attr.combine != loop.attr.combine or identity is None \
-            or not float(inner.attr.init) == float(loop.attr.init) == identity:
+    inner = ops[0]
+    if inner.attr.combine != loop.attr.combine or loop.attr.combine not in COMBINES:
         return None
-    return inner
+    identity = reduce_init(loop.attr.combine, elem_dtype(loop.result.type))
+    return inner if float(inner.attr.init) == float(loop.attr.init) == identity else None
 
 
 def _coefficients(flat: sympy.Expr, ivs: Sequence[sympy.Symbol]) -> list[sympy.Expr] | None:
