@@ -57,6 +57,37 @@ def latency_table(records: list[Record], backends: list[str], width: int = 90) -
     return _table(records, backends, cell)
 
 
+#: the path the round ratios divide (:func:`round_ratio_table`)
+COMPILED = "tensorplay compiled"
+
+
+def has_round_ratios(records: list[Record], numerator: str = COMPILED) -> bool:
+    """Whether some row of ``records`` timed ``numerator`` in alternating rounds."""
+    return any("round_ms" in r and r["backend"] == numerator for r in records)
+
+
+def round_ratio_table(records: list[Record], backends: list[str], numerator: str = COMPILED) -> str:
+    """Rows timed in alternating rounds (``round_ms``, ``python -m bench --timing interleaved``): per other path,
+    ``numerator``'s round median over that path's, median over the rounds and their range (below 1: ``numerator``
+    is faster)."""
+    import numpy as np
+
+    others = [b for b in backends if b != numerator]
+    rows = _rows(records)
+
+    def keep(key: tuple) -> bool:
+        return "round_ms" in rows[key].get(numerator, {})
+
+    def cell(r: Record) -> str:
+        if "round_ms" not in r:
+            return "-"
+        mine = rows[(r["model"], r["case"], r["threads"])][numerator]["round_ms"]
+        ratios = np.asarray(mine) / np.asarray(r["round_ms"])
+        return f"{np.median(ratios):.2f} ({ratios.min():.2f}-{ratios.max():.2f})"
+
+    return _table(records, others, cell, keep)
+
+
 def diff_table(records: list[Record], backends: list[str], reference: str) -> str:
     """Max |output - reference output| of each path (first thread count only; the same weights)."""
     first = min(r["threads"] for r in records)

@@ -1,6 +1,6 @@
 """Run every reference model through every inference path; print tables, write JSON and a chart.
 
-    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2] [--timing alone|shared]
+    python -m bench [--quick] [--models mlp,gpt] [--threads 1 2] [--timing alone|shared|interleaved]
                     [--isolated all|real|none] [--profile-losers]
 
 Each cell is the median / p90 latency after warm-up, each path of a model at each thread count timed in a
@@ -48,10 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--update-readme", action="store_true", help="put the report into bench/README.md")
     parser.add_argument("--profile-losers", action="store_true",
                         help="profile every one-thread row where another path beats tensorplay compiled")
-    parser.add_argument("--timing", choices=("alone", "shared"), default="alone",
+    parser.add_argument("--timing", choices=("alone", "shared", "interleaved"), default="alone",
                         help="alone: each path of a model at each thread count timed in a fresh process of its own "
                         "(default); shared: all in this process, one after another (faster; the paths disturb each "
-                        "other)")
+                        "other); interleaved: all paths of a model at a thread count in one fresh process, timed in "
+                        "alternating rounds (fair ratios on a machine whose speed drifts; see bench.interleave)")
     parser.add_argument("--isolated", choices=("all", "real", "none"), default=None,
                         help="models whose peak memory and cold/warm compile times are measured in processes of "
                         "their own: all, the real-size ones (quick mode's default) or none")
@@ -87,15 +88,68 @@ def _with_diff(rec: dict, reference: dict) -> dict:
     return rec
 
 
+def _compared(rec: dict, reference: dict, first_threads: int) -> dict:
+    """``rec`` compared with the reference output of its row (:func:`_with_diff`; kept as the reference when it is
+    the reference path's at ``first_threads``), printed as a progress line."""
+    from bench.backends import REFERENCE
+
+    if rec["backend"] == REFERENCE and rec["threads"] == first_threads and "output" in rec:
+        reference[rec["case"]] = rec["output"]
+    rec = _with_diff(rec, reference)
+    shown = rec["error"] if "error" in rec else f"{rec['median_ms']:.3f} ms"
+    print(f"  {rec['model']:12} {rec['case']:10} {rec['threads']}t {rec['backend']:20} {shown}", flush=True)
+    return rec
+
+
+def measure_interleaved(rows: list, backends: list[str], thread_counts: list[int], budget: float, quick: bool,
+                        workdir: Path) -> list[dict]:
+    """:func:`measure_model` with ``timing="interleaved"``: per thread count, one fresh process prepares every
+    path of the model and times each row's paths in alternating rounds (:func:`bench.interleave.time_interleaved`);
+    ONNX Runtime reads the file one export process wrote, as with ``"alone"``."""
+    from bench.backends import REFERENCE, known_unavailable
+    from bench.interleave import RowsJob, time_interleaved
+    from bench.worker import in_fresh_process, onnx_file
+
+    order = sorted(backends, key=lambda b: b != REFERENCE)
+    reference: dict = {}
+    records = []
+    for t in thread_counts:
+        done, paths, onnx = [], [], []
+        for c in rows:
+            why = {b: known_unavailable(b, c) for b in order}
+            if "onnxruntime" in order and why["onnxruntime"] is None:
+                file, meta = onnx_file(c, workdir)
+                why["onnxruntime"] = meta.get("error")
+                onnx.append((str(file), meta["export_s"]) if "export_s" in meta else ())
+            else:
+                onnx.append(())
+            done += [{"model": c.model, "case": c.label, "threads": t, "backend": b, "error": e}
+                     for b, e in why.items() if e]
+            paths.append(tuple(b for b in order if not why[b]))
+        result = in_fresh_process(time_interleaved, RowsJob(tuple(rows), tuple(paths), t, budget, quick, tuple(onnx)))
+        if isinstance(result, dict):  # the process failed: every timed cell shows why
+            result = [{"model": c.model, "case": c.label, "threads": t, "backend": b, **result}
+                      for c, bs in zip(rows, paths) for b in bs]
+        labels = [c.label for c in rows]
+        for rec in sorted(done + result, key=lambda r: (labels.index(r["case"]), order.index(r["backend"]))):
+            records.append(_compared(rec, reference, thread_counts[0]))
+    return records
+
+
 def measure_model(rows: list, backends: list[str], thread_counts: list[int], budget: float, quick: bool,
-                  workdir: Path, alone: bool = True) -> list[dict]:
+                  workdir: Path, timing: str = "alone") -> list[dict]:
     """All records of one model's rows: every backend at every thread count, each (path, thread count) in a fresh
-    process of its own (:mod:`bench.worker`) or, unless ``alone``, all in this process one after another. Every
-    output is compared with the reference path's (torch eager, timed first) at the first thread count."""
+    process of its own (:mod:`bench.worker`), all in this process one after another (``timing="shared"``), or
+    every path of a thread count in one fresh process, in alternating rounds (``"interleaved"``,
+    :func:`measure_interleaved`). Every output is compared with the reference path's (torch eager, timed first) at
+    the first thread count."""
     from bench.backends import REFERENCE, exported_onnx, known_unavailable
     from bench.models import make_pair
     from bench.worker import PathJob, onnx_file, time_alone, time_rows
 
+    if timing == "interleaved":
+        return measure_interleaved(rows, backends, thread_counts, budget, quick, workdir)
+    alone = timing == "alone"
     pair = None if alone else make_pair(rows[0].model)
     reference: dict = {}
     records = []
@@ -115,11 +169,7 @@ def measure_model(rows: list, backends: list[str], thread_counts: list[int], bud
                 job = PathJob(todo, name, t, budget, quick, onnx)
                 done += time_alone(job) if alone else time_rows(job, pair)
             for rec in sorted(done, key=lambda r: [c.label for c in rows].index(r["case"])):
-                if name == REFERENCE and t == thread_counts[0] and "output" in rec:
-                    reference[rec["case"]] = rec["output"]
-                records.append(_with_diff(rec, reference))
-                shown = rec["error"] if "error" in rec else f"{rec['median_ms']:.3f} ms"
-                print(f"  {rec['model']:12} {rec['case']:10} {t}t {name:20} {shown}", flush=True)
+                records.append(_compared(rec, reference, thread_counts[0]))
             if name == "onnxruntime" and not alone:  # for the memory measurement's process (bench.isolated)
                 for c in todo:
                     if exported_onnx(c) is not None:
@@ -186,8 +236,10 @@ def render(doc: dict, backends: list[str], reference: str) -> str:
     parts = [
         f"Run {doc['date']}, {'quick' if doc['quick'] else 'full'} mode, {doc['seconds']:.0f} s; "
         + ", ".join(f"{k} {val}" for k, val in v.items())
-        + ("; each path timed in a process of its own" if doc.get("timing", "alone") == "alone"
-           else "; all paths timed in one process")
+        + {"alone": "; each path timed in a process of its own",
+           "shared": "; all paths timed in one process",
+           "interleaved": "; the paths of a model timed in alternating rounds in one process per thread count"}[
+               doc.get("timing", "alone")]
         + f"; load average before {doc['load_before'][0]:.2f}, after {doc['load_after'][0]:.2f} "
         "(other processes on these cores distort the 2-thread rows most)",
         limits_text(doc["limits"]) if "limits" in doc else "",
@@ -195,6 +247,8 @@ def render(doc: dict, backends: list[str], reference: str) -> str:
         *([f"`*`: timed while other processes or the hypervisor (steal time) took at least "
            f"{report.DISTURBED_SHARE:.0%} of the machine's cores (`others` and `steal` in the JSON)"]
           if any(report.disturbed(r) for r in res) else []),
+        *(["### tensorplay compiled / each path, ratio of the round medians: median over the rounds (range)",
+           report.round_ratio_table(res, backends)] if report.has_round_ratios(res) else []),
         f"### Max abs diff vs {reference}", report.diff_table(res, backends, reference),
         "### Compile / export time, s", report.setup_table(res, backends),
         *(["### Compile time in a new process, s (tensorplay: cold cache, then warm)",
@@ -284,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict:
         for model in dict.fromkeys(c.model for c in selected):
             rows = [c for c in selected if c.model == model]
             doc["results"] += measure_model(rows, backends, opts.threads, budget, opts.quick, Path(workdir),
-                                            alone=opts.timing == "alone")
+                                            timing=opts.timing)
             if model in isolated_models:
                 doc["isolated"] += measure_isolated(rows[0], backends, Path(workdir))
             release(model)

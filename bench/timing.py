@@ -57,6 +57,46 @@ def _shares(before: tuple[int, int, int] | None, after: tuple[int, int, int] | N
     return max(0.0, busy * tick - own_cpu_s) / (total * tick), steal / total
 
 
+class Samples:
+    """Timed calls gathered over one or more spans (:meth:`span`): their latencies, and this process's CPU time and
+    the machine's clock ticks summed over the spans, for :meth:`stats`."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self.cpu_s = 0.0
+        self.ticks: list[int] | None = [0, 0, 0]  # busy, stolen, total; None off Linux
+
+    def __len__(self) -> int:
+        return len(self.seconds)
+
+    @contextlib.contextmanager
+    def span(self) -> Iterator[None]:
+        """Count this process's CPU time and the machine's ticks while the block runs."""
+        ticks, cpu = machine_ticks(), time.process_time()
+        yield
+        self.cpu_s += time.process_time() - cpu
+        after = machine_ticks()
+        if ticks is None or after is None or self.ticks is None:
+            self.ticks = None
+        else:
+            self.ticks = [t + a - b for t, a, b in zip(self.ticks, after, ticks)]
+
+    def time(self, fn: Callable[[], object]) -> float:
+        """Call ``fn`` once; keep and return its latency in seconds."""
+        t0 = time.perf_counter()
+        fn()
+        self.seconds.append(time.perf_counter() - t0)
+        return self.seconds[-1]
+
+    def stats(self) -> Stats:
+        if not self.seconds:
+            raise ValueError("no timed calls")
+        others, steal = _shares((0, 0, 0) if self.ticks else None, tuple(self.ticks or ()) or None, self.cpu_s)
+        ms = np.asarray(self.seconds) * 1e3
+        return Stats(float(np.median(ms)), float(np.percentile(ms, 90)), len(ms), self.cpu_s * 1e3 / len(ms),
+                     others, steal)
+
+
 def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs: int = 5,
             max_runs: int = 2000) -> Stats:
     """Call ``fn`` ``warmup`` times, then time single calls until ``budget_s`` is spent (at least
@@ -65,19 +105,12 @@ def measure(fn: Callable[[], object], budget_s: float, warmup: int = 3, min_runs
         raise ValueError(f"budget_s must be positive, got {budget_s}")
     for _ in range(warmup):
         fn()
-    samples: list[float] = []
+    samples = Samples()
     end = time.perf_counter() + budget_s
-    ticks = machine_ticks()
-    cpu = time.process_time()
-    while len(samples) < max_runs and (len(samples) < min_runs or time.perf_counter() < end):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    cpu = time.process_time() - cpu
-    others, steal = _shares(ticks, machine_ticks(), cpu)
-    ms = np.asarray(samples) * 1e3
-    return Stats(float(np.median(ms)), float(np.percentile(ms, 90)), len(samples), cpu * 1e3 / len(samples),
-                 others, steal)
+    with samples.span():
+        while len(samples) < max_runs and (len(samples) < min_runs or time.perf_counter() < end):
+            samples.time(fn)
+    return samples.stats()
 
 
 @contextlib.contextmanager

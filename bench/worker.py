@@ -76,18 +76,25 @@ def time_rows(job: PathJob, pair: tuple[Any, Any] | None = None) -> list[dict]:
             except Exception as exc:  # a crash of one path is a result too: show it, go on
                 rec["error"] = error_text(exc)
             else:
-                rec.update(median_ms=stats.median_ms, p90_ms=stats.p90_ms, runs=stats.runs, cpu_ms=stats.cpu_ms,
-                           others=stats.others, steal=stats.steal, setup_s=runner.setup_s, output=out)
-                if runner.note:
-                    rec["note"] = runner.note
-                if runner.info:
-                    rec.update(runner.info)
-                if case.flops:
-                    rec["gflops"] = case.flops / stats.median_ms / 1e6
-                if case.bytes:
-                    rec["gbs"] = case.bytes / stats.median_ms / 1e6
+                rec.update(timed_cell(case, runner, stats, out))
             records.append(rec)
     return records
+
+
+def timed_cell(case: Case, runner: Any, stats: Any, out: Any) -> dict:
+    """The fields of a timed cell's record: ``stats`` (:class:`bench.timing.Stats`) of ``runner`` (a
+    :class:`bench.backends.Runner`) on ``case``, its output ``out``, its setup time, note and info, and the rate."""
+    rec = dict(median_ms=stats.median_ms, p90_ms=stats.p90_ms, runs=stats.runs, cpu_ms=stats.cpu_ms,
+               others=stats.others, steal=stats.steal, setup_s=runner.setup_s, output=out)
+    if runner.note:
+        rec["note"] = runner.note
+    if runner.info:
+        rec.update(runner.info)
+    if case.flops:
+        rec["gflops"] = case.flops / stats.median_ms / 1e6
+    if case.bytes:
+        rec["gbs"] = case.bytes / stats.median_ms / 1e6
+    return rec
 
 
 def export_onnx(case: Case, path: str) -> dict:

@@ -49,7 +49,7 @@ def test_each_path_and_thread_count_gets_a_process_and_outputs_are_compared(tmp_
 
 def test_shared_timing_runs_in_this_process(tmp_path):
     records = run.measure_model([CHAIN], ["tensorplay eager", "torch eager"], [1], 0.01, True, workdir=tmp_path,
-                                alone=False)
+                                timing="shared")
     assert [r["backend"] for r in records] == ["torch eager", "tensorplay eager"]  # the reference first
     assert {r["pid"] for r in records} == {os.getpid()}
 
