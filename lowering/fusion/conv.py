@@ -50,6 +50,7 @@ from tensorplay.dialect.ir import Operation, Value
 from tensorplay.dialect.types import TensorType
 
 from ..microkernels.gemm import DEFAULT_SHAPE, GEMV_MAX_N
+from .depthwise import conv_epilogue_end as _epilogue_walk
 from .depthwise import direct_conv_applies, emit_direct_conv
 from .emit import NestEmitter, origin
 from .image_copy import close_to, copy_image, parallel_loops, store
@@ -74,7 +75,7 @@ BAND_MIN_COL_BYTES: int | None = 2 << 20
 BAND_COL_BYTES = 1 << 20
 
 __all__ = ["BAND_COL_BYTES", "BAND_MIN_COL_BYTES", "TRANSPOSED_MIN_DEPTH_PER_PIXEL", "band_rows", "conv_col_type",
-           "emit_conv", "needs_im2col", "transposed_applies"]
+           "conv_epilogue_end", "emit_conv", "finishes_epilogue", "needs_im2col", "transposed_applies"]
 
 
 def needs_im2col(op: Operation) -> bool:
@@ -102,13 +103,33 @@ def conv_col_type(op: Operation) -> TensorType | None:
     return TensorType([g, sympy.cancel(xt.shape[1] / g) * numel(wt.shape[2:]), numel(yt.shape[2:])], xt.dtype)
 
 
+def finishes_epilogue(op: Operation) -> bool:
+    """Whether the nest of the convolution ``op`` can finish its elementwise successors (its epilogue,
+    :func:`conv_epilogue_end`) on each output element: a direct (depthwise) nest, or a GEMM whose product is copied
+    into the output anyway (:func:`band_rows`): the copy computes the epilogue, so a consumer reading each element
+    several times (the 3x3/2 max pool after ResNet's stem reads each 2.25 times) reads it stored instead of
+    recomputing it per read, and a consumer convolution reads it in place."""
+    if winograd_applies(op):
+        return False
+    return direct_conv_applies(op) or band_rows(op) is not None
+
+
+def conv_epilogue_end(op: Operation, buffered: Callable[[Value], bool]) -> Value | None:
+    """The end of the epilogue the nest of the convolution ``op`` computes, or None (its own result is stored):
+    the walk of :func:`tensorplay.lowering.fusion.depthwise.conv_epilogue_end` over the elementwise ops after it,
+    for a convolution that :func:`finishes_epilogue`."""
+    return _epilogue_walk(op, buffered, finishes_epilogue)
+
+
 def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
-              input_buffer: Value | None) -> None:
+              input_buffer: Value | None, epilogue: Value | None = None) -> None:
     """The loop over images of ``op`` (a tp.conv without its bias) writing ``out`` (NC... layout).
 
     ``weight`` and ``out`` are buffers, ``alloc`` gives workspace buffers. ``input_buffer`` is the input's
     buffer, or None when the input is computed inline: each image of it is then computed once into the
-    image copy (the fused elementwise prologue) instead of being recomputed by every kernel tap.
+    image copy (the fused elementwise prologue) instead of being recomputed by every kernel tap. With
+    ``epilogue`` (:func:`conv_epilogue_end`) ``out`` is that value's buffer, the convolution's own result is
+    never stored.
     3x3 stride-1 convolutions :func:`tensorplay.lowering.fusion.winograd.winograd_applies` to go through Winograd;
     depthwise and narrow grouped ones (:func:`tensorplay.lowering.fusion.depthwise.direct_conv_applies`) are a
     direct loop nest.
@@ -122,8 +143,10 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: 
         emit_winograd(em, op, weight, out, alloc, input_buffer)
         return
     if direct_conv_applies(op):
-        emit_direct_conv(em, op, weight, out, alloc, input_buffer)
+        emit_direct_conv(em, op, weight, out, alloc, input_buffer, epilogue)
         return
+    if epilogue is not None and band_rows(op) is None:
+        raise ValueError(f"emit_conv: this convolution's nest does not finish an epilogue ({op.name})")
     x = op.operands[0]
     xt, wt, yt = x.type, op.operands[1].type, op.result.type
     a, nd, dt = op.attributes, xt.rank - 2, xt.dtype
@@ -145,7 +168,7 @@ def emit_conv(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: 
         src, at, img_off = input_buffer, [n_i], n_i * xt.shape[1] * numel(xt.shape[2:])
     rows = band_rows(op)
     if rows is not None:
-        _emit_bands(em, op, weight, out, alloc, src, at, n_i, rows)
+        _emit_bands(em, op, weight, out, alloc, src, at, n_i, rows, epilogue)
         close_to(em, 1)
         return
     if col is not None:  # every tap is in range: the input has no padding, or src is the zero-bordered copy
@@ -243,10 +266,11 @@ def band_rows(op: Operation) -> int | None:
 
 
 def _emit_bands(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
-                src: Value, at: list, n_i: sympy.Expr, rows: int) -> None:
+                src: Value, at: list, n_i: sympy.Expr, rows: int, epilogue: Value | None) -> None:
     """Image ``n_i`` of ``op`` band by band (``rows`` output rows each, a loop that is parallel): the band's
-    columns, ``W @ columns`` into a scratch, the scratch copied into the band's rows of ``out``. The columns and
-    the product stay in L2 (the whole image's columns of the 7x7 stem are 7.4 MB)."""
+    columns, ``W @ columns`` into a scratch, the scratch copied into the band's rows of ``out`` (with
+    ``epilogue``, that value computed from each element is). The columns and the product stay in L2 (the whole
+    image's columns of the 7x7 stem are 7.4 MB)."""
     wt, yt, a = op.operands[1].type, op.result.type, op.attributes
     cin, cout, ks = wt.shape[1], wt.shape[0], list(wt.shape[2:])
     oh, ow = (_int(e) for e in yt.shape[2:])
@@ -263,7 +287,18 @@ def _emit_bands(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc
     em.create(len(em.levels) - 1, "kernel.gemm", [weight, col, prod], {"m": cout, "n": band, "k": ck, **origin(op)},
               [])
     o_i, r_i, w_i = em.loops([cout, rows, ow], parallel=False)
-    store(em, em.op("kernel.load", prod, index=[o_i, r_i * ow + w_i]), out, [n_i, o_i, b_i * rows + r_i, w_i])
+    at_out = [n_i, o_i, b_i * rows + r_i, w_i]
+    store(em, _finished(em, op, epilogue, em.op("kernel.load", prod, index=[o_i, r_i * ow + w_i]), at_out), out,
+          at_out)
+
+
+def _finished(em: NestEmitter, op: Operation, epilogue: Value | None, element: Value, index: list) -> Value:
+    """What the copy of the convolution's ``element`` at ``index`` stores: the element, or with ``epilogue`` that
+    value computed from it (the element stands for the convolution's result while its ops are emitted)."""
+    if epilogue is None:
+        return element
+    em.levels[-1].memo[(op.result, em.simplify(index))] = element
+    return em.scalar(epilogue, index)
 
 
 def _int(e: sympy.Expr) -> int | None:

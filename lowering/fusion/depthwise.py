@@ -65,7 +65,7 @@ import sympy
 from tensorplay.dialect.ir import Operation, Value
 from tensorplay.dialect.types import TensorType
 
-from .affine import AffineChain, apply, chain_from, chain_into, scale_shift
+from .affine import AffineChain, chain_from, scale_shift
 from .emit import ELEMENTWISE_TP, NestEmitter
 from .image_copy import close_to, copy_image, parallel_loops, store
 
@@ -122,14 +122,16 @@ def direct_conv_applies(op: Operation) -> bool:
     return cg is not None and cg <= MAX_GROUP_CHANNELS and all(_int(k) is not None for k in wt.shape[2:])
 
 
-def conv_epilogue_end(op: Operation, buffered: Callable[[Value], bool]) -> Value | None:
+def conv_epilogue_end(op: Operation, buffered: Callable[[Value], bool],
+                      finishes: Callable[[Operation], bool] = direct_conv_applies) -> Value | None:
     """The end of the epilogue a direct convolution's nest computes (None without one): from the convolution's
     result (a tp.conv without bias, :func:`direct_conv_applies`), each value read by exactly one elementwise op
     whose result has the same shape and type, and whose other operands are the same at every pixel (per channel
     or scalar: the nest may compute the epilogue at positions that stand for pixels), leads to that result; the
     walk stops at a ``buffered`` value (the end) or at the last value it reached. A batch norm and ReLU6 after a
     depthwise convolution are its epilogue, so the next layer reads their result in place instead of computing
-    them into a copy.
+    them into a copy. ``finishes`` picks the convolutions whose nests compute an epilogue
+    (:func:`tensorplay.lowering.fusion.conv.finishes_epilogue` adds banded GEMMs).
 
     >>> from tensorplay.dialect import parse
     >>> f = parse('''func @f(%x: tensor<[1, 8, 9, 9], f32>, %w: tensor<[8, 1, 3, 3], f32>,
@@ -146,7 +148,7 @@ def conv_epilogue_end(op: Operation, buffered: Callable[[Value], bool]) -> Value
     >>> conv_epilogue_end(f.body.ops[0], lambda v: v is f.body.ops[1].result) is f.body.ops[1].result
     True
     """
-    if op.name != "tp.conv" or len(op.operands) != 2 or not direct_conv_applies(op):
+    if op.name != "tp.conv" or len(op.operands) != 2 or not finishes(op):
         return None
     v, end, t = op.result, None, op.result.type
     while not buffered(v) and len(v.uses) == 1:
@@ -174,39 +176,11 @@ def emit_direct_conv(em: NestEmitter, op: Operation, weight: Value, out: Value,
     xt, yt, a = op.operands[0].type, op.result.type, op.attributes
     spatial = [_int(e) for e in (*xt.shape[2:], *yt.shape[2:])]
     narrow = WIDE_ROWS_BELOW if a["stride"] == [1, 1] else STRIDED_WIDE_ROWS_BELOW
-    element = _prologue(em, op.operands[0], input_buffer)
     folded = None if epilogue is None else chain_from(op.result, lambda v: v is epilogue, shortest=1)
     if None in spatial or spatial[3] >= narrow:
-        _emit_rows(em, op, weight, out, alloc, input_buffer, epilogue, element, folded)
+        _emit_rows(em, op, weight, out, alloc, input_buffer, epilogue, folded)
     else:
-        _emit_phases(em, op, weight, out, alloc, input_buffer, epilogue, element, folded, *spatial)
-
-
-def _prologue(em: NestEmitter, x: Value, input_buffer: Value | None) -> Callable[[tuple], Value] | None:
-    """How the copy computes element ``at`` of a computed input ``x`` whose elementwise prologue holds an affine
-    chain from a buffer (the batch norm of the expansion GEMM's output): the chain as one multiply-add per element
-    (:mod:`~tensorplay.lowering.fusion.affine`), the ops after it as they are; None for the plain computation."""
-    if input_buffer is not None:
-        return None
-    buffered = lambda v: em.buffer_of(v) is not None  # noqa: E731
-    v = x
-    while not buffered(v) and isinstance(v.owner, Operation) and v.owner.name in ELEMENTWISE_TP:
-        chain = chain_into(v, buffered, shortest=3)
-        if chain is not None and buffered(chain.base):
-            return lambda at, chain=chain: _affine_element(em, chain, at, x)
-        full = [a for a in v.owner.operands if a.type == v.type]
-        if len(full) != 1 or any(a is not full[0] and any(d != 1 for d in a.type.shape[-2:])
-                                 for a in v.owner.operands):
-            return None
-        v = full[0]
-    return None
-
-
-def _affine_element(em: NestEmitter, chain: AffineChain, at: tuple, x: Value) -> Value:
-    """Element ``at`` of ``x``, its affine ``chain`` computed as ``base * s + t``."""
-    s, t = scale_shift(em, chain, list(at))
-    em.levels[-1].memo[(chain.end, em.simplify(at))] = apply(em, em.scalar(chain.base, at), s, t)
-    return em.scalar(x, at)
+        _emit_phases(em, op, weight, out, alloc, input_buffer, epilogue, folded, *spatial)
 
 
 def _finish(em: NestEmitter, op: Operation, epilogue: Value | None, folded: AffineChain | None, total: Value,
@@ -240,8 +214,8 @@ def _sum_taps(em: NestEmitter, ks: list[Value], values: list[Value], start: Valu
 
 
 def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, alloc: Callable[[TensorType], Value],
-                 input_buffer: Value | None, epilogue: Value | None, element: Callable[[tuple], Value] | None,
-                 folded: AffineChain | None, h: int, w: int, oh: int, ow: int) -> None:
+                 input_buffer: Value | None, epilogue: Value | None, folded: AffineChain | None,
+                 h: int, w: int, oh: int, ow: int) -> None:
     """Static planes, any stride: each group's zero-padded input is split into ``s0`` row phases (phase ``a``
     holds padded rows ``a, a + s0, ..``, flat with row pitch ``P = s1 * Wq``, ``Wq = ceil(Wp / s1)``), so tap
     ``(r, s)`` of output ``(i, j)`` is element ``s1 * (i * Wq + j) + (r*d0 // s0) * P + s*d1`` of phase
@@ -290,10 +264,7 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
         for b0 in range(i0, i1, size):
             c_i, q_i, r_i = em.loops([cg, w, min(size, i1 - b0)], parallel=False)
             at = tuple(sympy.expand(e) for e in (n_i, g_i * cg + c_i, (r_i + b0) * s0 + pa - p0, q_i))
-            if element is not None:
-                val = element(at)
-            else:
-                val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
+            val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
             store(em, val, plane, [c_i, base + (r_i + b0) * pitch + q_i + p1])
             close_to(em, depth)
     taps = [(r * d0) % s0 * span + (r * d0 // s0) * pitch + s * d1 for r in range(kh) for s in range(kw)]
@@ -319,7 +290,7 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
 
 def _emit_rows(em: NestEmitter, op: Operation, weight: Value, out: Value,
                alloc: Callable[[TensorType], Value], input_buffer: Value | None, epilogue: Value | None,
-               element: Callable[[tuple], Value] | None, folded: AffineChain | None) -> None:
+               folded: AffineChain | None) -> None:
     """Any plane size: the group's planes are copied into a zero-bordered buffer (unless the input buffer is read
     as it is: stride 1, no padding) and the taps summed row by row, output width innermost."""
     x = op.operands[0]
@@ -338,7 +309,7 @@ def _emit_rows(em: NestEmitter, op: Operation, weight: Value, out: Value,
     (g_i,) = parallel_loops(em, [g])
     depth = len(em.levels)
     if plane is not None:
-        copy_image(em, x, input_buffer, n_i, plane, pads, first_channel=g_i * cg, element=element)
+        copy_image(em, x, input_buffer, n_i, plane, pads, first_channel=g_i * cg)
     for ci in range(cg):  # the first input channel stores, the others add in order
         (o_i,) = em.loops([og], parallel=False)
         o = sympy.expand(g_i * og + o_i)

@@ -49,7 +49,6 @@ from tensorplay.dialect.types import I64, BufferType, TensorType
 from ..errors import FusionError as LoweringError  # the function cannot be lowered (bad arguments ...)
 from ..tp_passes.expand import EXPANDED
 from .contract import GemmChain, emit_conv, emit_gemm, gemm_operand
-from .depthwise import emit_direct_conv
 from .emit import ELEMENTWISE_TP, MOVEMENT, REDUCTIONS, NestEmitter, recomputes_reduction, uniform_constant
 from .gather import GATHERS, SCATTERS, emit_scatter
 from .random import emit_random
@@ -279,7 +278,7 @@ class KernelBuilder:
         if end is not None:  # the nest finishes each element: it writes the epilogue's end, never the raw result
             out = out_of[end] if end in out_of else self.alloc(end.type)
             if not self.skipped(end):
-                emit_direct_conv(self.nest("conv"), op, w, out, self.alloc, self.buffer_of(op.operands[0]), end)
+                emit_conv(self.nest("conv"), op, w, out, self.alloc, self.buffer_of(op.operands[0]), end)
             self.buf[end] = out
             return
         has_bias = len(op.operands) == 3

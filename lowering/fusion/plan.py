@@ -37,9 +37,9 @@ written on the tp ops as ``buffer`` attributes, so it prints, parses back and is
 A reason's category (before the first ``:``) is one of :data:`REASONS`. Most reasons are known from
 the tp ops alone: the results; gemm and conv operands, which the micro-kernels read from memory; a
 gemm's bias or residual that another gemm chain absorbed; sort and nonzero inputs; reductions or
-costly values read by several nests (``recompute_limit``); the end of a direct (depthwise) convolution's
-epilogue, the elementwise ops after it that its nest finishes
-(:func:`tensorplay.lowering.fusion.depthwise.conv_epilogue_end`; the convolution's own result then has no
+costly values read by several nests (``recompute_limit``); the end of a convolution's epilogue, the
+elementwise ops after it that its nest finishes (a direct, depthwise nest, or the copy of a banded GEMM's product)
+(:func:`tensorplay.lowering.fusion.conv.conv_epilogue_end`; the convolution's own result then has no
 buffer). One is known only while emitting: whether a
 reduction's index, as a nest computes it, leaves out an enclosing loop (``x - x.mean(0)``: the column
 mean would be recomputed for every row), or a gather's positions are data-dependent. The planner finds
@@ -58,7 +58,7 @@ from tensorplay.dialect.passes.manager import ModulePass
 from tensorplay.dialect.printer import Namer
 
 from .contract import GemmChain, gemm_copy_source, gemm_operand, match_epilogue
-from .depthwise import conv_epilogue_end
+from .conv import conv_epilogue_end
 from .emit import REDUCTIONS, Materialise
 from .lower import OWN_NEST, PROLOGUE, KernelBuilder, LoweringError, check_supported, is_buffer_constant
 
@@ -104,7 +104,7 @@ class FusionPlan:
 
     def conv_epilogue(self, op: Operation) -> Value | None:
         """The buffered end of the epilogue the nest of the convolution ``op`` computes
-        (:func:`tensorplay.lowering.fusion.depthwise.conv_epilogue_end`), or None: the convolution's own
+        (:func:`tensorplay.lowering.fusion.conv.conv_epilogue_end`), or None: the convolution's own
         result is then stored."""
         end = conv_epilogue_end(op, lambda v: v in self.buffers or v in self.chains or v in self.absorbed)
         return end if end is not None and end in self.buffers else None
