@@ -1,10 +1,13 @@
-"""Per-channel affine chains of a convolution's prologue or epilogue, folded into one multiply-add.
+"""Per-channel affine chains (a batch norm after a convolution), folded into one multiply-add.
 
 An inference batch norm is ``(x - mean) * rsqrt(var + eps) * weight + bias`` with every operand but ``x`` per
 channel: four ops on each element. As ``x * s + t`` with ``s = rsqrt(var + eps) * weight`` and
 ``t = bias - mean * s`` computed once per channel from the current parameters (so a weight written later is read
-by the next call) it is one fused multiply-add; after a direct convolution ``s`` even goes into the filter taps and
-``t`` starts the sum (:mod:`~tensorplay.lowering.fusion.depthwise`). The rounding is that of folding a batch norm
+by the next call) it is one fused multiply-add. Every loop nest computes a chain of three or more such ops this way
+when its factors are computed outside the element's loops (:meth:`~tensorplay.lowering.fusion.emit.NestEmitter.scalar`:
+the copy a convolution makes of a computed input, the residual kernels of ResNets and MobileNets); after a direct
+convolution ``s`` even goes into the filter taps and ``t`` starts the sum
+(:mod:`~tensorplay.lowering.fusion.depthwise`). The rounding is that of folding a batch norm
 into a convolution (as ONNX Runtime and PyTorch's inference fusions do): ``x * s`` and ``t`` may cancel where
 ``x - mean`` would not, an absolute error of a few ulps of ``mean * s``.
 """
@@ -13,11 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tensorplay.dialect.ir import Operation, Value
 
-from .emit import NestEmitter
 from .index import broadcast_index
+
+if TYPE_CHECKING:
+    from .emit import NestEmitter
 
 __all__ = ["AffineChain", "apply", "chain_from", "chain_into", "scale_shift"]
 

@@ -37,6 +37,7 @@ from tensorplay.dialect.ir import Block, Builder, Operation, Value
 from tensorplay.dialect.symbolic import Facts
 from tensorplay.dialect.types import INDEX, DType, ScalarType, TensorType, sym
 
+from .affine import apply, chain_into, scale_shift
 from .index import Index, IndexFacts, broadcast_index, permute_index, reshape_index, slice_index
 
 __all__ = ["NestEmitter", "Materialise", "origin", "ELEMENTWISE_TP", "REDUCTIONS", "MOVEMENT", "recomputes_reduction"]
@@ -289,6 +290,9 @@ class NestEmitter:
         name = op.name
         t: TensorType = v.type
         if name in ELEMENTWISE_TP:
+            folded = self._affine(v, index)
+            if folded is not None:
+                return folded
             args = [self.scalar(a, broadcast_index(index, a.type.shape)) for a in op.operands]
             attrs = {"dtype": op.attributes["dtype"]} if name == "tp.cast" else {}
             return self.op("kernel." + name[3:], *args, **attrs, **origin(op))
@@ -310,6 +314,19 @@ class NestEmitter:
         if name in SCALAR_RULES:
             return scalar_rule(name)(self, op, index)
         return self._movement(op, index)
+
+    def _affine(self, v: Value, index: Index) -> Value | None:
+        """``v`` as ``base * s + t`` when it ends a per-channel affine chain of three or more ops (an inference
+        batch norm, :mod:`~tensorplay.lowering.fusion.affine`) whose factors are computed outside the loops of this
+        element (once per channel); None otherwise."""
+        chain = chain_into(v, lambda u: self.buffer_of(u) is not None, shortest=3)
+        if chain is None:
+            return None
+        at = [broadcast_index(index, a.type.shape) for _, a, _ in chain.steps]
+        if max(self.depth_of(list(i)) for i in at) >= self.depth_of(index):
+            return None
+        s, t = scale_shift(self, chain, list(index))
+        return apply(self, self.scalar(chain.base, index), s, t)
 
     def _reduce(self, op: Operation, index: Index, depth: int) -> Value:
         for lv in self.levels[1:depth + 1]:

@@ -10,8 +10,6 @@ image loop runs on one thread, and the inner loops opened by :func:`parallel_loo
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import sympy
 
 from tensorplay.dialect.ir import Value
@@ -64,21 +62,16 @@ def zero_border(em: NestEmitter, image: Value, c_i: sympy.Expr, inner: list, low
 
 
 def copy_image(em: NestEmitter, x: Value, input_buffer: Value | None, n_i: sympy.Expr, image: Value,
-               low: list, first_channel: sympy.Expr | int = 0,
-               element: Callable[[tuple], Value] | None = None) -> None:
+               low: list, first_channel: sympy.Expr | int = 0) -> None:
     """Channels ``first_channel ..`` of image ``n_i`` of the tp value ``x`` into ``image`` (``[C, *spatial]``, as
     many channels as it holds) at spatial offsets ``low``, its border zeroed, in one loop over channels that is
-    parallel: read from ``input_buffer``, or computed (the fused elementwise prologue) when it is None, or by
-    ``element`` (the element of ``x`` at an index) when given."""
+    parallel: read from ``input_buffer``, or computed (the fused elementwise prologue) when it is None."""
     depth, inner = len(em.levels), list(x.type.shape[2:])
     (c_i,) = parallel_loops(em, [image.type.shape[0]])
     if any(sympy.expand(f - i) != 0 for f, i in zip(image.type.shape[1:], inner)):
         zero_border(em, image, c_i, inner, low)
     s_i = em.loops(inner, parallel=False)
     at = (n_i, sympy.expand(first_channel + c_i), *s_i)
-    if element is not None:
-        val = element(at)
-    else:
-        val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
+    val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
     store(em, val, image, [c_i, *(e + q for e, q in zip(s_i, low))])
     close_to(em, depth)
