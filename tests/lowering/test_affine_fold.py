@@ -3,7 +3,8 @@
 in the depthwise copy, and the depthwise's own epilogue, folded into the taps) leave no per-element batch-norm op in
 the depthwise kernel; the results match eager and a float64 formula at 1, 2, 3 and 8 threads (bitwise equal to one
 thread), follow parameters written after compiling, and other affine forms (``a - x``, a scalar, a lone factor)
-fold too."""
+fold too. Around GEMM convolutions (fusion/emit.py) the batch norm in the copy of a computed input and in a kernel
+of its own is one multiply-add per element too."""
 
 from __future__ import annotations
 
@@ -194,3 +195,78 @@ def test_chains_stop_at_buffers_full_operands_and_shared_values():
     fwd = chain_from(x, lambda v: False, shortest=1)
     assert fwd is not None and fwd.end is ops[2].result
     assert chain_from(x, lambda v: v is ops[1].result, shortest=1).end is ops[1].result
+
+
+class _Pointwise(tp.nn.Module):
+    """A MobileNetV2 projection with its residual, then the next expansion: ``conv(x + bn1(conv(x)))``, the sum's
+    batch norm computed in the second convolution's copy of its input; then ``bn2`` over the result (a kernel of its
+    own) and a batch norm over ``[N, C, 1, 1]`` (its factors are per element there: not folded)."""
+
+    def __init__(self, c: int, rng):
+        super().__init__()
+        self.project = tp.nn.Conv2d(c, c, 1, bias=False)
+        self.bn1 = tp.nn.BatchNorm2d(c)
+        self.expand = tp.nn.Conv2d(c, 2 * c, 1, bias=False)
+        self.bn2 = tp.nn.BatchNorm2d(2 * c)
+        self.bn3 = tp.nn.BatchNorm2d(2 * c)
+        for conv in (self.project, self.expand):
+            _set(conv.weight, rng, 1 / np.sqrt(conv.weight.shape[1]))
+        self.randomize(rng)
+
+    def randomize(self, rng):
+        for bn in (self.bn1, self.bn2, self.bn3):
+            c = bn.running_mean.shape[0]
+            bn.running_mean.copy_(tp.tensor(rng.uniform(-1, 1, c).astype(np.float32)))
+            bn.running_var.copy_(tp.tensor(rng.uniform(0.5, 2, c).astype(np.float32)))
+            bn.weight.detach().copy_(tp.tensor(rng.uniform(0.5, 1.5, c).astype(np.float32)))
+            bn.bias.detach().copy_(tp.tensor(rng.uniform(-0.5, 0.5, c).astype(np.float32)))
+
+    def forward(self, x):
+        y = self.bn2(self.expand(x + self.bn1(self.project(x))))
+        return y, self.bn3(y.mean((2, 3), keepdim=True))
+
+    def reference(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        def bn(mod, y):
+            shape = (1, -1, 1, 1)
+            return ((y - _np(mod.running_mean).reshape(shape)) / np.sqrt(_np(mod.running_var).reshape(shape) + mod.eps)
+                    * _np(mod.weight).reshape(shape) + _np(mod.bias).reshape(shape))
+
+        def conv(mod, y):
+            return np.einsum("oc,nchw->nohw", _np(mod.weight)[:, :, 0, 0], y)
+
+        y = bn(self.bn2, conv(self.expand, x + bn(self.bn1, conv(self.project, x))))
+        return y, bn(self.bn3, y.mean((2, 3), keepdims=True))
+
+
+def test_batch_norms_around_gemm_convolutions_fold_and_follow_parameters():
+    """The batch norm in the copy of a GEMM convolution's computed input and the one in a kernel of its own are one
+    multiply-add per element (no op of theirs left in a loop over pixels); over ``[N, C, 1, 1]`` the batch norm is
+    computed as written. Results match eager and float64 at 1, 2, 3 and 8 threads (bitwise equal to one thread) and
+    follow statistics written after compiling."""
+    rng = np.random.default_rng(11)
+    m = _Pointwise(8, rng)
+    m.eval()
+    x = rng.standard_normal((2, 8, 10, 12), dtype=np.float32)
+    prog = export(m, tp.tensor(x))
+    outs = []
+    for threads in THREADS:
+        compiled = tp.compile(prog, num_threads=threads, strict=True)
+        outs.append([np.asarray(o.detach()) for o in prog(tp.tensor(x))])
+    kernels = compiled.ir("kernel").split("kernel.kernel")[1:]
+    copy = next(k for k in kernels if "kernel.gemm" in k and "kernel.rsqrt" in k)  # the expansion and its input copy
+    pixels = copy[copy.index("upper = 10"):]
+    assert "kernel.rsqrt" in copy and "kernel.rsqrt" not in pixels  # factors once per channel, outside the pixels
+    assert 'origin = "add"' in pixels and 'origin = "batch_norm' not in pixels and 'origin = "sub' not in pixels
+    own = next(k for k in kernels if 'origin = "rsqrt_1"' in k)  # bn2, stored as the first result
+    assert 'origin = "batch_norm_1"' not in own and 'origin = "sub_1"' not in own
+    assert any('origin = "batch_norm_2"' in k for k in kernels)  # over [N, C, 1, 1]: as written
+    eager = [_np(o) for o in m(tp.tensor(x))]
+    for got, want, ref in zip(outs[0], eager, m.reference(x.astype(np.float64))):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    for got in outs[1:]:
+        for a, b in zip(got, outs[0]):
+            np.testing.assert_array_equal(a, b)
+    m.randomize(rng)  # in place: the compiled program reads the same buffers on its next call
+    for got, ref in zip(prog(tp.tensor(x)), m.reference(x.astype(np.float64))):
+        np.testing.assert_allclose(np.asarray(got.detach()), ref, rtol=1e-5, atol=1e-5)
