@@ -246,6 +246,12 @@ class Signature:
             d = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"signature is not valid JSON: {exc}") from None
+        return cls.from_dict(d)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> Signature:
+        """The Signature of :meth:`to_json`'s data already decoded (``meta`` is kept, not copied); malformed data
+        raises ValueError."""
         if not isinstance(d, dict) or d.get("version") != _SIGNATURE_VERSION:
             raise ValueError(f"signature JSON must be an object with version {_SIGNATURE_VERSION}, "
                              f"got {str(d)[:80]!r}")

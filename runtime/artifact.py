@@ -113,12 +113,20 @@ class NativeArtifact:
 
     @classmethod
     def from_parts(cls, obj: bytes, metadata: dict[str, Any]) -> NativeArtifact:
-        """Rebuild from :meth:`metadata` and the object bytes; ValueError if they do not match."""
+        """Rebuild from :meth:`metadata` and the object bytes (the signature is a copy: later changes to
+        ``metadata`` do not reach it); ValueError if they do not match."""
+        return cls._from_parts(obj, metadata, copy=True)
+
+    @classmethod
+    def _from_parts(cls, obj: bytes, metadata: dict[str, Any], copy: bool) -> NativeArtifact:
+        """:meth:`from_parts`; without ``copy`` the signature keeps ``metadata``'s own objects (a dict nobody
+        else holds: :meth:`from_bytes` decoded it, and parsing it again took half of that call's time)."""
         if not isinstance(metadata, dict):
             raise ValueError(f"artifact metadata must be an object, got {type(metadata).__name__}")
         try:
             fields = {k: metadata[k] for k in ("prefix", "triple", "cpu_name", "features", "llvmlite")}
-            signature = Signature.from_json(json.dumps(metadata["signature"]))
+            record = metadata["signature"]
+            signature = Signature.from_json(json.dumps(record)) if copy else Signature.from_dict(record)
             digest = metadata["object_sha256"]
         except KeyError as exc:
             raise ValueError(f"artifact metadata lacks {exc.args[0]!r}") from None
@@ -149,7 +157,7 @@ class NativeArtifact:
             meta = json.loads(data[head:head + n].decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"native artifact metadata is not UTF-8 JSON: {exc}") from None
-        return cls.from_parts(data[head + n:], meta)
+        return cls._from_parts(data[head + n:], meta, copy=False)
 
     def incompatibility(self, host: HostCPU | None = None) -> str | None:
         """Why this code cannot run on ``host`` (default: this machine), or None."""
