@@ -13,10 +13,10 @@ the cache shows the source locations of the one compiled first in its ``ir("tp")
 :func:`tensorplay.lowering.aot.archive_entry`, the ``tp`` and kernel texts, the stats); :func:`restore`
 maps it back as a :class:`tensorplay.lowering.pipeline.FreshProgram` without lowering anything, and starts
 packing its constant GEMM weights on a background thread
-(:meth:`tensorplay.lowering.microkernels.gemm_prepack.Prepacker.pack_ahead`): calls made before a weight's packed
-copy is ready pack it in the kernel, as code without a prepacker does. Both steps run with the garbage collector
-paused (:func:`_collections_paused`), and the code and its GEMM kernels are mapped in one link unit
-(:func:`tensorplay.runtime.standalone.load_objects`).
+(:func:`tensorplay.lowering.microkernels.gemm_prepack.pack_ahead`, started before the code is mapped): calls made
+before a weight's packed copy is ready pack it in the kernel, as code without a prepacker does. Both steps run
+with the garbage collector paused (:func:`_collections_paused`), and the code and its GEMM kernels are mapped in one
+link unit (:func:`tensorplay.runtime.standalone.load_objects`).
 
 Measured in a new process that has just built and exported the model (one thread, CPU time of the calling thread,
 load average 5-15 from other jobs): key + restore take 19-27 ms for the bench ResNet (key 7 ms), 54-65 ms for
@@ -57,7 +57,7 @@ from tensorplay.runtime.standalone import load_objects
 from tensorplay.runtime.target import feature_string, host_cpu
 
 from .aot import BINDING_KEY, archive_entry, decode_binding, decode_held, decode_pack_sites
-from .microkernels.gemm_prepack import Prepacker
+from .microkernels.gemm_prepack import Prepacker, pack_ahead
 from .native_program import storage_of
 from .resolvers import RESOLVERS, check_external_symbols
 
@@ -207,12 +207,16 @@ def _restore(key: str, program: ExportedProgram, options: CompileOptions, shape_
         kernels = blobs[2:]
         for obj in (artifact.object, *kernels):
             check_external_symbols(undefined_symbols(obj), "a cached program")
-        library = load_objects(kernels, artifact, resolvers=RESOLVERS)
         signature = artifact.signature
         n_user, held, literals = decode_held(signature)
-        binding = decode_binding(signature.meta[BINDING_KEY]["binding"])
+        sites = decode_pack_sites(signature.meta[BINDING_KEY])
         state = {**program.state_dict, **program.constants}
         target = {spec.arg.name: spec.target for spec in program.graph_signature.input_specs if spec.target}
+        # the weights' packed copies are made on a background thread from now on: mapping the code overlaps it
+        weights = {ref.name: state[target[ref.name]] for ref in held if ref is not None and ref.name in target}
+        ahead = pack_ahead(sites, n_user, held, literals, weights) if sites else None
+        library = load_objects(kernels, artifact, resolvers=RESOLVERS)
+        binding = decode_binding(signature.meta[BINDING_KEY]["binding"])
         for ref in held:  # the values compiling would have bound (held_weights reads them without a program)
             if ref is not None:
                 binding.weights[ref.name] = storage_of(state[target[ref.name]])
@@ -223,10 +227,7 @@ def _restore(key: str, program: ExportedProgram, options: CompileOptions, shape_
                                          "kernel": head["kernel"]}, stats, options)
     except (ValueError, KeyError, TypeError, RuntimeError):  # a damaged or foreign entry: compile again
         return None
-    sites = decode_pack_sites(signature.meta[BINDING_KEY])
-    if sites:
-        packer = Prepacker(library, artifact.prefix, dict(enumerate(sites)), n_user, held, literals)
+    if sites:  # ready to call now: calls take the kernels' own packing route until a weight's copy is ready
+        packer = Prepacker(library, artifact.prefix, dict(enumerate(sites)), n_user, held, literals, ahead=ahead)
         compiled._prepack = packer if packer else None
-        # ready to call now: the weights' packed copies are made on a background thread meanwhile
-        packer.pack_ahead({name: state[target[name]] for name in packer.names if name in target})
     return compiled

@@ -22,9 +22,9 @@ In the JIT, :class:`Prepacker` fills the slots before each call from the weights
 is packed again when it is another array, or when the tensor's ``_version`` moved (in-place writes) -- writes
 through a raw numpy view of a tensor's storage are not seen, as with torch's version counter. Plain numpy
 arrays (no version) are never packed. A program restored from the compile cache packs weights totalling
-:data:`PACK_AHEAD_BYTES` or more on a background thread (:meth:`Prepacker.pack_ahead`): it is ready to call at once,
-each slot takes the ordinary route until its copy is ready, and a copy is installed only if its weight is still the
-same array at the same version. All weights are packed natively (:func:`native_packer`).
+:data:`PACK_AHEAD_BYTES` or more on a background thread (:func:`pack_ahead`), started before its code is mapped: it
+is ready to call at once, each slot takes the ordinary route until its copy is ready, and a copy is installed only if
+its weight is still the same array at the same version. All weights are packed natively (:func:`native_packer`).
 
 Example::
 
@@ -60,8 +60,8 @@ from . import gemm_kernels
 from .gemm import DEFAULT_SHAPE, GEMV_MAX_N, GemmShape, packed_b_floats
 from .gemm_kernels import F32, I64, LANES, PTR, V16, Loops, emit_pack, f32, gep, i64, load_v, transpose16
 
-__all__ = ["PackSite", "Prepacker", "emit_winograd_pack", "native_packer", "native_winograd_packer", "pack_b",
-           "pack_sites", "pack_transformed", "prepacker", "slot_symbol"]
+__all__ = ["PackAhead", "PackSite", "Prepacker", "emit_winograd_pack", "native_packer", "native_winograd_packer",
+           "pack_ahead", "pack_b", "pack_sites", "pack_transformed", "prepacker", "slot_symbol"]
 
 #: Ops that only read a buffer operand (any operand position); kernel.gemm reads all but its output.
 _READERS = {"kernel.load", "kernel.load_at"}
@@ -329,12 +329,25 @@ def _aligned(count: int) -> np.ndarray:
 
 
 #: Weights of at least this many bytes are packed on a background thread when a program comes from the compile
-#: cache (:meth:`Prepacker.pack_ahead`): packing them into fresh memory takes 0.1-1 s for BERT- or ViT-sized
+#: cache (:func:`pack_ahead`): packing them into fresh memory takes 0.1-1 s for BERT- or ViT-sized
 #: models, most of it first-touch page faults, where the restore itself takes tens of milliseconds.
 PACK_AHEAD_BYTES = 16 << 20
 
-#: :attr:`_Slot.ahead` while a background thread packs the slot's weight (:meth:`Prepacker.pack_ahead`)
+#: :meth:`PackAhead.take` while the background thread is still packing the slot's weight
 _PACKING = object()
+
+
+def _packable(site: PackSite, data: Any, version: Any) -> bool:
+    """Whether a tensor's storage ``data`` at ``version`` can be packed for ``site``."""
+    return (version is not None and isinstance(data, np.ndarray) and data.dtype == np.float32
+            and data.size == site.source_size and data.flags.c_contiguous)
+
+
+def _pack(site: PackSite, data: np.ndarray) -> np.ndarray:
+    """The contents of ``site``'s slot for weight ``data``."""
+    if site.transform:
+        return pack_transformed(data, site)
+    return pack_b(data.reshape((site.n, site.k) if site.trans_b else (site.k, site.n)), site.trans_b)
 
 
 class _Slot:
@@ -349,36 +362,34 @@ class _Slot:
         self.version: Any = None
         self.packed: np.ndarray | None = None
         self.previous: np.ndarray | None = None  # kept alive one generation longer for a concurrent call
-        self.ahead: Any = None  # _PACKING, or (data, version, packed) packed on the side, until a call takes it
+        self.ahead: PackAhead | None = None  # packing this slot's weight on the side, until a call takes it
 
     def packable(self, data: Any, version: Any) -> bool:
         """Whether a tensor's storage ``data`` at ``version`` can be packed into this slot."""
-        return (version is not None and isinstance(data, np.ndarray) and data.dtype == np.float32
-                and data.size == self.site.source_size and data.flags.c_contiguous)
+        return _packable(self.site, data, version)
 
     def pack(self, data: np.ndarray) -> np.ndarray:
-        site = self.site
-        if site.transform:
-            return pack_transformed(data, site)
-        return pack_b(data.reshape((site.n, site.k) if site.trans_b else (site.k, site.n)), site.trans_b)
+        return _pack(self.site, data)
 
     def update(self, value: Any) -> None:
         data = getattr(value, "_data", None)
         version = getattr(value, "_version", None)
         if data is self.data and version == self.version and data is not None:
             return
-        ahead = self.ahead
-        if ahead is _PACKING:  # still being packed on the side: this call's kernel packs B itself
-            self.cell[0] = self.cell[1] = 0
-            self.data = self.version = None
-            return
+        ready = None
+        if self.ahead is not None:
+            ready = self.ahead.take(self.site.index)
+            if ready is _PACKING:  # still being packed on the side: this call's kernel packs B itself
+                self.cell[0] = self.cell[1] = 0
+                self.data = self.version = None
+                return
+            self.ahead = None
         if not self.packable(data, version):
             self.cell[0] = self.cell[1] = 0  # nothing trustworthy to pack: the kernel packs B itself
             self.data = self.version = None
             return
-        self.ahead = None
-        if ahead is not None and ahead[0] is data and ahead[1] == version:
-            packed = ahead[2]
+        if ready is not None and ready[0] is data and ready[1] == version:
+            packed = ready[2]
         else:  # (packed ahead from a value since replaced or written to: stale)
             packed = self.pack(data)
         self.previous, self.packed = self.packed, packed
@@ -387,12 +398,57 @@ class _Slot:
         self.cell[0] = packed.ctypes.data
 
 
-def _pack_on_the_side(jobs: list[tuple[_Slot, np.ndarray, Any]]) -> None:
-    for slot, data, version in jobs:
-        try:
-            slot.ahead = data, version, slot.pack(data)
-        except Exception:  # (MemoryError, say) calls pack it themselves
-            slot.ahead = None
+class PackAhead:
+    """Weights being packed on a background thread (:func:`pack_ahead`), for the slots of a :class:`Prepacker`
+    made meanwhile: a slot takes its copy (:meth:`take`) on the first call after it is ready."""
+
+    __slots__ = ("indices", "_done", "_thread")
+
+    def __init__(self, jobs: list[tuple[PackSite, np.ndarray, Any]]) -> None:
+        self.indices = frozenset(site.index for site, _, _ in jobs)
+        self._done: dict[int, tuple[np.ndarray, Any, np.ndarray] | None] = {}
+        self._thread = threading.Thread(target=self._run, args=(jobs,), name="tensorplay-prepack", daemon=True)
+        self._thread.start()
+
+    def _run(self, jobs: list[tuple[PackSite, np.ndarray, Any]]) -> None:
+        for site, data, version in jobs:
+            try:
+                self._done[site.index] = data, version, _pack(site, data)
+            except Exception:  # (MemoryError, say) calls pack it themselves
+                self._done[site.index] = None
+
+    def take(self, index: int) -> Any:
+        """Slot ``index``'s ``(weight, version, packed copy)`` (handed out once), None if packing it failed, or
+        :data:`_PACKING` while it is not ready."""
+        return self._done.pop(index, _PACKING)
+
+    def wait(self) -> None:
+        """Block until every weight is packed."""
+        self._thread.join()
+
+
+def pack_ahead(sites: Sequence[PackSite], n_user: int, held: list, literals: list,
+               values: Mapping[str, Any]) -> PackAhead | None:
+    """Start packing, on a background thread, the weights ``values`` holds (by name) for the ``sites`` of a program
+    whose bound arguments are ``held`` / ``literals`` (as :class:`Prepacker` takes them), so that the program is
+    ready to call before they are packed; None when they are fewer than :data:`PACK_AHEAD_BYTES` (the first call
+    packs them, in milliseconds). Pass the result to the program's :class:`Prepacker`: until a slot's copy is
+    ready, calls take the kernels' own packing route (the same results); the first call after that installs the
+    copy when the weight is still the same array at the same version, and packs it again otherwise (so a weight
+    replaced or written in place meanwhile is never served stale). Needs no native code of the program: a
+    program restored from the compile cache starts it before mapping its code."""
+    jobs = []
+    for site in {site.index: site for site in sites}.values():
+        pos = site.arg - n_user
+        if not 0 <= pos < len(held) or literals[pos] is not None:
+            continue
+        value = values.get(held[pos].name)
+        data, version = getattr(value, "_data", None), getattr(value, "_version", None)
+        if _packable(site, data, version):
+            jobs.append((site, data, version))
+    if sum(data.nbytes for _, data, _ in jobs) < PACK_AHEAD_BYTES:
+        return None
+    return PackAhead(jobs)
 
 
 class Prepacker:
@@ -405,11 +461,11 @@ class Prepacker:
     __slots__ = ("_library", "_named", "_literal", "_ahead", "__weakref__")
 
     def __init__(self, library: Any, prefix: str, sites: Mapping[Any, PackSite], n_user: int, held: list,
-                 literals: list) -> None:
+                 literals: list, ahead: PackAhead | None = None) -> None:
         self._library = weakref.ref(library)  # the slots live in its memory (see __del__)
         self._named: list[tuple[str, _Slot]] = []
         self._literal: list[_Slot] = []
-        self._ahead: threading.Thread | None = None
+        self._ahead = ahead
         for site in {site.index: site for site in sites.values()}.values():  # one slot per packed weight
             pos = site.arg - n_user
             if not 0 <= pos < len(held):
@@ -423,6 +479,7 @@ class Prepacker:
                 slot.update(_Frozen(literals[pos]))
                 self._literal.append(slot)
             else:
+                slot.ahead = ahead if ahead is not None and site.index in ahead.indices else None
                 self._named.append((held[pos].name, slot))
 
     def __bool__(self) -> bool:
@@ -447,31 +504,11 @@ class Prepacker:
         """Names of the weights whose packed copies this prepacker keeps."""
         return [name for name, _ in self._named]
 
-    def pack_ahead(self, values: Mapping[str, Any]) -> threading.Thread | None:
-        """Pack the weights ``values`` holds (by name) on a background thread, so that a program is ready to call
-        before its weights are packed; returns the thread, or None when they are fewer than
-        :data:`PACK_AHEAD_BYTES` (the first call packs them, in milliseconds). Until a slot's copy
-        is ready, calls take the kernels' own packing route (the same results); the first call after that
-        installs the copy when the weight is still the same array at the same version, and packs it again
-        otherwise (so a weight replaced or written in place meanwhile is never served stale)."""
-        jobs = []
-        for name, slot in self._named:
-            value = values.get(name)
-            data, version = getattr(value, "_data", None), getattr(value, "_version", None)
-            if slot.ahead is None and slot.data is None and slot.packable(data, version):
-                jobs.append((slot, data, version))
-        if sum(data.nbytes for _, data, _ in jobs) < PACK_AHEAD_BYTES:
-            return None
-        for slot, _, _ in jobs:
-            slot.ahead = _PACKING
-        self._ahead = threading.Thread(target=_pack_on_the_side, args=(jobs,), name="tensorplay-prepack", daemon=True)
-        self._ahead.start()
-        return self._ahead
-
     def wait(self) -> None:
-        """Block until the weights :meth:`pack_ahead` is packing are packed (each call then reads the packed copies)."""
+        """Block until the weights packed on the side (:func:`pack_ahead`) are packed (each call then reads the
+        packed copies)."""
         if self._ahead is not None:
-            self._ahead.join()
+            self._ahead.wait()
 
     def refresh(self, lookup: Callable[[str], Any]) -> None:
         """Repack what changed; ``lookup(name)`` is the value the call passes for weight ``name``."""

@@ -240,8 +240,8 @@ def test_a_restored_program_packs_its_weights_on_the_side_and_never_serves_a_sta
 
     compile_program(exported(0)[1])
     monkeypatch.setattr(gemm_prepack, "PACK_AHEAD_BYTES", 0)  # (these weights are small: packed by the first call)
-    release, pack = threading.Event(), gemm_prepack._Slot.pack
-    monkeypatch.setattr(gemm_prepack._Slot, "pack", lambda slot, data: (release.wait(30), pack(slot, data))[1])
+    release, pack = threading.Event(), gemm_prepack._pack
+    monkeypatch.setattr(gemm_prepack, "_pack", lambda site, data: (release.wait(30), pack(site, data))[1])
     x = np.random.default_rng(1).standard_normal((5, 40)).astype(np.float32)
     for change in (None, "in place", "replaced"):
         model, prog = exported(1)
@@ -262,12 +262,36 @@ def test_a_restored_program_packs_its_weights_on_the_side_and_never_serves_a_sta
         ahead = slots["p_fc1_weight"]
         release.set()
         packer.wait()
-        copy = ahead.ahead[2]
+        copy = packer._ahead._done[ahead.site.index][2]
         (y,) = restored.run({"x": tp.tensor(x), **restored.state_of(prog)})
         np.testing.assert_allclose(y, wide_reference(model, x), rtol=1e-5, atol=1e-5)
         assert all(s.cell[0] == s.packed.ctypes.data for s in slots.values())
         assert (ahead.packed is copy) == (change is None)  # a weight changed since: packed again
         release.clear()
+
+
+def test_a_restored_program_starts_packing_before_its_code_is_mapped(cache_dir, monkeypatch):
+    """The packing thread needs only the weights and the entry's pack sites: it runs while the code is mapped."""
+    import threading
+
+    from tensorplay.lowering.microkernels import gemm_prepack
+
+    model = Wide(2).eval()
+    prog = export(model, tp.randn(4, 40), dynamic_shapes={"x": {0: Dim("n", min=1, max=64)}})
+    compile_program(prog)
+    monkeypatch.setattr(gemm_prepack, "PACK_AHEAD_BYTES", 0)
+    packing, pack, map_code = threading.Event(), gemm_prepack._pack, program_cache.load_objects
+    monkeypatch.setattr(gemm_prepack, "_pack", lambda site, data: (packing.set(), pack(site, data))[1])
+    seen = []
+    monkeypatch.setattr(program_cache, "load_objects", lambda *a, **k: (seen.append(packing.wait(30)),
+                                                                         map_code(*a, **k))[1])
+    restored = compile_program(prog)
+    assert restored.stats["from_cache"] and seen == [True]
+    restored._prepack.wait()
+    x = np.random.default_rng(2).standard_normal((3, 40)).astype(np.float32)
+    (y,) = restored.run({"x": tp.tensor(x), **restored.state_of(prog)})
+    np.testing.assert_allclose(y, wide_reference(model, x), rtol=1e-5, atol=1e-5)
+    assert all(s.cell[0] == s.packed.ctypes.data for _, s in restored._prepack._named)
 
 
 def test_the_key_and_the_restore_start_no_garbage_collection_and_leave_the_collector_as_it_was(cache_dir):
