@@ -45,6 +45,9 @@ __all__ = ["NestEmitter", "Materialise", "origin", "ELEMENTWISE_TP", "REDUCTIONS
 REDUCTIONS = {"tp.sum": "add", "tp.prod": "mul", "tp.amax": "max", "tp.amin": "min"}
 MOVEMENT = {"tp.reshape", "tp.permute", "tp.expand", "tp.slice", "tp.pad", "tp.concat"}
 ELEMENTWISE_TP: set[str] = set()  # filled from the registry below
+#: Elements inside a nest's symbolic first loop (a dynamic batch) from which the loop inside it is parallel too
+#: (:meth:`NestEmitter.loops`): two or more ops each are a worker's share of work (codegen's ``PARALLEL_GRAIN``).
+SPLIT_INNER_FROM = 1 << 14
 #: tp ops whose elements other modules compute: name -> ``"module:function"``, ``function(emitter, op, index)``
 #: giving one element of the op's result (imported on first use: those modules import this one)
 SCALAR_RULES: dict[str, str] = {
@@ -204,13 +207,19 @@ class NestEmitter:
             self.close_loop()
 
     def loops(self, shape: Sequence[sympy.Expr], parallel: bool = True) -> Index:
-        index = []
-        for d in shape:
+        """Loops over ``shape`` (a dim of 1 opens none). With ``parallel`` the nest's first loop is parallel, and
+        when its extent is symbolic (a dynamic batch: one image at run time) and the dims inside it hold at least
+        :data:`SPLIT_INNER_FROM` elements, the loop inside it too, which the pool splits when the outer one runs on
+        one thread (in a chunk of the outer one it runs serially)."""
+        index, split = [], parallel and not any(lv.is_for for lv in self.levels)
+        for k, d in enumerate(shape):
             if d == 1:
                 index.append(sympy.Integer(0))
                 continue
-            first = not any(lv.is_for for lv in self.levels)
-            _, iv = self.open_loop("kernel.for", d, "i", {"parallel": True} if parallel and first else {})
+            _, iv = self.open_loop("kernel.for", d, "i", {"parallel": True} if split else {})
+            inner = sympy.sympify(sympy.prod(shape[k + 1:]))
+            split = (split and not sympy.sympify(d).is_Integer and all(e == 0 for e in index)
+                     and inner.is_Integer and inner >= SPLIT_INNER_FROM)
             index.append(iv)
         return tuple(index)
 
