@@ -101,6 +101,12 @@ def fma16(b: ir.IRBuilder, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
     return b.call(declare(b.module, "llvm.fma.v16f32", V16, [V16, V16, V16]), [x, y, z])
 
 
+def prefetch(b: ir.IRBuilder, ptr: ir.Value, write: bool = False, locality: int = 3) -> None:
+    """A data-cache prefetch of the line holding ``ptr`` (``locality`` 3: keep in all levels)."""
+    fn = declare(b.module, "llvm.prefetch.p0", ir.VoidType(), [PTR, I32, I32, I32])
+    b.call(fn, [ptr, ir.Constant(I32, int(write)), ir.Constant(I32, locality), ir.Constant(I32, 1)])
+
+
 def lane_mask(b: ir.IRBuilder, count: ir.Value) -> ir.Value:
     """``<16 x i1>``: lane ``l`` is on when ``l < count``."""
     lanes = ir.Constant(ir.VectorType(I64, LANES), list(range(LANES)))
@@ -331,6 +337,12 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
     rtile = stack(rows * nr_c, "rtile") if epi.residual else None
     btile = stack(nr_c, "btile") if epi.bias else None
 
+    # the C tile is written (and maybe read) after the k loop: fetch its lines meanwhile (an output larger than L2,
+    # e.g. a 1x1 convolution's 256 x 3136, otherwise stalls the stores: 256x3136x64 +34%, 512x784x128 +12%)
+    for i in range(rows):
+        row_ptr = b.gep(c, [b.mul(i64(i), ldc)], source_etype=F32)  # not inbounds: a partial tile's rows may end early
+        for off in range(0, nr_c + 1, LANES):  # a row of NR floats spans up to NR / 16 + 1 lines
+            prefetch(b, b.gep(row_ptr, [i64(off)], source_etype=F32), write=True)
     # ---- k loop: the accumulators are phis
     entry = b.block
     loop = b.append_basic_block("k.body")
