@@ -26,6 +26,23 @@ started a full collection (0.25-0.76 s) on every warm start. The key's document 
 leaves out (``program_to_document(keyed=True)``): with them built and dropped it took 20-32 ms for ResNet-50 and
 MobileNetV2 and 14-19 for ViT-B/16, now 14-25 and 11-16 (CPU ms, min of 7, load average 4-8).
 
+Where a warm start's time goes (Dec 2, as ``bench/isolated.py`` measures it: its imports preloaded, a collection
+after building the model; CPU ms, load average 4-6, so wall times were 1.5-2x these): the key 6-9 ms for the bench
+ResNet and 15-30 for the real-size models (the document 15, its JSON 5-9); the restore 10-20 (reading and checking
+the entry 1.5, the artifact 2, mapping the code in one link unit 6-8, the executable 1-4, the first program of a
+process also compiling the call trampoline and mapping the packing routines, 5-7); packing the constant weights on
+the background thread (ResNet-50 48-59 ms, ViT-B/16 144-162, BERT-base 111-660 in these runs, 69 alone: weight
+bytes over memory bandwidth, first-touch page faults of the copies included), started before the code is mapped so
+the two overlap; the first
+call then costs 15-35 ms more than later ones (first-touch page faults of its workspace, 2000 for MobileNetV2 and
+7500 for ResNet-50, and the front end's call plan). Ready to call (``tp.compile`` + packing + first call - a later
+call, process CPU, 3 runs interleaved with the code before these changes): the bench ResNet 23-37 ms (before: 30-37),
+ResNet-50 154-180 (204-242: the Winograd filters' transform and packing now native, 93-98 -> 20-27 ms),
+MobileNetV2 55-95 (86-100), ViT-B/16 217-266 (249-502) and BERT-base 193-726 (136-736): packing dominates the last
+two, and the runs varied by 2-5x with the neighbours' load.
+The issue's 50 ms is met by the bench ResNet; with real-size weights the packing is the floor (a packed copy kept in
+the cache would need a hash of every weight to be served safely, which reads them all again).
+
 >>> import tensorplay as tp
 >>> from tensorplay.export import export
 >>> prog = export(tp.nn.Linear(3, 2), tp.ones(4, 3))
