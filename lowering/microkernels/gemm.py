@@ -146,9 +146,9 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
     tag = f"{name}.{'t' if trans_a else 'n'}{'t' if trans_b else 'n'}"
     pack_a = emit_pack(module, f"{tag}.pack_a", panel=shape.mr, contiguous=trans_a)
     pack_b = None if packed_b else emit_pack(module, f"{tag}.pack_b", panel=shape.nr, contiguous=not trans_b)
-    micro = emit_micro_kernel(module, f"{tag}.micro", shape, epilogue)
-    tails = [(r, emit_micro_kernel(module, f"{tag}.micro{r}", shape, epilogue, rows=r)) for r in TAIL_ROWS
-             if r < shape.mr]
+    micro = emit_micro_kernel(module, f"{tag}.micro", shape, epilogue, prefetch_b=packed_b)
+    tails = [(r, emit_micro_kernel(module, f"{tag}.micro{r}", shape, epilogue, rows=r, prefetch_b=packed_b))
+             for r in TAIL_ROWS if r < shape.mr]
     if packed_b:
         gemv = emit_gemv_packed(module, f"{tag}.gemv", shape)
     else:
@@ -244,8 +244,10 @@ def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilog
                     col = b.add(jc, jr)
                     if pack_b is None:  # prepacked, panel-major: panel (jc + jr) / NR, rows pc..
                         bp = gep(b, b_ptr, b.add(b.mul(col, k), b.mul(pc, i64(shape.nr))))
+                        b_next = b.gep(bp, [b.mul(k, i64(shape.nr))], source_etype=F32)  # may point past B
                     else:
                         bp = gep(b, b_pack, b.mul(jr, kc))
+                        b_next = bp
                     bias = gep(b, args["bias"], col) if epilogue.bias else args["bias"]
                     with lp.range(i64(0), mc, shape.mr, "ir") as ir_:
                         mr = smin(b, b.sub(mc, ir_), i64(shape.mr))
@@ -254,7 +256,7 @@ def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilog
                         c_tile = gep(b, c_ptr, b.add(b.mul(row, ldc), col))
                         r_tile = gep(b, r_ptr, b.add(b.mul(row, ldr), col)) if epilogue.residual else r_ptr
                         _call_micro(b, micro, tails, mr, [kc, ap, bp, c_tile, ldc, mr, nr, load_c, finish, bias,
-                                                          r_tile, ldr])
+                                                          r_tile, ldr, b_next])
 
 
 def _call_micro(b: ir.IRBuilder, micro: ir.Function, tails: list[tuple[int, ir.Function]], mr: ir.Value,

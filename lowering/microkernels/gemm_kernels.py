@@ -307,22 +307,25 @@ def _pack_transposed(b: ir.IRBuilder, lp: Loops, kc: ir.Value, src: ir.Value, ld
 # --------------------------------------------------------------------------------------
 
 def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilogue,
-                      rows: int | None = None) -> ir.Function:
+                      rows: int | None = None, prefetch_b: bool = False) -> ir.Function:
     """``void micro(i64 kc, ptr Ap, ptr Bp, ptr C, i64 ldc, i64 mr, i64 nr, i1 load_c, i1 finish,
-    ptr bias, ptr R, i64 ldr)``.
+    ptr bias, ptr R, i64 ldr, ptr Bnext)``.
 
     Computes the ``MR x NR`` tile ``sum_k Ap[k] (x) Bp[k]`` in registers, adds the existing
     ``C`` tile when ``load_c``, applies the epilogue when ``finish`` and stores the valid
     ``mr x nr`` corner. Partial tiles go through a stack tile so the epilogue code exists once.
     With ``rows`` (< MR) the tile has only that many rows (of A panels still ``MR`` wide): the last row
     tile of an ``M`` that is not a multiple of ``MR`` (``M = 49``: 6 full tiles and one of 1 row, not 7 full).
+    With ``prefetch_b`` (a prepacked ``B``, read from memory once per call) the k loop also prefetches the rows of
+    the next micro-panel ``Bnext`` into L2, spread over the row tiles that share ``Bp``: 1 thread, CPU time, median
+    per-round speedup 1.04-1.08 (128 x 3072 x 768, 128 x 50257 x 768, 49 x 2048 x 512), 196 x 256 x 1024 unchanged.
     """
     mr_c, nv, nr_c = shape.mr, shape.nv, shape.nr
     rows = mr_c if rows is None else rows
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, PTR, PTR, PTR, I64, I64, I64, I1, I1,
-                                                              PTR, PTR, I64]), name)
+                                                              PTR, PTR, I64, PTR]), name)
     fn.linkage = "internal"
-    kc, ap, bp, c, ldc, mr, nr, load_c, finish, bias, res, ldr = fn.args
+    kc, ap, bp, c, ldc, mr, nr, load_c, finish, bias, res, ldr, b_next = fn.args
     for arg in (ap, bp, c):
         arg.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -357,6 +360,10 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
         for phi in row:
             phi.add_incoming(zero, entry)
     bvec = [load_v(b, gep(b, bp, b.add(b.mul(k, i64(nr_c)), i64(v * LANES))), align=64) for v in range(nv)]
+    if prefetch_b:  # the same rows of the next panel into L2: a weight streamed from memory, fetched meanwhile
+        nxt = b.gep(b_next, [b.mul(k, i64(nr_c))], source_etype=F32)
+        for v in range(0, nr_c, LANES):
+            prefetch(b, b.gep(nxt, [i64(v)], source_etype=F32), locality=2)
     a_row = b.mul(k, i64(mr_c))
     new = []
     for i in range(rows):
