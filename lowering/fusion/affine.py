@@ -5,7 +5,8 @@ channel: four ops on each element. As ``x * s + t`` with ``s = rsqrt(var + eps) 
 ``t = bias - mean * s`` computed once per channel from the current parameters (so a weight written later is read
 by the next call) it is one fused multiply-add. Every loop nest computes a chain of three or more such ops this way
 when its factors are computed outside the element's loops (:meth:`~tensorplay.lowering.fusion.emit.NestEmitter.scalar`:
-the copy a convolution makes of a computed input, the residual kernels of ResNets and MobileNets); after a direct
+the copy a convolution makes of a computed input, the residual kernels of ResNets and MobileNets), a convolution's
+own bias ``b`` folded into the offset (``(conv + b) * s + t = conv * s + (b * s + t)``); after a direct
 convolution ``s`` even goes into the filter taps and ``t`` starts the sum
 (:mod:`~tensorplay.lowering.fusion.depthwise`). The rounding is that of folding a batch norm
 into a convolution (as ONNX Runtime and PyTorch's inference fusions do): ``x * s`` and ``t`` may cancel where

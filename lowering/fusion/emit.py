@@ -129,14 +129,16 @@ class _Level:
 
 
 class NestEmitter:
-    """Builds one ``kernel.kernel`` op; ``buffer_of(v)`` gives the buffer of a materialised tp value."""
+    """Builds one ``kernel.kernel`` op; ``buffer_of(v)`` gives the buffer of a materialised tp value,
+    ``conv_raw(v)`` the buffer and the bias of a convolution with a bias whose product is stored without it (its
+    element is ``raw + bias[channel]``), or None."""
 
     def __init__(self, fb: Builder, name: str, facts: Facts, buffer_of: Callable[[Value], Value | None],
-                 extra: Callable[[NestEmitter, Value, Index], Value | None] | None = None):
+                 conv_raw: Callable[[Value], tuple[Value, Value] | None] | None = None):
         self.kernel = fb.create("kernel.kernel", [], {"name": name}, [], regions=1)
         self.facts = facts
         self.buffer_of = buffer_of
-        self.extra = extra
+        self.conv_raw = conv_raw if conv_raw is not None else lambda v: None
         self.levels = [_Level(None, None, self.kernel.body, False)]
         self.counters = {"i": 0, "r": 0}
         self.taken = {str(s) for s in facts.ranges}
@@ -289,10 +291,10 @@ class NestEmitter:
         buf = self.buffer_of(v)
         if buf is not None:
             return self.op("kernel.load", buf, index=list(index))
-        if self.extra is not None:
-            got = self.extra(self, v, index)
-            if got is not None:
-                return got
+        raw = self.conv_raw(v)
+        if raw is not None:  # a convolution's product plus its bias
+            return self.op("kernel.add", self.op("kernel.load", raw[0], index=list(index)),
+                           self.scalar(raw[1], (index[1],)))
         op = v.owner
         if not isinstance(op, Operation):
             raise RuntimeError(f"buffer_of gives block argument %{v.name} no buffer")
@@ -332,10 +334,21 @@ class NestEmitter:
         if chain is None:
             return None
         at = [broadcast_index(index, a.type.shape) for _, a, _ in chain.steps]
-        if max(self.depth_of(list(i)) for i in at) >= self.depth_of(index):
+        depth = max(self.depth_of(list(i)) for i in at)
+        if depth >= self.depth_of(index):
             return None
         s, t = scale_shift(self, chain, list(index))
-        return apply(self, self.scalar(chain.base, index), s, t)
+        raw = self.conv_raw(chain.base)
+        if raw is None or self.depth_of([index[1]]) >= self.depth_of(index):
+            return apply(self, self.scalar(chain.base, index), s, t)
+        # (raw + bias) * s + t as raw * s + (bias * s + t): the convolution's bias goes into the offset
+        depth = max(depth, self.depth_of([index[1]]))
+        key = ("bias shift", chain.end, self.simplify([index[1]]))
+        shift = next((lv.memo[key] for lv in reversed(self.levels[:depth + 1]) if key in lv.memo), None)
+        if shift is None:
+            shift = self.at_depth(depth, lambda: apply(self, self.scalar(raw[1], (index[1],)), s, t))
+            self.levels[depth].memo[key] = shift
+        return apply(self, self.op("kernel.load", raw[0], index=list(index)), s, shift)
 
     def _reduce(self, op: Operation, index: Index, depth: int) -> Value:
         for lv in self.levels[1:depth + 1]:

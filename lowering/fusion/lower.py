@@ -247,14 +247,7 @@ class KernelBuilder:
     def nest(self, kind: str) -> NestEmitter:
         name = f"{kind}_{self.kernels}"
         self.kernels += 1
-        return NestEmitter(self.fb, name, self.facts, self.buffer_of, self.conv_value)
-
-    def conv_value(self, em: NestEmitter, v: Value, index: tuple) -> Value | None:
-        got = self.conv_raw.get(v)
-        if got is None:
-            return None
-        raw, bias = got
-        return em.op("kernel.add", em.op("kernel.load", raw, index=list(index)), em.scalar(bias, (index[1],)))
+        return NestEmitter(self.fb, name, self.facts, self.buffer_of, self.conv_raw.get)
 
     def emit_chain(self, ch: GemmChain, target: Value | None) -> None:
         def has(v: Value) -> bool:

@@ -4,7 +4,7 @@ in the depthwise copy, and the depthwise's own epilogue, folded into the taps) l
 the depthwise kernel; the results match eager and a float64 formula at 1, 2, 3 and 8 threads (bitwise equal to one
 thread), follow parameters written after compiling, and other affine forms (``a - x``, a scalar, a lone factor)
 fold too. Around GEMM convolutions (fusion/emit.py) the batch norm in the copy of a computed input and in a kernel
-of its own is one multiply-add per element too."""
+of its own is one multiply-add per element too, a convolution's own bias folded into its offset."""
 
 from __future__ import annotations
 
@@ -270,3 +270,60 @@ def test_batch_norms_around_gemm_convolutions_fold_and_follow_parameters():
     m.randomize(rng)  # in place: the compiled program reads the same buffers on its next call
     for got, ref in zip(prog(tp.tensor(x)), m.reference(x.astype(np.float64))):
         np.testing.assert_allclose(np.asarray(got.detach()), ref, rtol=1e-5, atol=1e-5)
+
+
+class _BiasedConv(tp.nn.Module):
+    """``relu(bn(conv(x) + b))`` (a convolution with its own bias before the batch norm, as in VGG-BN)."""
+
+    def __init__(self, rng):
+        super().__init__()
+        self.conv = tp.nn.Conv2d(4, 8, 3, padding=1)
+        self.bn = tp.nn.BatchNorm2d(8)
+        _set(self.conv.weight, rng, 1 / 6)
+        self.randomize(rng)
+
+    def randomize(self, rng):
+        _set(self.conv.bias, rng, 1.0)
+        self.bn.running_mean.copy_(tp.tensor(rng.uniform(-1, 1, 8).astype(np.float32)))
+        self.bn.running_var.copy_(tp.tensor(rng.uniform(0.5, 2, 8).astype(np.float32)))
+        self.bn.weight.detach().copy_(tp.tensor(rng.uniform(0.5, 1.5, 8).astype(np.float32)))
+        self.bn.bias.detach().copy_(tp.tensor(rng.uniform(-0.5, 0.5, 8).astype(np.float32)))
+
+    def forward(self, x):
+        return F.relu(self.bn(self.conv(x)))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        xp = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
+        w = _np(self.conv.weight)
+        h, wd = x.shape[2:]
+        y = sum(np.einsum("oc,nchw->nohw", w[:, :, r, s], xp[:, :, r:r + h, s:s + wd]) for r in range(3)
+                for s in range(3)) + _np(self.conv.bias).reshape(1, -1, 1, 1)
+        bn, shape = self.bn, (1, -1, 1, 1)
+        y = ((y - _np(bn.running_mean).reshape(shape)) / np.sqrt(_np(bn.running_var).reshape(shape) + bn.eps)
+             * _np(bn.weight).reshape(shape) + _np(bn.bias).reshape(shape))
+        return np.maximum(y, 0)
+
+
+def test_a_convolution_bias_folds_into_the_batch_norm_offset():
+    """``(conv + b) * s + t`` is ``conv * s + (b * s + t)``: one multiply-add per pixel, the bias read once per
+    channel; results match eager and float64 at 1, 2, 3 and 8 threads (bitwise equal to one thread) and follow a
+    bias written after compiling."""
+    rng = np.random.default_rng(5)
+    m = _BiasedConv(rng)
+    m.eval()
+    x = rng.standard_normal((2, 4, 10, 12), dtype=np.float32)
+    prog = export(m, tp.tensor(x))
+    outs = []
+    for threads in THREADS:
+        compiled = tp.compile(prog, num_threads=threads, strict=True)
+        outs.append(np.asarray(prog(tp.tensor(x)).detach()))
+    nest = next(k for k in compiled.ir("kernel").split("kernel.kernel")[1:] if 'origin = "relu"' in k)
+    pixels = nest[nest.index("upper = 10"):]
+    assert pixels.count("kernel.mul") == 1 and pixels.count("kernel.add") == 1 and pixels.count("kernel.load") == 1
+    np.testing.assert_allclose(outs[0], _np(m(tp.tensor(x))), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outs[0], m.reference(x.astype(np.float64)), rtol=1e-5, atol=1e-5)
+    for got in outs[1:]:
+        np.testing.assert_array_equal(got, outs[0])
+    m.randomize(rng)  # the bias and statistics in place: read by the next call
+    np.testing.assert_allclose(np.asarray(prog(tp.tensor(x)).detach()), m.reference(x.astype(np.float64)),
+                               rtol=1e-5, atol=1e-5)
