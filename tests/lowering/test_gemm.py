@@ -257,3 +257,16 @@ def test_bad_inputs_raise_specific_errors() -> None:
 def test_micro_kernel_uses_512_bit_fma() -> None:
     asm = compile_gemm().library.asm()
     assert "vfmadd231ps" in asm and "zmm" in asm
+
+
+@pytest.mark.parametrize("packed_b", [False, True])
+def test_micro_kernels_prefetch_c_and_a_prepacked_b(packed_b: bool) -> None:
+    """Every micro-kernel prefetches its C tile for writing (rw = 1); only a prepacked-B kernel's k loop prefetches
+    the next B panel (rw = 0, into L2: locality 2)."""
+    module = ir.Module()
+    emit_gemm(module, "g", trans_b=True, packed_b=packed_b)
+    text = str(module)
+    micro = [fn for fn in module.functions if ".micro" in fn.name]
+    assert len(micro) == 4 and all("llvm.prefetch" in str(fn) for fn in micro)
+    assert "i32 1, i32 3, i32 1)" in text
+    assert ("i32 0, i32 2, i32 1)" in text) == packed_b
