@@ -79,6 +79,10 @@ _ALIGN = 64
 #: Row counts of the tail micro-kernels: the last row tile of ``M`` (``M % MR`` rows) runs the smallest of these
 #: with enough rows instead of a full ``MR``-row tile (:func:`.gemm_kernels.emit_micro_kernel`).
 TAIL_ROWS = (1, 2, 4)
+#: Full-row tiles of a last column panel this narrow run a micro-kernel of one vector per row (N = 196: 6 panels
+#: and 4 columns computed as 16, not 32). 1 thread, CPU time, 15 interleaved rounds, median per-round speedup:
+#: 1024 x 196 x 256 1.08, 384 x 196 x 64 and 576 x 196 x 96 1.07, 512 x 80 x 512 1.18, 512 x 784 x 128 1.03.
+NARROW_COLS = 16
 #: With ``trans_b`` (B is N x K), products with at most this many columns run as row-by-row dot products.
 GEMV_MAX_N = 16
 NO_EPILOGUE = Epilogue()
@@ -149,6 +153,10 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
     micro = emit_micro_kernel(module, f"{tag}.micro", shape, epilogue, prefetch_b=packed_b)
     tails = [(r, emit_micro_kernel(module, f"{tag}.micro{r}", shape, epilogue, rows=r, prefetch_b=packed_b))
              for r in TAIL_ROWS if r < shape.mr]
+    # a full-row tile of the last column panel with at most 16 columns (N % NR <= 16): one vector per row, not NV
+    narrow = emit_micro_kernel(module, f"{tag}.micro_narrow", shape, epilogue, prefetch_b=packed_b,
+                                vectors=NARROW_COLS // 16) \
+        if shape.nv > 1 else None
     if packed_b:
         gemv = emit_gemv_packed(module, f"{tag}.gemv", shape)
     else:
@@ -188,7 +196,7 @@ def emit_gemm(module: ir.Module, name: str, *, trans_a: bool = False, trans_b: b
                 _emit_gemv_call(b, lp, gemv, row_epi, trans_a, args, a_ptr, b_ptr, c_ptr, r_ptr, accumulate, base,
                                 epilogue.residual)
             with matrix:
-                _emit_blocked(b, lp, shape, epilogue, (pack_a, pack_b, micro, tails), trans_a, trans_b, args,
+                _emit_blocked(b, lp, shape, epilogue, (pack_a, pack_b, micro, tails, narrow), trans_a, trans_b, args,
                               (a_ptr, b_ptr, c_ptr, r_ptr), accumulate, a_pack, b_pack)
     b.ret_void()
     return fn
@@ -217,7 +225,7 @@ def _emit_gemv_call(b: ir.IRBuilder, lp: Loops, gemv: ir.Function, row_epi: ir.F
 def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilogue,
                   funcs: tuple, trans_a: bool, trans_b: bool, args: dict,
                   ptrs: tuple[ir.Value, ...], accumulate: ir.Value, a_pack: ir.Value, b_pack: ir.Value) -> None:
-    pack_a, pack_b, micro, tails = funcs
+    pack_a, pack_b, micro, tails, narrow = funcs
     a_ptr, b_ptr, c_ptr, r_ptr = ptrs
     m, n, k = args["M"], args["N"], args["K"]
     lda, ldb, ldc, ldr = args["lda"], args["ldb"], args["ldc"], args["ldr"]
@@ -255,8 +263,17 @@ def _emit_blocked(b: ir.IRBuilder, lp: Loops, shape: GemmShape, epilogue: Epilog
                         ap = gep(b, a_pack, b.mul(ir_, kc))
                         c_tile = gep(b, c_ptr, b.add(b.mul(row, ldc), col))
                         r_tile = gep(b, r_ptr, b.add(b.mul(row, ldr), col)) if epilogue.residual else r_ptr
-                        _call_micro(b, micro, tails, mr, [kc, ap, bp, c_tile, ldc, mr, nr, load_c, finish, bias,
-                                                          r_tile, ldr, b_next])
+                        micro_args = [kc, ap, bp, c_tile, ldc, mr, nr, load_c, finish, bias, r_tile, ldr, b_next]
+                        if narrow is None:
+                            _call_micro(b, micro, tails, mr, micro_args)
+                        else:
+                            few = b.and_(b.icmp_signed("<=", nr, i64(NARROW_COLS)),
+                                         b.icmp_signed("==", mr, i64(shape.mr)))
+                            with b.if_else(few) as (yes, no):
+                                with yes:
+                                    b.call(narrow, micro_args)
+                                with no:
+                                    _call_micro(b, micro, tails, mr, micro_args)
 
 
 def _call_micro(b: ir.IRBuilder, micro: ir.Function, tails: list[tuple[int, ir.Function]], mr: ir.Value,

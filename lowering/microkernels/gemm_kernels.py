@@ -307,7 +307,7 @@ def _pack_transposed(b: ir.IRBuilder, lp: Loops, kc: ir.Value, src: ir.Value, ld
 # --------------------------------------------------------------------------------------
 
 def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilogue,
-                      rows: int | None = None, prefetch_b: bool = False) -> ir.Function:
+                      rows: int | None = None, prefetch_b: bool = False, vectors: int | None = None) -> ir.Function:
     """``void micro(i64 kc, ptr Ap, ptr Bp, ptr C, i64 ldc, i64 mr, i64 nr, i1 load_c, i1 finish,
     ptr bias, ptr R, i64 ldr, ptr Bnext)``.
 
@@ -316,12 +316,15 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
     ``mr x nr`` corner. Partial tiles go through a stack tile so the epilogue code exists once.
     With ``rows`` (< MR) the tile has only that many rows (of A panels still ``MR`` wide): the last row
     tile of an ``M`` that is not a multiple of ``MR`` (``M = 49``: 6 full tiles and one of 1 row, not 7 full).
+    With ``vectors`` (< NV) each row has only that many 16-lane vectors (of ``B`` panels still ``NR`` wide): the
+    last column panel of an ``N`` that leaves at most ``16 * vectors`` columns there.
     With ``prefetch_b`` (a prepacked ``B``, read from memory once per call) the k loop also prefetches the rows of
     the next micro-panel ``Bnext`` into L2, spread over the row tiles that share ``Bp``: 1 thread, CPU time, median
     per-round speedup 1.04-1.08 (128 x 3072 x 768, 128 x 50257 x 768, 49 x 2048 x 512), 196 x 256 x 1024 unchanged.
     """
-    mr_c, nv, nr_c = shape.mr, shape.nv, shape.nr
+    mr_c, nr_c = shape.mr, shape.nr
     rows = mr_c if rows is None else rows
+    nv = shape.nv if vectors is None else vectors
     fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [I64, PTR, PTR, PTR, I64, I64, I64, I1, I1,
                                                               PTR, PTR, I64, PTR]), name)
     fn.linkage = "internal"
@@ -344,7 +347,7 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
     # e.g. a 1x1 convolution's 256 x 3136, otherwise stalls the stores: 256x3136x64 +34%, 512x784x128 +12%)
     for i in range(rows):
         row_ptr = b.gep(c, [b.mul(i64(i), ldc)], source_etype=F32)  # not inbounds: a partial tile's rows may end early
-        for off in range(0, nr_c + 1, LANES):  # a row of NR floats spans up to NR / 16 + 1 lines
+        for off in range(0, nv * LANES + 1, LANES):  # a row of 16 * NV floats spans up to NV + 1 lines
             prefetch(b, b.gep(row_ptr, [i64(off)], source_etype=F32), write=True)
     # ---- k loop: the accumulators are phis
     entry = b.block
@@ -362,7 +365,7 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
     bvec = [load_v(b, gep(b, bp, b.add(b.mul(k, i64(nr_c)), i64(v * LANES))), align=64) for v in range(nv)]
     if prefetch_b:  # the same rows of the next panel into L2: a weight streamed from memory, fetched meanwhile
         nxt = b.gep(b_next, [b.mul(k, i64(nr_c))], source_etype=F32)
-        for v in range(0, nr_c, LANES):
+        for v in range(0, nv * LANES, LANES):
             prefetch(b, b.gep(nxt, [i64(v)], source_etype=F32), locality=2)
     a_row = b.mul(k, i64(mr_c))
     new = []
@@ -388,7 +391,7 @@ def emit_micro_kernel(module: ir.Module, name: str, shape: GemmShape, epi: Epilo
         result.append(row)
 
     # ---- choose where the tile goes: straight to C, or through the stack tile
-    full = b.and_(b.icmp_signed("==", mr, i64(rows)), b.icmp_signed("==", nr, i64(nr_c)))
+    full = b.and_(b.icmp_signed("==", mr, i64(rows)), b.icmp_signed("==", nr, i64(nv * LANES)))
     pre = b.block
     partial_bb = b.append_basic_block("partial.in")
     store_bb = b.append_basic_block("store")

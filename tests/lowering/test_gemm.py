@@ -267,6 +267,24 @@ def test_micro_kernels_prefetch_c_and_a_prepacked_b(packed_b: bool) -> None:
     emit_gemm(module, "g", trans_b=True, packed_b=packed_b)
     text = str(module)
     micro = [fn for fn in module.functions if ".micro" in fn.name]
-    assert len(micro) == 4 and all("llvm.prefetch" in str(fn) for fn in micro)
+    assert len(micro) == 5 and all("llvm.prefetch" in str(fn) for fn in micro)
     assert "i32 1, i32 3, i32 1)" in text
     assert ("i32 0, i32 2, i32 1)" in text) == packed_b
+
+
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_narrow_last_column_panel(trans_b: bool) -> None:
+    """N % NR in 1..16 (196, 80, 48, 36): full-row tiles of the last panel run the one-vector kernel, with the
+    whole epilogue, on top of C, past K = KC; row tails (M % MR) and exactly 16 columns included."""
+    epi = Epilogue(bias=True, activation="relu", residual=True)
+    kern = compile_gemm(trans_b=trans_b, epilogue=epi)
+    rng = np.random.default_rng(12)
+    for m, n, k in [(24, 196, 70), (19, 80, DEFAULT_SHAPE.kc + 9), (8, 48, 5), (13, 36, 33)]:
+        a, b = operands(rng, m, n, k, False, trans_b)
+        bias = rng.standard_normal(n).astype(np.float32)
+        res = rng.standard_normal((m, n)).astype(np.float32)
+        c0 = rng.standard_normal((m, n)).astype(np.float32)
+        c = c0.copy()
+        kern(a, b, c, bias=bias, residual=res, accumulate=True)
+        want, scale = reference(a, b, False, trans_b, c0=c0, bias=bias, act="relu", residual=res)
+        check(c, want, scale, nonlinear=True)
