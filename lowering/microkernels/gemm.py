@@ -22,7 +22,9 @@ Algorithm: Goto/BLIS blocking. ``B`` is packed ``KC x NC`` at a time and ``A`` `
 into the scratch buffer, and a register tile of ``MR x 16*NV`` accumulators (``<16 x float>``
 FMAs) runs over each pair of micro-panels; after the last ``KC`` block the epilogue runs once
 per finished tile, row by row while the tile is hot in L1. Packing copies go through 16 x 16
-register transposes where the source runs along K (``B`` as ``N x K``, ``A`` as ``M x K``).
+register transposes where the source runs along K (``B`` as ``N x K``, ``A`` as ``M x K``). Each tile prefetches
+its lines of ``C`` before its k loop; with a prepacked ``B`` the k loop also prefetches the next micro-panel of ``B``,
+and the last column panel, when it has at most 16 columns, runs a one-vector-per-row micro-kernel.
 ``M == 1`` (and, with ``trans_b``, ``N <= 16``) takes a matrix-vector path with no packing, one
 row of ``A`` at a time. A ``packed_b`` kernel takes the whole ``B`` packed beforehand
 (:func:`packed_b_floats`; :mod:`tensorplay.lowering.microkernels.gemm_prepack` does this once for constant weights).
