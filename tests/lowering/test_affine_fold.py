@@ -56,6 +56,21 @@ def _np(t) -> np.ndarray:
     return np.asarray(t.detach()).astype(np.float64)
 
 
+def _at_thread_counts(prog, x: np.ndarray):
+    """``prog`` compiled at each of :data:`THREADS` and called on ``x``: asserts every thread count's outputs are
+    bitwise equal to one thread's; returns the last compiled program (for its IR) and one thread's outputs (an array,
+    or a list of them)."""
+    outs = []
+    for threads in THREADS:
+        compiled = tp.compile(prog, num_threads=threads, strict=True)
+        got = prog(tp.tensor(x))
+        outs.append([np.asarray(o.detach()) for o in got] if isinstance(got, (tuple, list))
+                    else np.asarray(got.detach()))
+    for got in outs[1:]:
+        np.testing.assert_equal(got, outs[0])
+    return compiled, outs[0]
+
+
 def _reference(m, x: np.ndarray, stride: int) -> np.ndarray:
     """The block in float64 numpy: batch norm as (x - mean) / sqrt(var + eps) * weight + bias."""
     def bn(mod, y):
@@ -89,10 +104,7 @@ def test_block_folds_both_batch_norms_and_matches_at_every_thread_count(case):
     x = rng.standard_normal((2, 4, size, size), dtype=np.float32)
     prog = export(m, tp.tensor(x))
     eager = _np(m(tp.tensor(x)))
-    outs = []
-    for threads in THREADS:
-        compiled = tp.compile(prog, num_threads=threads, strict=True)
-        outs.append(np.asarray(prog(tp.tensor(x)).detach()))
+    compiled, out = _at_thread_counts(prog, x)
     kernels = compiled.ir("kernel").split("kernel.kernel")[1:]
     direct = [kern for kern in kernels if "kernel.gemm" not in kern and "kernel.minimum" in kern]
     assert len(direct) == 1
@@ -104,10 +116,8 @@ def test_block_folds_both_batch_norms_and_matches_at_every_thread_count(case):
         taps_end = direct[0].rindex("kernel.mul")  # taps keep a pass of its own
         assert ("kernel.for" in direct[0][taps_end:direct[0].index('origin = "hardtanh_1"')]) == (stride != 1)
     assert 'origin = "batch_norm' not in direct[0] and 'origin = "sub' not in direct[0]
-    np.testing.assert_allclose(outs[0], eager, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(outs[0], _reference(m, x.astype(np.float64), stride), rtol=1e-5, atol=1e-5)
-    for got in outs[1:]:
-        np.testing.assert_array_equal(got, outs[0])
+    np.testing.assert_allclose(out, eager, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out, _reference(m, x.astype(np.float64), stride), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("case", ["rows_stride1", "phases_stride2"])
@@ -154,10 +164,7 @@ def test_other_affine_forms_fold_and_match_eager(size):
     x = rng.standard_normal((2, 8, size, size), dtype=np.float32)
     prog = export(m, tp.tensor(x))
     eager = np.asarray(m(tp.tensor(x)).detach())
-    outs = []
-    for threads in THREADS:
-        compiled = tp.compile(prog, num_threads=threads, strict=True)
-        outs.append(np.asarray(prog(tp.tensor(x)).detach()))
+    compiled, out = _at_thread_counts(prog, x)
     s, t = _np(m.s), _np(m.t)
     y = np.maximum(x * s * t + 1.0, 0)
     w = _np(m.dw.weight)[:, 0]
@@ -165,10 +172,8 @@ def test_other_affine_forms_fold_and_match_eager(size):
     z = sum(yp[:, :, r:r + size, q:q + size] * w[None, :, r, q, None, None] for r in range(3) for q in range(3))
     ref = np.einsum("oc,nchw->nohw", _np(m.pw.weight)[:, :, 0, 0], np.maximum(6.0 - (2.0 * z + s) * t, 0))
     # 6 - (..) * t cancels where the output is near 0: folded, a few ulps of 6 each (as the float64 tests above)
-    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(outs[0], eager, rtol=1e-5, atol=1e-5)
-    for got in outs[1:]:
-        np.testing.assert_array_equal(got, outs[0])
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, eager, rtol=1e-5, atol=1e-5)
     direct = next(k for k in compiled.ir("kernel").split("kernel.kernel")[1:] if "kernel.gemm" not in k)
     assert 'origin = "sub' not in direct  # 6 - ... is folded into the taps' factor and the sum's start
 
@@ -248,10 +253,7 @@ def test_batch_norms_around_gemm_convolutions_fold_and_follow_parameters():
     m.eval()
     x = rng.standard_normal((2, 8, 10, 12), dtype=np.float32)
     prog = export(m, tp.tensor(x))
-    outs = []
-    for threads in THREADS:
-        compiled = tp.compile(prog, num_threads=threads, strict=True)
-        outs.append([np.asarray(o.detach()) for o in prog(tp.tensor(x))])
+    compiled, out = _at_thread_counts(prog, x)
     kernels = compiled.ir("kernel").split("kernel.kernel")[1:]
     copy = next(k for k in kernels if "kernel.gemm" in k and "kernel.rsqrt" in k)  # the expansion and its input copy
     pixels = copy[copy.index("upper = 10"):]
@@ -261,12 +263,9 @@ def test_batch_norms_around_gemm_convolutions_fold_and_follow_parameters():
     assert 'origin = "batch_norm_1"' not in own and 'origin = "sub_1"' not in own
     assert any('origin = "batch_norm_2"' in k for k in kernels)  # over [N, C, 1, 1]: as written
     eager = [_np(o) for o in m(tp.tensor(x))]
-    for got, want, ref in zip(outs[0], eager, m.reference(x.astype(np.float64))):
+    for got, want, ref in zip(out, eager, m.reference(x.astype(np.float64))):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
-    for got in outs[1:]:
-        for a, b in zip(got, outs[0]):
-            np.testing.assert_array_equal(a, b)
     m.randomize(rng)  # in place: the compiled program reads the same buffers on its next call
     for got, ref in zip(prog(tp.tensor(x)), m.reference(x.astype(np.float64))):
         np.testing.assert_allclose(np.asarray(got.detach()), ref, rtol=1e-5, atol=1e-5)
@@ -313,17 +312,12 @@ def test_a_convolution_bias_folds_into_the_batch_norm_offset():
     m.eval()
     x = rng.standard_normal((2, 4, 10, 12), dtype=np.float32)
     prog = export(m, tp.tensor(x))
-    outs = []
-    for threads in THREADS:
-        compiled = tp.compile(prog, num_threads=threads, strict=True)
-        outs.append(np.asarray(prog(tp.tensor(x)).detach()))
+    compiled, out = _at_thread_counts(prog, x)
     nest = next(k for k in compiled.ir("kernel").split("kernel.kernel")[1:] if 'origin = "relu"' in k)
     pixels = nest[nest.index("upper = 10"):]
     assert pixels.count("kernel.mul") == 1 and pixels.count("kernel.add") == 1 and pixels.count("kernel.load") == 1
-    np.testing.assert_allclose(outs[0], _np(m(tp.tensor(x))), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(outs[0], m.reference(x.astype(np.float64)), rtol=1e-5, atol=1e-5)
-    for got in outs[1:]:
-        np.testing.assert_array_equal(got, outs[0])
+    np.testing.assert_allclose(out, _np(m(tp.tensor(x))), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out, m.reference(x.astype(np.float64)), rtol=1e-5, atol=1e-5)
     m.randomize(rng)  # the bias and statistics in place: read by the next call
     np.testing.assert_allclose(np.asarray(prog(tp.tensor(x)).detach()), m.reference(x.astype(np.float64)),
                                rtol=1e-5, atol=1e-5)
