@@ -49,7 +49,7 @@ Example::
     >>> lib is pool_library() and lib.address(PARALLEL_FOR) > 0
     True
     >>> sorted(pool_stats())
-    ['jobs', 'parked', 'running', 'workers']
+    ['helped', 'jobs', 'parked', 'running', 'workers']
 """
 
 from __future__ import annotations
@@ -162,6 +162,7 @@ class _PoolEmitter:
         self.busy, self.pid = var("busy", I32, 64), var("pid", I32)  # pid holding the pool; pid owning workers
         self.workers, self.sleepers, self.waiting = var("workers", I32), var("sleepers", I32), var("waiting", I32)
         self.jobs = var("jobs", I64)
+        self.helped = var("helped", I64, 64)  # chunks the workers ran (the caller ran the rest); a line of its own
         self.hot = var("hot", I32, 64)  # native calls running (workers spin longer meanwhile)
 
         def ext(name: str, ret: ir.Type, *args: ir.Type) -> ir.Function:
@@ -267,9 +268,9 @@ class _PoolEmitter:
 
     # ------------------------------------------------------------------ functions
     def drain(self) -> ir.Function:
-        """``i64 drain()``: claim and run chunks of the published job until none is left; returns the
-        job word last seen (its generation is what a worker then waits to change)."""
-        f, b = self._fn("tp_pool.drain", ir.FunctionType(I64, []))
+        """``i64 drain(i64 *ran)``: claim and run chunks of the published job until none is left, adding each to
+        ``*ran``; returns the job word last seen (its generation is what a worker then waits to change)."""
+        f, b = self._fn("tp_pool.drain", ir.FunctionType(I64, [PTR]))
         loop, claim, run, notify, wake, out = (f.append_basic_block(x) for x in (
             "loop", "claim", "run", "notify", "wake", "out"))
         b.branch(loop)
@@ -282,6 +283,7 @@ class _PoolEmitter:
         b.cbranch(ok, run, loop)
         b.position_at_end(run)
         fn, env = b.load(self.fn, typ=CHUNK_PTR), b.load(self.env, typ=PTR)
+        b.store(b.add(b.load(f.args[0], typ=I64), _c(1)), f.args[0])
         b.call(fn, [env, nxt, n])
         finished = b.add(b.atomic_rmw("add", self.done, _c(1, I32), "seq_cst"), _c(1, I32))
         b.cbranch(b.icmp_unsigned("==", b.zext(finished, I64), n), notify, loop)
@@ -304,10 +306,13 @@ class _PoolEmitter:
         index = b.ptrtoint(f.args[0], I64)
         short = b.alloca(ir.IntType(1), name="short")  # the previous wait was short: calls come back to back
         b.store(ir.Constant(ir.IntType(1), 1), short)
+        ran = b.alloca(I64, name="ran")  # chunks the last drain ran
         top = f.append_basic_block("top")
         b.branch(top)
         b.position_at_end(top)
-        generation, chunks, _ = self._fields(b, b.call(drain, []))
+        b.store(_c(0), ran)
+        generation, chunks, _ = self._fields(b, b.call(drain, [ran]))
+        b.atomic_rmw("add", self.helped, b.load(ran, typ=I64), "monotonic")
         gen = b.trunc(generation, I32)
         linger = b.and_(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), b.load(short, typ=ir.IntType(1)))
         polls = b.select(linger, _c(SPIN, I32), _c(PAUSES, I32))
@@ -323,6 +328,8 @@ class _PoolEmitter:
         fn, env, n = f.args
         fn.name, env.name, n.name = "fn", "env", "n"
         tid = b.alloca(I64, name="tid")
+        ran = b.alloca(I64, name="ran")  # chunks this caller ran (drain's count; only the workers' are kept)
+        b.store(_c(0), ran)
         blocks = {x: f.append_basic_block(x) for x in (
             "one", "try", "steal", "serial", "owned", "reset", "grow", "spawn", "publish", "wake", "work", "finish",
             "ret")}
@@ -382,7 +389,7 @@ class _PoolEmitter:
         b.branch(blocks["work"])
 
         b.position_at_end(blocks["work"])  # take chunks too, then wait for the ones workers took
-        b.call(drain, [])
+        b.call(drain, [ran])
         k32 = b.trunc(k, I32)
         self._wait_until(f, b, self.done, lambda bb, v: bb.icmp_unsigned("==", v, k32),
                          self.waiting, add=False, pauses=0, polls=CALLER_YIELDS, every=1)
@@ -402,7 +409,8 @@ class _PoolEmitter:
 
     def stats(self) -> None:
         for name, g, ty in (("tp_parallel_workers", self.workers, I32), ("tp_parallel_jobs", self.jobs, I64),
-                            ("tp_parallel_running", self.hot, I32), ("tp_parallel_parked", self.sleepers, I32)):
+                            ("tp_parallel_running", self.hot, I32), ("tp_parallel_parked", self.sleepers, I32),
+                            ("tp_parallel_helped", self.helped, I64)):
             f, b = self._fn(name, ir.FunctionType(ty, []), internal=False)
             b.ret(self._load(b, g, "monotonic"))
 
@@ -480,18 +488,19 @@ def pool_library() -> Library:
 
 
 def pool_stats() -> dict[str, int]:
-    """``{"workers": threads started, "jobs": loops the pool has run, "running": native calls running now,
-    "parked": workers asleep on the futex now}`` in this process (zeros, and no compiling, while nothing has used
-    the pool).
+    """``{"workers": threads started, "jobs": loops the pool has run, "helped": chunks of them the workers ran (the
+    calling thread ran the rest), "running": native calls running now, "parked": workers asleep on the futex now}``
+    in this process (zeros, and no compiling, while nothing has used the pool).
 
     >>> all(0 <= v < 10 ** 9 for v in pool_stats().values())
     True
     """
     if not _LIBRARY:
-        return {"workers": 0, "jobs": 0, "running": 0, "parked": 0}
+        return {"workers": 0, "jobs": 0, "helped": 0, "running": 0, "parked": 0}
     lib = _LIBRARY[0]
     return {"workers": lib.function("tp_parallel_workers", ctypes.c_int32)(),
             "jobs": lib.function("tp_parallel_jobs", ctypes.c_int64)(),
+            "helped": lib.function("tp_parallel_helped", ctypes.c_int64)(),
             "running": lib.function("tp_parallel_running", ctypes.c_int32)(),
             "parked": lib.function("tp_parallel_parked", ctypes.c_int32)()}
 

@@ -32,7 +32,8 @@ from tensorplay.runtime.threadpool import (
 )
 
 # A chunk function that counts its calls per chunk and records the chunk count it was given, a nested
-# variant whose chunks each run an inner pool job, and drivers calling tp_parallel_for.
+# variant whose chunks each run an inner pool job, a pair of chunks that each wait for the other to start (so two
+# threads run them), and drivers calling tp_parallel_for.
 HARNESS = """
 declare void @tp_parallel_for(ptr, ptr, i64)
 
@@ -46,6 +47,30 @@ define void @count_chunk(ptr %env, i64 %t, i64 %k) {
 
 define void @nested_chunk(ptr %env, i64 %t, i64 %k) {
   call void @tp_parallel_for(ptr @count_chunk, ptr %env, i64 3)
+  ret void
+}
+
+define void @pair_chunk(ptr %env, i64 %t, i64 %k) {
+entry:
+  %mine = getelementptr inbounds i64, ptr %env, i64 %t
+  %old = atomicrmw add ptr %mine, i64 1 seq_cst
+  %o = sub i64 1, %t
+  %other = getelementptr inbounds i64, ptr %env, i64 %o
+  br label %wait
+wait:
+  %i = phi i64 [0, %entry], [%next, %wait]
+  %v = load atomic i64, ptr %other seq_cst, align 8
+  %next = add i64 %i, 1
+  %seen = icmp sgt i64 %v, 0
+  %over = icmp sge i64 %next, 17179869184
+  %stop = or i1 %seen, %over
+  br i1 %stop, label %done, label %wait
+done:
+  ret void
+}
+
+define void @run_pair(ptr %env) {
+  call void @tp_parallel_for(ptr @pair_chunk, ptr %env, i64 2)
   ret void
 }
 
@@ -337,6 +362,34 @@ def test_forked_child_runs_programs_while_the_parent_pool_is_busy(kernels):
         stop.set()
         busy.join()
     np.testing.assert_allclose(exe(x)[0], want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_helped_counts_the_chunks_the_workers_ran(harness):
+    """A job of two chunks that each wait for the other to start runs on two threads. In a forked child the pool
+    starts afresh with one worker, so the caller runs one chunk and the worker the other: ``pool_stats()["helped"]``
+    grows by exactly one per job (the caller's chunks are not counted). Here, where earlier tests started many
+    workers, two of them may take both chunks: one or two per job."""
+    pair = harness[0].function("run_pair", None, ctypes.c_void_p)
+
+    def helped_by(jobs: int) -> int:
+        before = pool_stats()["helped"]
+        for _ in range(jobs):
+            env = np.zeros(2, np.int64)
+            pair(env.ctypes.data)
+            if env.tolist() != [1, 1]:
+                return -1
+        return pool_stats()["helped"] - before
+
+    pid = os.fork()
+    if pid == 0:  # child: a fresh pool (the parent's workers do not exist here)
+        code = 1
+        try:
+            code = 0 if helped_by(20) == 20 and pool_stats()["workers"] == 1 else 2
+        finally:
+            os._exit(code)
+    assert _wait_child(pid, 60.0) == 0
+    assert 20 <= helped_by(20) <= 40
 
 
 # ------------------------------------------------------------------------------------ AOT
