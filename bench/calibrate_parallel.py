@@ -11,7 +11,7 @@ threads (default 2) with splitting forced (grain 1):
   8-row product) over the time of one multiply-add of a large blocked product;
 * the worker pool (:mod:`tensorplay.runtime.threadpool`, ``--pool``): the cost of one fork-join of two chunks
   that touch no shared data (chunks of N ``pause`` instructions, timed in native code), and the cost a call
-  pays when it starts after an idle gap, which tells whether the workers' idle spin (``SPIN``) outlasts the gaps
+  pays when it starts after an idle gap, which tells whether the workers' idle spin (``SPIN_NS``) outlasts the gaps
   between back-to-back calls.
 
 Timings are the best of many short batches (``bench.bench_gemm.best_seconds``), so a shared machine

@@ -21,18 +21,24 @@ How it works:
   and the workers claim chunks by compare-and-swap on it (whoever is awake takes the work, so a
   worker that wakes late costs nothing but its own wake-up), then the caller waits for the count of
   finished chunks;
-* idle workers poll :data:`SPIN` times (~0.2 ms: x86 ``pause`` in between, past the first :data:`PAUSES` polls
-  a ``sched_yield`` on every :data:`YIELD_EVERY`-th), then sleep on a futex (the job word's generation), so
-  back-to-back calls find them awake; workers the last job had no chunk for (a smaller thread count than
-  before), and workers whose previous wait for a job lasted over :data:`LINGER_CYCLES` (calls far apart),
-  poll only :data:`PAUSES` times. While a program's native call is running (``tp_parallel_hot(+1)`` at
-  its start, ``-1`` at its end, emitted by :mod:`tensorplay.lowering.codegen.llvm`) they go on polling
-  up to :data:`HOT_SPIN` times, so the next parallel loop of the same call finds them
-  awake instead of paying a futex wake-up per loop (a MobileNetV2 call runs ~80 loops of ~150 us, and
-  a woken worker came so late that the caller had run most chunks itself). The caller waits for
-  stragglers by yielding the CPU :data:`CALLER_YIELDS` times, then sleeps on the futex of the
-  finished-chunk count, so nothing burns a core for long while idle. No lock is
-  ever taken, so a thread preempted anywhere (an oversubscribed machine) never blocks another;
+* a worker that ran a chunk of the last job polls for :data:`SPIN_NS` (x86 ``pause`` in between, past the first
+  :data:`PAUSES` polls a ``sched_yield`` on every :data:`YIELD_EVERY`-th), others for :data:`IDLE_NS`; then it
+  sleeps on a futex (the job word's generation). While a program's native call is running
+  (``tp_parallel_hot(+1)`` at its start, ``-1`` at its end, emitted by :mod:`tensorplay.lowering.codegen.llvm`)
+  the spin restarts on every poll (at most :data:`HOT_SPIN` polls), so the next parallel loop of the same call, and
+  the next call, find the workers awake. The caller waits for the workers' last chunks the same way, yielding the
+  CPU on every poll (a worker sharing its core finishes first), for at most :data:`SPIN_NS`, then sleeps on the
+  futex of the finished-chunk count. No lock is ever taken, so a thread preempted anywhere (an oversubscribed
+  machine) never blocks another;
+* sleeping costs more than the futex round trip: in a KVM guest the idle vCPU halts, the host may give its core
+  away, and waking it takes milliseconds (the guest meanwhile may put the worker on the caller's vCPU, where the
+  two take turns). So the spin is long, and a caller sends a wake-up only when a worker parked since the last one
+  (``woken``), not on every parallel loop until the worker runs. Measured, 2 threads, 20 rounds of 10 calls after
+  10 ms idle with ONNX Runtime timed in between: a 512^3 GEMM with the former ~0.2 ms spin (cut to ~25 us after
+  any long wait) ran 12-30% of its calls on one thread, median 2.7 ms against ONNX Runtime's 2.5; now ~1%, 1.6-1.9
+  ms against 1.65-1.8. ``python -m bench.interleave`` ratios to ONNX Runtime, former -> now, two runs each:
+  GEMM 512^3 1.33, 1.42 -> 1.06, 1.03; small ResNet b1 1.92, 2.07 -> 1.53, 1.82; MLP b1 and MobileNetV2 b1
+  within the noise (1.10, 0.89 -> 0.82, 1.03; 1.22, 1.29 -> 1.29, 1.16);
 * ``fork()``: the busy word and the pool's pid are checked against ``getpid()``, so a child finding
   its parent's state (no worker threads, possibly a pool held by a parent thread) resets the pool and starts its own
   workers (``pthread_atfork`` is not visible to JIT code: glibc links it statically).
@@ -49,7 +55,7 @@ Example::
     >>> lib is pool_library() and lib.address(PARALLEL_FOR) > 0
     True
     >>> sorted(pool_stats())
-    ['helped', 'jobs', 'parked', 'running', 'workers']
+    ['helped', 'jobs', 'parked', 'parks', 'running', 'wakes', 'workers']
 """
 
 from __future__ import annotations
@@ -66,9 +72,9 @@ from .cache import cache_key, default_cache
 from .jit import Library, compile_object, load_object, undefined_symbols
 from .target import feature_string, host_cpu
 
-__all__ = ["CALLER_YIELDS", "CHUNK_FN", "HOT", "HOT_SPIN", "LINGER_CYCLES", "MAX_WORKERS", "PARALLEL_FOR", "PAUSES",
-           "POOL_PREFIX", "SPIN", "YIELD_EVERY", "declare_hot", "declare_parallel_for", "emit_pool_ir", "needs_pool",
-           "pool_library", "pool_object", "pool_stats"]
+__all__ = ["CHUNK_FN", "HOT", "HOT_SPIN", "IDLE_NS", "MAX_WORKERS", "PARALLEL_FOR", "PAUSES", "POOL_PREFIX", "SPIN_NS",
+           "YIELD_EVERY", "declare_hot", "declare_parallel_for", "emit_pool_ir", "needs_pool", "pool_library",
+           "pool_object", "pool_stats"]
 
 POOL_PREFIX = "tp_parallel_"
 PARALLEL_FOR = "tp_parallel_for"
@@ -79,29 +85,25 @@ MAX_WORKERS = 255
 #: Polls (each with a ``pause``, ~25 ns on the dev machine) an idle worker makes before it starts yielding the CPU
 #: on every :data:`YIELD_EVERY`-th poll.
 PAUSES = 1000
-#: Polls before an idle worker sleeps (~0.2-0.3 ms on the dev machine): a call that starts that soon after the last
-#: parallel loop of the previous one finds the workers awake. Waking a sleeping worker (a futex wake-up, in a
-#: KVM guest an idle vCPU too) cost ~15-30 us per call: back-to-back calls of the small bench ResNet at batch 1
-#: (its serial tail and the Python call path ~35 us, longer than the 25 us the workers spun before) took, at two
-#: threads, median 0.519 ms with a ~25 us spin, 0.486 with this one (min 0.488 -> 0.440).
-SPIN = 8000
-#: Waits for a job shorter than this many cycles of the CPU's counter (~0.2 ms at 2.6 GHz) make a worker poll
-#: :data:`SPIN` times at its next wait; after a longer one (calls far apart: eager code between native kernels,
-#: where a polling worker only competed with the caller's numpy) it polls :data:`PAUSES` times.
-LINGER_CYCLES = 1 << 19
-#: Polls before an idle worker sleeps while some native call is running. A bound (~40 ms on the dev machine), not a
-#: wait: the worker parks as soon as no call is running.
+#: Nanoseconds a worker that ran a chunk of the last job polls for the next one before it sleeps (see the module
+#: docstring for why sleeping costs more than a futex wake-up here): 1, 5 and 20 ms did equally well on the GEMM
+#: above. ONNX Runtime's and OpenMP's workers spin longer (~150 ms measured after ONNX Runtime's calls, OpenMP's
+#: default block time 200 ms).
+SPIN_NS = 2_000_000
+#: Nanoseconds a worker the last job had no chunk for (a smaller thread count than before) polls before it sleeps.
+IDLE_NS = 25_000
+#: Most polls an idle worker makes while some native call is running (a bound, ~40 ms on the dev machine, on a
+#: call that runs serial code that long): it then sleeps, and as soon as no call is running the :data:`SPIN_NS`
+#: count starts.
 HOT_SPIN = 1 << 20
 #: Past its first :data:`PAUSES` polls, an idle worker yields the CPU (``sched_yield``) on every this-many-th poll,
 #: so on an oversubscribed machine (or beside another library's threads) the threads with work run first. A
 #: yield is a system call (~1-3 us on the dev machine, a KVM guest) during which the worker sees no new job.
 YIELD_EVERY = 64
-#: Polls (each with a ``sched_yield``) before a caller waiting for the workers' last chunks sleeps: yielding
-#: lets a worker sharing the caller's core (an oversubscribed machine) finish its chunk.
-CALLER_YIELDS = 50
 _MAX_CHUNKS = 0xFFFF
 _SYS_FUTEX = {"x86_64": 202, "aarch64": 98}  # Linux syscall numbers (little-endian targets only)
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE
+_CLOCK_MONOTONIC = 1
 
 I8, I32, I64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 PTR = ir.PointerType()
@@ -161,6 +163,8 @@ class _PoolEmitter:
         self.done = var("done", I32, 64)  # chunks of the current job finished (a futex)
         self.busy, self.pid = var("busy", I32, 64), var("pid", I32)  # pid holding the pool; pid owning workers
         self.workers, self.sleepers, self.waiting = var("workers", I32), var("sleepers", I32), var("waiting", I32)
+        self.woken = var("woken", I32)  # 1: a wake-up of the sleepers was sent since the last worker parked
+        self.wakes, self.parks = var("wakes", I64), var("parks", I64)  # wake-ups sent; times a worker went to sleep
         self.jobs = var("jobs", I64)
         self.helped = var("helped", I64, 64)  # chunks the workers ran (the caller ran the rest); a line of its own
         self.hot = var("hot", I32, 64)  # native calls running (workers spin longer meanwhile)
@@ -174,7 +178,7 @@ class _PoolEmitter:
         self.getpid = ext("getpid", I32)
         self.pause = ext("llvm.x86.sse2.pause", VOID) if arch == "x86_64" else None
         self.sched_yield = ext("sched_yield", I32)
-        self.cycles = ext("llvm.readcyclecounter", I64)  # x86 rdtsc, aarch64 cntvct: a clock for rough intervals
+        self.clock_gettime = ext("clock_gettime", I32, I32, PTR)  # the vDSO's: ~20 ns, no system call
 
     # ------------------------------------------------------------------ small pieces
     def _fn(self, name: str, ty: ir.FunctionType, internal: bool = True) -> tuple[ir.Function, ir.IRBuilder]:
@@ -206,28 +210,44 @@ class _PoolEmitter:
         (checked atomically by the kernel); ``_FUTEX_WAKE`` wakes up to ``value`` sleepers on ``addr``."""
         b.call(self.syscall, [_c(self.sys_futex), addr, _c(op), value, ir.Constant(PTR, None)])
 
+    def _now_ns(self, b: ir.IRBuilder, ts: ir.Value) -> ir.Value:
+        """CLOCK_MONOTONIC in nanoseconds (``ts``: a ``struct timespec``, two i64, of the function's frame)."""
+        b.call(self.clock_gettime, [_c(_CLOCK_MONOTONIC, I32), ts])
+        sec = b.load(ts, typ=I64)
+        nsec = b.load(b.gep(ts, [_c(8)], inbounds=True, source_etype=I8), typ=I64)
+        return b.add(b.mul(sec, _c(1_000_000_000)), nsec)
+
     def _wait_until(self, f: ir.Function, b: ir.IRBuilder, futex: ir.Value, ready, counter: ir.GlobalVariable,
-                    add: bool, pauses: int, polls: int | ir.Value, every: int, hot_polls: int = 0) -> None:
-        """Poll the i32 at ``futex`` until ``ready(b, value) -> i1`` holds: ``polls`` times (an int, or an i32 value
-        at most ``hot_polls``; ``hot_polls`` times while a native call is running), then sleep on the futex.
-        Between polls the thread pauses (x86 ``pause``); past the first ``pauses`` polls every ``every``-th one (a
-        power of two) yields the CPU instead.
+                    add: bool, pauses: int, budget_ns: int | ir.Value, every: int, hot: bool = False,
+                    armed: ir.GlobalVariable | None = None) -> None:
+        """Poll the i32 at ``futex`` until ``ready(b, value) -> i1`` holds, for ``budget_ns`` nanoseconds (an int or an
+        i64 value; with ``hot``, counted from the last poll that saw a native call running, for at most
+        :data:`HOT_SPIN` polls), then sleep on the futex. Between polls the thread pauses (x86 ``pause``); past the
+        first ``pauses`` polls every ``every``-th one (a power of two) yields the CPU instead.
 
         While asleep the thread is counted in ``counter`` (``add``: increment/decrement, else set to 1/0),
         so whoever changes the value knows to wake it. Both sides use seq_cst: the sleeper writes the
         counter then reads the value, the waker writes the value then reads the counter; the kernel
-        sleeps only while the value is still the one read, so no wake-up is lost. No lock is taken: a
+        sleeps only while the value is still the one read, so no wake-up is lost. ``armed`` (the workers'
+        wait): a flag the waker sets when it sends a wake-up and skips the system call while it is set;
+        the sleeper clears it after counting itself and before reading the value, so a waker that finds it
+        set has published its value before that read (no wake-up is lost either). No lock is taken: a
         thread preempted anywhere here never blocks another.
         """
         if every < 1 or every & (every - 1):
             raise ValueError(f"every must be a power of two, got {every}")
+        with b.goto_entry_block():
+            ts = b.alloca(ir.ArrayType(I64, 2), name="timespec")
+        budget = _c(budget_ns) if isinstance(budget_ns, int) else budget_ns
+        start = self._now_ns(b, ts)
         pre = b.block
         spin, spin_next, park, check, sleep, out, done = (f.append_basic_block(x) for x in (
             "spin", "spin.next", "park", "park.check", "park.sleep", "park.out", "ready"))
         b.branch(spin)
         b.position_at_end(spin)
-        i = b.phi(I32)
+        i, origin = b.phi(I32), b.phi(I64)
         i.add_incoming(_c(0, I32), pre)
+        origin.add_incoming(start, pre)
         b.cbranch(ready(b, b.load_atomic(futex, "seq_cst", 4, typ=I32)), done, spin_next)
         b.position_at_end(spin_next)
         late = b.icmp_signed(">=", i, _c(pauses, I32))
@@ -239,18 +259,23 @@ class _PoolEmitter:
                 if self.pause is not None:
                     b.call(self.pause, [])
         nxt = b.add(i, _c(1, I32))
+        now = self._now_ns(b, ts)
+        since = origin
+        if hot:
+            running = b.and_(b.icmp_signed(">", self._load(b, self.hot, "monotonic"), _c(0, I32)),
+                             b.icmp_signed("<", nxt, _c(HOT_SPIN, I32)))
+            since = b.select(running, now, origin)
         i.add_incoming(nxt, b.block)
-        limit = _c(polls, I32) if isinstance(polls, int) else polls
-        more = b.icmp_signed("<", nxt, limit)
-        if hot_polls > (polls if isinstance(polls, int) else 0):
-            running = b.icmp_signed(">", self._load(b, self.hot, "monotonic"), _c(0, I32))
-            more = b.or_(more, b.and_(running, b.icmp_signed("<", nxt, _c(hot_polls, I32))))
-        b.cbranch(more, spin, park)
+        origin.add_incoming(since, b.block)
+        b.cbranch(b.icmp_signed("<", b.sub(now, since), budget), spin, park)
         b.position_at_end(park)
         if add:
             b.atomic_rmw("add", counter, _c(1, I32), "seq_cst")
         else:
             self._store(b, _c(1, I32), counter)
+        if armed is not None:
+            self._store(b, _c(0, I32), armed)
+            b.atomic_rmw("add", self.parks, _c(1), "monotonic")
         b.branch(check)
         b.position_at_end(check)
         value = b.load_atomic(futex, "seq_cst", 4, typ=I32)
@@ -298,14 +323,10 @@ class _PoolEmitter:
 
     def worker(self, drain: ir.Function) -> ir.Function:
         """``void *worker(void *index)``: run chunks, then wait for the next job's generation, forever. Worker
-        ``index`` (0, 1, ...) polls :data:`SPIN` times when the last job had a chunk for it (``index + 1 <
-        chunks``) and its previous wait for a job lasted under :data:`LINGER_CYCLES`, else only :data:`PAUSES`
-        times: workers a smaller thread count leaves idle, and workers whose calls come far apart (eager code
-        between native kernels), park soon."""
+        ``index`` (0, 1, ...) polls for :data:`SPIN_NS` when the last job had a chunk for it (``index + 1 <
+        chunks``), else for :data:`IDLE_NS`: workers a smaller thread count leaves idle park soon."""
         f, b = self._fn("tp_pool.worker", ir.FunctionType(PTR, [PTR]))
         index = b.ptrtoint(f.args[0], I64)
-        short = b.alloca(ir.IntType(1), name="short")  # the previous wait was short: calls come back to back
-        b.store(ir.Constant(ir.IntType(1), 1), short)
         ran = b.alloca(I64, name="ran")  # chunks the last drain ran
         top = f.append_basic_block("top")
         b.branch(top)
@@ -314,12 +335,10 @@ class _PoolEmitter:
         generation, chunks, _ = self._fields(b, b.call(drain, [ran]))
         b.atomic_rmw("add", self.helped, b.load(ran, typ=I64), "monotonic")
         gen = b.trunc(generation, I32)
-        linger = b.and_(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), b.load(short, typ=ir.IntType(1)))
-        polls = b.select(linger, _c(SPIN, I32), _c(PAUSES, I32))
-        start = b.call(self.cycles, [])
+        budget = b.select(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), _c(SPIN_NS), _c(IDLE_NS))
         self._wait_until(f, b, self._generation(b), lambda bb, v: bb.icmp_unsigned("!=", v, gen),
-                         self.sleepers, add=True, pauses=PAUSES, polls=polls, every=YIELD_EVERY, hot_polls=HOT_SPIN)
-        b.store(b.icmp_unsigned("<", b.sub(b.call(self.cycles, []), start), _c(LINGER_CYCLES)), short)
+                         self.sleepers, add=True, pauses=PAUSES, budget_ns=budget, every=YIELD_EVERY, hot=True,
+                         armed=self.woken)
         b.branch(top)
         return f
 
@@ -356,7 +375,7 @@ class _PoolEmitter:
         b.position_at_end(blocks["owned"])
         b.cbranch(b.icmp_unsigned("!=", b.load(self.pid, typ=I32), me), blocks["reset"], blocks["grow"])
         b.position_at_end(blocks["reset"])  # first use, or first use after fork(): no workers here
-        for g in (self.workers, self.sleepers, self.waiting):
+        for g in (self.workers, self.sleepers, self.waiting, self.woken):
             self._store(b, _c(0, I32), g)
         gen_only = b.and_(b.load(self.word, typ=I64), _c(~0xFFFFFFFF & (2 ** 64 - 1)))
         self._store(b, gen_only, self.word)
@@ -384,15 +403,19 @@ class _PoolEmitter:
         self._store(b, b.or_(b.shl(gen, _c(32)), b.shl(k, _c(16))), self.word)
         asleep = self._load(b, self.sleepers)
         b.cbranch(b.icmp_signed(">", asleep, _c(0, I32)), blocks["wake"], blocks["work"])
-        b.position_at_end(blocks["wake"])
-        self._futex(b, self._generation(b), _FUTEX_WAKE, _c(MAX_WORKERS))
+        b.position_at_end(blocks["wake"])  # once until a worker parks again: a wake-up still on its way to a
+        # halted vCPU (milliseconds in a KVM guest) is not sent again by every parallel loop meanwhile
+        sent = b.atomic_rmw("xchg", self.woken, _c(1, I32), "seq_cst")
+        with b.if_then(b.icmp_unsigned("==", sent, _c(0, I32))):
+            b.atomic_rmw("add", self.wakes, _c(1), "monotonic")
+            self._futex(b, self._generation(b), _FUTEX_WAKE, _c(MAX_WORKERS))
         b.branch(blocks["work"])
 
         b.position_at_end(blocks["work"])  # take chunks too, then wait for the ones workers took
         b.call(drain, [ran])
         k32 = b.trunc(k, I32)
         self._wait_until(f, b, self.done, lambda bb, v: bb.icmp_unsigned("==", v, k32),
-                         self.waiting, add=False, pauses=0, polls=CALLER_YIELDS, every=1)
+                         self.waiting, add=False, pauses=0, budget_ns=SPIN_NS, every=1)
         b.branch(blocks["finish"])
         b.position_at_end(blocks["finish"])
         self._store(b, _c(0, I32), self.busy, "release")
@@ -410,7 +433,8 @@ class _PoolEmitter:
     def stats(self) -> None:
         for name, g, ty in (("tp_parallel_workers", self.workers, I32), ("tp_parallel_jobs", self.jobs, I64),
                             ("tp_parallel_running", self.hot, I32), ("tp_parallel_parked", self.sleepers, I32),
-                            ("tp_parallel_helped", self.helped, I64)):
+                            ("tp_parallel_helped", self.helped, I64), ("tp_parallel_wakes", self.wakes, I64),
+                            ("tp_parallel_parks", self.parks, I64)):
             f, b = self._fn(name, ir.FunctionType(ty, []), internal=False)
             b.ret(self._load(b, g, "monotonic"))
 
@@ -489,20 +513,23 @@ def pool_library() -> Library:
 
 def pool_stats() -> dict[str, int]:
     """``{"workers": threads started, "jobs": loops the pool has run, "helped": chunks of them the workers ran (the
-    calling thread ran the rest), "running": native calls running now, "parked": workers asleep on the futex now}``
-    in this process (zeros, and no compiling, while nothing has used the pool).
+    calling thread ran the rest), "running": native calls running now, "parked": workers asleep on the futex now,
+    "parks": times a worker went to sleep, "wakes": wake-ups callers sent (at most one per park: never more than
+    "parks")}`` in this process (zeros, and no compiling, while nothing has used the pool).
 
     >>> all(0 <= v < 10 ** 9 for v in pool_stats().values())
     True
     """
     if not _LIBRARY:
-        return {"workers": 0, "jobs": 0, "helped": 0, "running": 0, "parked": 0}
+        return {"workers": 0, "jobs": 0, "helped": 0, "running": 0, "parked": 0, "parks": 0, "wakes": 0}
     lib = _LIBRARY[0]
     return {"workers": lib.function("tp_parallel_workers", ctypes.c_int32)(),
             "jobs": lib.function("tp_parallel_jobs", ctypes.c_int64)(),
             "helped": lib.function("tp_parallel_helped", ctypes.c_int64)(),
             "running": lib.function("tp_parallel_running", ctypes.c_int32)(),
-            "parked": lib.function("tp_parallel_parked", ctypes.c_int32)()}
+            "parked": lib.function("tp_parallel_parked", ctypes.c_int32)(),
+            "parks": lib.function("tp_parallel_parks", ctypes.c_int64)(),
+            "wakes": lib.function("tp_parallel_wakes", ctypes.c_int64)()}
 
 
 def needs_pool(obj: bytes) -> bool:

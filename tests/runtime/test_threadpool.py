@@ -24,6 +24,7 @@ from tensorplay.runtime.jit import compile_ir, compile_object, undefined_symbols
 from tensorplay.runtime.threadpool import (
     MAX_WORKERS,
     PARALLEL_FOR,
+    SPIN_NS,
     emit_pool_ir,
     needs_pool,
     pool_library,
@@ -390,6 +391,39 @@ def test_helped_counts_the_chunks_the_workers_ran(harness):
             os._exit(code)
     assert _wait_child(pid, 60.0) == 0
     assert 20 <= helped_by(20) <= 40
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_one_wake_up_per_park(harness):
+    """Callers send a worker's wake-up once, not once per parallel loop until it runs (in a KVM guest waking a
+    halted vCPU takes milliseconds, and each wake-up is a system call): ``wakes`` never exceeds ``parks``. In a
+    forked child (one worker) bursts of jobs after idle gaps long enough for the worker to park: each burst sends
+    one wake-up at most, however many jobs run before the worker is back."""
+    _, run, _ = harness
+
+    def bursts() -> tuple[int, int, int]:
+        before = pool_stats()
+        for _ in range(10):
+            time.sleep(SPIN_NS / 1e9 + 0.01)  # the worker's spin runs out: it parks
+            for _ in range(50):
+                env = _env()
+                run(env.ctypes.data, 2)
+                if env[:2].tolist() != [1, 1]:
+                    return -1, 0, 0
+        after = pool_stats()
+        return tuple(after[k] - before[k] for k in ("jobs", "parks", "wakes"))
+
+    pid = os.fork()
+    if pid == 0:  # child: a fresh pool with one worker
+        code = 1
+        try:
+            jobs, parks, wakes = bursts()
+            code = 0 if jobs == 500 and 1 <= wakes <= parks else 2
+        finally:
+            os._exit(code)
+    assert _wait_child(pid, 60.0) == 0
+    jobs, parks, wakes = bursts()
+    assert jobs == 500 and wakes <= parks + 1  # a wake-up may answer a park from before the bursts
 
 
 # ------------------------------------------------------------------------------------ AOT
