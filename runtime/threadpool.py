@@ -21,15 +21,17 @@ How it works:
   and the workers claim chunks by compare-and-swap on it (whoever is awake takes the work, so a
   worker that wakes late costs nothing but its own wake-up), then the caller waits for the count of
   finished chunks;
-* a worker that ran a chunk of the last job polls for :data:`SPIN_NS` (x86 ``pause`` in between, past the first
-  :data:`PAUSES` polls a ``sched_yield`` on every :data:`YIELD_EVERY`-th), others for :data:`IDLE_NS`; then it
-  sleeps on a futex (the job word's generation). While a program's native call is running
-  (``tp_parallel_hot(+1)`` at its start, ``-1`` at its end, emitted by :mod:`tensorplay.lowering.codegen.llvm`)
-  the spin restarts on every poll (at most :data:`HOT_SPIN` polls), so the next parallel loop of the same call, and
-  the next call, find the workers awake. The caller waits for the workers' last chunks the same way, yielding the
-  CPU on every poll (a worker sharing its core finishes first), for at most :data:`SPIN_NS`, then sleeps on the
-  futex of the finished-chunk count. No lock is ever taken, so a thread preempted anywhere (an oversubscribed
-  machine) never blocks another;
+* a worker that ran a chunk of the last job and has a CPU of its own (its index + 1 below the CPUs the process may
+  run on) polls for :data:`SPIN_NS`, others for :data:`IDLE_NS`; then it sleeps on a futex (the job word's
+  generation). Between polls it pauses (x86 ``pause``), past the first :data:`PAUSES` polls it yields the CPU
+  (``sched_yield``) on every :data:`YIELD_EVERY`-th, and it reads the clock on every :data:`YIELD_EVERY`-th only
+  (read on each, it made the polls twice as long and an oversubscribed pool, 8 threads on 2 cores, 1.5-2x slower).
+  While a program's native call is running (``tp_parallel_hot(+1)`` at its start, ``-1`` at its end, emitted by
+  :mod:`tensorplay.lowering.codegen.llvm`) the spin restarts on every clock reading (at most :data:`HOT_SPIN`
+  polls), so the next parallel loop of the same call, and the next call, find the workers awake. The caller waits
+  for the workers' last chunks the same way, yielding the CPU on every poll (a worker sharing its core finishes
+  first), for at most :data:`SPIN_NS`, then sleeps on the futex of the finished-chunk count. No lock is ever
+  taken, so a thread preempted anywhere (an oversubscribed machine) never blocks another;
 * sleeping costs more than the futex round trip: in a KVM guest the idle vCPU halts, the host may give its core
   away, and waking it takes milliseconds (the guest meanwhile may put the worker on the caller's vCPU, where the
   two take turns). So the spin is long, and a caller sends a wake-up only when a worker parked since the last one
@@ -55,7 +57,7 @@ Example::
     >>> lib is pool_library() and lib.address(PARALLEL_FOR) > 0
     True
     >>> sorted(pool_stats())
-    ['helped', 'jobs', 'parked', 'parks', 'running', 'wakes', 'workers']
+    ['cpus', 'helped', 'jobs', 'parked', 'parks', 'running', 'wakes', 'workers']
 """
 
 from __future__ import annotations
@@ -164,6 +166,7 @@ class _PoolEmitter:
         self.busy, self.pid = var("busy", I32, 64), var("pid", I32)  # pid holding the pool; pid owning workers
         self.workers, self.sleepers, self.waiting = var("workers", I32), var("sleepers", I32), var("waiting", I32)
         self.woken = var("woken", I32)  # 1: a wake-up of the sleepers was sent since the last worker parked
+        self.cpus = var("cpus", I32)  # CPUs the process may run on (counted when the first workers start)
         self.wakes, self.parks = var("wakes", I64), var("parks", I64)  # wake-ups sent; times a worker went to sleep
         self.jobs = var("jobs", I64)
         self.helped = var("helped", I64, 64)  # chunks the workers ran (the caller ran the rest); a line of its own
@@ -179,6 +182,8 @@ class _PoolEmitter:
         self.pause = ext("llvm.x86.sse2.pause", VOID) if arch == "x86_64" else None
         self.sched_yield = ext("sched_yield", I32)
         self.clock_gettime = ext("clock_gettime", I32, I32, PTR)  # the vDSO's: ~20 ns, no system call
+        self.getaffinity = ext("sched_getaffinity", I32, I32, I64, PTR)
+        self.popcount = ext("llvm.ctpop.i64", I64, I64)
 
     # ------------------------------------------------------------------ small pieces
     def _fn(self, name: str, ty: ir.FunctionType, internal: bool = True) -> tuple[ir.Function, ir.IRBuilder]:
@@ -241,8 +246,8 @@ class _PoolEmitter:
         budget = _c(budget_ns) if isinstance(budget_ns, int) else budget_ns
         start = self._now_ns(b, ts)
         pre = b.block
-        spin, spin_next, park, check, sleep, out, done = (f.append_basic_block(x) for x in (
-            "spin", "spin.next", "park", "park.check", "park.sleep", "park.out", "ready"))
+        spin, spin_next, clock, park, check, sleep, out, done = (f.append_basic_block(x) for x in (
+            "spin", "spin.next", "spin.clock", "park", "park.check", "park.sleep", "park.out", "ready"))
         b.branch(spin)
         b.position_at_end(spin)
         i, origin = b.phi(I32), b.phi(I64)
@@ -259,12 +264,17 @@ class _PoolEmitter:
                 if self.pause is not None:
                     b.call(self.pause, [])
         nxt = b.add(i, _c(1, I32))
+        skip = b.block  # the clock is read on every ``every``-th poll only (a poll stays a load and a pause)
+        b.cbranch(b.icmp_signed("==", b.and_(nxt, _c(every - 1, I32)), _c(0, I32)), clock, spin)
+        b.position_at_end(clock)
         now = self._now_ns(b, ts)
         since = origin
         if hot:
             running = b.and_(b.icmp_signed(">", self._load(b, self.hot, "monotonic"), _c(0, I32)),
                              b.icmp_signed("<", nxt, _c(HOT_SPIN, I32)))
             since = b.select(running, now, origin)
+        i.add_incoming(nxt, skip)
+        origin.add_incoming(origin, skip)
         i.add_incoming(nxt, b.block)
         origin.add_incoming(since, b.block)
         b.cbranch(b.icmp_signed("<", b.sub(now, since), budget), spin, park)
@@ -290,6 +300,17 @@ class _PoolEmitter:
             self._store(b, _c(0, I32), counter)
         b.branch(done)
         b.position_at_end(done)
+
+    def _cpu_count(self, b: ir.IRBuilder) -> ir.Value:
+        """The CPUs this thread may run on (``sched_getaffinity``; 1 if that fails), as an i32."""
+        words = 16  # cpu_set_t: 1024 CPUs
+        with b.goto_entry_block():
+            mask = b.alloca(ir.ArrayType(I64, words), name="cpus")
+        ok = b.icmp_signed("==", b.call(self.getaffinity, [_c(0, I32), _c(8 * words), mask]), _c(0, I32))
+        total = _c(0)
+        for i in range(words):
+            total = b.add(total, b.call(self.popcount, [b.load(b.gep(mask, [_c(0), _c(i)], inbounds=True), typ=I64)]))
+        return b.trunc(b.select(b.and_(ok, b.icmp_unsigned(">", total, _c(0))), total, _c(1)), I32)
 
     # ------------------------------------------------------------------ functions
     def drain(self) -> ir.Function:
@@ -324,7 +345,8 @@ class _PoolEmitter:
     def worker(self, drain: ir.Function) -> ir.Function:
         """``void *worker(void *index)``: run chunks, then wait for the next job's generation, forever. Worker
         ``index`` (0, 1, ...) polls for :data:`SPIN_NS` when the last job had a chunk for it (``index + 1 <
-        chunks``), else for :data:`IDLE_NS`: workers a smaller thread count leaves idle park soon."""
+        chunks``) and it has a CPU of its own (``index + 1 < cpus``), else for :data:`IDLE_NS`: workers a smaller
+        thread count leaves idle, and those beyond the CPUs (more threads than cores), park soon."""
         f, b = self._fn("tp_pool.worker", ir.FunctionType(PTR, [PTR]))
         index = b.ptrtoint(f.args[0], I64)
         ran = b.alloca(I64, name="ran")  # chunks the last drain ran
@@ -335,7 +357,9 @@ class _PoolEmitter:
         generation, chunks, _ = self._fields(b, b.call(drain, [ran]))
         b.atomic_rmw("add", self.helped, b.load(ran, typ=I64), "monotonic")
         gen = b.trunc(generation, I32)
-        budget = b.select(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), _c(SPIN_NS), _c(IDLE_NS))
+        cpus = b.zext(self._load(b, self.cpus, "monotonic"), I64)
+        spins = b.and_(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), b.icmp_unsigned("<", b.add(index, _c(1)), cpus))
+        budget = b.select(spins, _c(SPIN_NS), _c(IDLE_NS))
         self._wait_until(f, b, self._generation(b), lambda bb, v: bb.icmp_unsigned("!=", v, gen),
                          self.sleepers, add=True, pauses=PAUSES, budget_ns=budget, every=YIELD_EVERY, hot=True,
                          armed=self.woken)
@@ -380,6 +404,7 @@ class _PoolEmitter:
         gen_only = b.and_(b.load(self.word, typ=I64), _c(~0xFFFFFFFF & (2 ** 64 - 1)))
         self._store(b, gen_only, self.word)
         b.store(me, self.pid)
+        self._store(b, self._cpu_count(b), self.cpus, "monotonic")
         b.branch(blocks["grow"])
 
         b.position_at_end(blocks["grow"])  # start workers up to min(n - 1, MAX_WORKERS)
@@ -434,7 +459,7 @@ class _PoolEmitter:
         for name, g, ty in (("tp_parallel_workers", self.workers, I32), ("tp_parallel_jobs", self.jobs, I64),
                             ("tp_parallel_running", self.hot, I32), ("tp_parallel_parked", self.sleepers, I32),
                             ("tp_parallel_helped", self.helped, I64), ("tp_parallel_wakes", self.wakes, I64),
-                            ("tp_parallel_parks", self.parks, I64)):
+                            ("tp_parallel_parks", self.parks, I64), ("tp_parallel_cpus", self.cpus, I32)):
             f, b = self._fn(name, ir.FunctionType(ty, []), internal=False)
             b.ret(self._load(b, g, "monotonic"))
 
@@ -515,13 +540,13 @@ def pool_stats() -> dict[str, int]:
     """``{"workers": threads started, "jobs": loops the pool has run, "helped": chunks of them the workers ran (the
     calling thread ran the rest), "running": native calls running now, "parked": workers asleep on the futex now,
     "parks": times a worker went to sleep, "wakes": wake-ups callers sent (at most one per park: never more than
-    "parks")}`` in this process (zeros, and no compiling, while nothing has used the pool).
+    "parks"), "cpus": the CPUs the process could run on when its workers started}`` in this process (zeros, and no compiling, while nothing has used the pool).
 
     >>> all(0 <= v < 10 ** 9 for v in pool_stats().values())
     True
     """
     if not _LIBRARY:
-        return {"workers": 0, "jobs": 0, "helped": 0, "running": 0, "parked": 0, "parks": 0, "wakes": 0}
+        return {"workers": 0, "jobs": 0, "helped": 0, "running": 0, "parked": 0, "parks": 0, "wakes": 0, "cpus": 0}
     lib = _LIBRARY[0]
     return {"workers": lib.function("tp_parallel_workers", ctypes.c_int32)(),
             "jobs": lib.function("tp_parallel_jobs", ctypes.c_int64)(),
@@ -529,7 +554,8 @@ def pool_stats() -> dict[str, int]:
             "running": lib.function("tp_parallel_running", ctypes.c_int32)(),
             "parked": lib.function("tp_parallel_parked", ctypes.c_int32)(),
             "parks": lib.function("tp_parallel_parks", ctypes.c_int64)(),
-            "wakes": lib.function("tp_parallel_wakes", ctypes.c_int64)()}
+            "wakes": lib.function("tp_parallel_wakes", ctypes.c_int64)(),
+            "cpus": lib.function("tp_parallel_cpus", ctypes.c_int32)()}
 
 
 def needs_pool(obj: bytes) -> bool:

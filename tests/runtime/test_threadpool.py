@@ -426,6 +426,27 @@ def test_one_wake_up_per_park(harness):
     assert jobs == 500 and wakes <= parks + 1  # a wake-up may answer a park from before the bursts
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_pool_counts_the_cpus_it_may_run_on(harness):
+    """Workers beyond the CPUs the process may run on spin only briefly (an oversubscribed pool): the pool counts
+    them when its workers start, here and in a forked child limited to one CPU."""
+    _, run, _ = harness
+    env = _env()
+    run(env.ctypes.data, 2)
+    assert pool_stats()["cpus"] == len(os.sched_getaffinity(0))
+    pid = os.fork()
+    if pid == 0:  # child: a fresh pool, started while the child may run on one CPU only
+        code = 1
+        try:
+            os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+            child_env = _env()
+            run(child_env.ctypes.data, 2)
+            code = 0 if pool_stats()["cpus"] == 1 and child_env[:2].tolist() == [1, 1] else 2
+        finally:
+            os._exit(code)
+    assert _wait_child(pid, 60.0) == 0
+
+
 # ------------------------------------------------------------------------------------ AOT
 
 @pytest.mark.skipif(shutil.which(os.environ.get("CC") or "cc") is None, reason="no C compiler")
