@@ -358,7 +358,8 @@ class _PoolEmitter:
         b.atomic_rmw("add", self.helped, b.load(ran, typ=I64), "monotonic")
         gen = b.trunc(generation, I32)
         cpus = b.zext(self._load(b, self.cpus, "monotonic"), I64)
-        spins = b.and_(b.icmp_unsigned("<", b.add(index, _c(1)), chunks), b.icmp_unsigned("<", b.add(index, _c(1)), cpus))
+        nth = b.add(index, _c(1))
+        spins = b.and_(b.icmp_unsigned("<", nth, chunks), b.icmp_unsigned("<", nth, cpus))
         budget = b.select(spins, _c(SPIN_NS), _c(IDLE_NS))
         self._wait_until(f, b, self._generation(b), lambda bb, v: bb.icmp_unsigned("!=", v, gen),
                          self.sleepers, add=True, pauses=PAUSES, budget_ns=budget, every=YIELD_EVERY, hot=True,
@@ -540,7 +541,8 @@ def pool_stats() -> dict[str, int]:
     """``{"workers": threads started, "jobs": loops the pool has run, "helped": chunks of them the workers ran (the
     calling thread ran the rest), "running": native calls running now, "parked": workers asleep on the futex now,
     "parks": times a worker went to sleep, "wakes": wake-ups callers sent (at most one per park: never more than
-    "parks"), "cpus": the CPUs the process could run on when its workers started}`` in this process (zeros, and no compiling, while nothing has used the pool).
+    "parks"), "cpus": the CPUs the process could run on when its workers started}`` in this process (zeros, and no
+    compiling, while nothing has used the pool).
 
     >>> all(0 <= v < 10 ** 9 for v in pool_stats().values())
     True
