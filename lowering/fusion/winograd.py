@@ -9,8 +9,9 @@ For every 2x2 output tile, ``Y = A^T [(G g G^T) * (B^T d B)] A`` where ``d`` is 
 
 Summing over input channels makes the elementwise product 16 matrix products (one per transform
 position ``xi``), computed transposed, ``M[xi]^T (tiles x Cout) = V[xi]^T (tiles x Cin) @ U[xi]^T``, so that
-``U[xi]`` (``Cout x Cin``, the ``nn.Linear`` layout) is the GEMMs' ``B`` operand (with Cout <= 16 columns,
-``M[xi] = U[xi] @ V[xi]`` instead). The filter transform ``U`` is computed ONCE per weight: the prepacker
+``U[xi]`` (``Cout x Cin``, the ``nn.Linear`` layout) is the GEMMs' ``B`` operand (plain, ``M[xi] = U[xi] @ V[xi]``,
+with Cout <= 16 columns, or when the filter is small next to the image: :data:`PLAIN_MIN_PIXELS_PER_CHANNEL`).
+The filter transform ``U`` of the transposed product is computed ONCE per weight: the prepacker
 (:mod:`tensorplay.lowering.microkernels.gemm_prepack`) computes :func:`filter_transform` in numpy and packs it
 into a slot, and the kernel's transform loop (``kernel.for {transform = "winograd_f2x3_filter"}``) runs only
 when that slot holds no copy of this weight (an AOT library, a weight passed as a call input or a plain
@@ -46,8 +47,8 @@ from ..microkernels.gemm import GEMV_MAX_N
 from .emit import NestEmitter, origin
 from .image_copy import close_to, copy_image, parallel_loops, store
 
-__all__ = ["CHANNELS_LAST_MIN_TILES", "COPY_LANES", "FILTER_TRANSFORM", "MIN_CHANNELS", "emit_winograd",
-           "filter_transform", "winograd_applies"]
+__all__ = ["ALIAS_PLANE_FLOATS", "CHANNELS_LAST_MIN_TILES", "COPY_LANES", "FILTER_TRANSFORM", "MIN_CHANNELS",
+           "PLAIN_MIN_PIXELS_PER_CHANNEL", "emit_winograd", "filter_transform", "winograd_applies"]
 
 #: Below this many input or output channels the 16 GEMMs are too thin to pay for the transforms.
 MIN_CHANNELS = 16
@@ -60,6 +61,24 @@ MIN_CHANNELS = 16
 #: CPU min) runs b16 11.87 vs 13.11 ms, b1 0.680 vs 0.730 ms in plain layout; at 14x14 (49 tiles) 5% slower (the plain
 #: ``A`` of 49 rows is packed through 16 x 16 transposes). None: never.
 CHANNELS_LAST_MIN_TILES: int | None = 512
+#: The product is computed plain (``M = U @ V``, ``U`` the per-call ``A``: the filter transform runs on every call)
+#: even with Cout > GEMV_MAX_N when the image has at least this many output pixels per input channel and no
+#: channels-last copy. Its output transform then reads ``M`` along the tiles and writes output rows, where the
+#: transposed product's reads ``M^T`` along Cout and scatters each vector over Cout planes. Measured at one thread
+#: (ms, transposed with :data:`ALIAS_PLANE_FLOATS`'s padding / plain, min of 20 calls, median of 15 interleaved
+#: rounds): 32 channels at 32x32 (32 pixels per channel) 0.149 / 0.135, batch 16 2.35 / 2.06; 24 channels at 32x32
+#: 0.122 / 0.085; 32 channels at 28x28 (24.5) 0.137 / 0.150, at 24x24 (18) 0.107 / 0.123; 64 channels at 16x16
+#: (4) 0.115 / 0.143; the transposed product, prepacked, wins wherever the filter is large next to the image.
+#: None: never.
+PLAIN_MIN_PIXELS_PER_CHANNEL: int | None = 32
+
+#: The transposed product's output transform scatters each vector of Cout values over Cout output planes; when a
+#: plane's size is a multiple of this many floats (2 KiB) the 16 stores of a vector fall into one or two L1 cache sets
+#: and evict each other, so the transform writes a scratch whose rows are one float longer instead (planes of
+#: ``2th * (2tw + 1)`` floats) and a copy writes the output from it row by row. 64 channels at 32x32, one thread:
+#: 0.611 -> 0.437 ms (min of 20 calls, median of 15 interleaved rounds; 0.634 -> 0.508 ms plain). None: never.
+ALIAS_PLANE_FLOATS: int | None = 512
+
 #: Channels per block of the channels-last image copy: one vector.
 COPY_LANES = 16
 
@@ -192,12 +211,16 @@ def emit_winograd(em: NestEmitter, op: Operation, weight: Value, out: Value, all
     th, tw = sympy.ceiling(sympy.Rational(1, 2) * oh), sympy.ceiling(sympy.Rational(1, 2) * ow)
     tiles = th * tw
     even = all(_int(d) is not None and _int(d) % 2 == 0 for d in (oh, ow))  # else the last tiles overhang
-    wide = _int(cout) > GEMV_MAX_N  # M^T = V^T @ U^T, U the prepackable B; else M = U @ V (Cout too few columns)
-    last = (wide and CHANNELS_LAST_MIN_TILES is not None and _int(tiles) is not None
+    last = (_int(cout) > GEMV_MAX_N and CHANNELS_LAST_MIN_TILES is not None and _int(tiles) is not None
             and _int(tiles) >= CHANNELS_LAST_MIN_TILES)  # the image copy and V with channels innermost: a plain A
+    pixels = _int(oh * ow)
+    plain = (not last and PLAIN_MIN_PIXELS_PER_CHANNEL is not None and pixels is not None
+             and pixels >= PLAIN_MIN_PIXELS_PER_CHANNEL * _int(cin))
+    wide = _int(cout) > GEMV_MAX_N and not plain  # M^T = V^T @ U^T, U the prepackable B; else M = U @ V
+    aliased = wide and ALIAS_PLANE_FLOATS is not None and pixels is not None and pixels % ALIAS_PLANE_FLOATS == 0
     spatial = [2 * th + 2, 2 * tw + 2]  # H + 2p (+ 1), W + 2p (+ 1)
     padded = alloc(TensorType([*spatial, cin] if last else [cin, *spatial], dt))
-    tiled = out if even else alloc(TensorType([cout, 2 * th, 2 * tw], dt))
+    tiled = out if even and not aliased else alloc(TensorType([cout, 2 * th, 2 * tw + int(aliased)], dt))
     u = alloc(TensorType([16, cout, cin], dt))
     v = alloc(TensorType([16, tiles, cin] if last else [16, cin, tiles], dt))
     m = alloc(TensorType([16, tiles, cout] if wide else [16, cout, tiles], dt))
@@ -250,9 +273,9 @@ def emit_winograd(em: NestEmitter, op: Operation, weight: Value, out: Value, all
            for b in range(4)] for a in range(4)]
     for i, row in enumerate(_transform(ops, ops.output_rows, mm)):
         for j, val in enumerate(row):
-            store(em, val, tiled, ([n_i] if even else []) + [o_i, 2 * t_h + i, 2 * t_w + j])
+            store(em, val, tiled, ([] if tiled is not out else [n_i]) + [o_i, 2 * t_h + i, 2 * t_w + j])
     close_to(em, depth)
-    if not even:  # the whole tiles' valid part
+    if tiled is not out:  # the whole tiles' valid part
         o_i, h_i, w_i = parallel_loops(em, [cout, oh, ow])
         store(em, em.op("kernel.load", tiled, index=[o_i, h_i, w_i]), out, [n_i, o_i, h_i, w_i])
     close_to(em, 1)
