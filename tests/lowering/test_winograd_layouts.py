@@ -1,7 +1,8 @@
-"""Winograd's product layout (fusion/winograd.py): plain ``M = U @ V`` when the filter is small next to the image
-(``PLAIN_MIN_PIXELS_PER_CHANNEL``), and the transposed product's output written through a scratch with longer rows
-when its planes are a multiple of ``ALIAS_PLANE_FLOATS`` floats. Against a float64 tap-by-tap formula, bitwise equal
-to the transposed product written in place (same sums in the same order) and across 1, 2, 3 and 8 threads."""
+"""Winograd's layouts (fusion/winograd.py): the product plain ``M = U @ V`` when the filter is small next to the
+image (``PLAIN_MIN_PIXELS_PER_CHANNEL``), the transposed product's output written through a scratch with longer rows
+when its planes are a multiple of ``ALIAS_PLANE_FLOATS`` floats, and the image copy split into column phases
+(``COLUMN_PHASES_MIN_TILES``). Against a float64 tap-by-tap formula, bitwise equal to the layouts they replace (same
+sums in the same order) and across 1, 2, 3 and 8 threads."""
 
 from __future__ import annotations
 
@@ -94,3 +95,58 @@ def test_default_rule(channels, size, layout):
     assert _gemm_m(kernel) == {str(channels if layout == "plain" else tiles)}
     assert (f"buffer<[{channels}, {size}, {size + 1}], f32>" in kernel) == (layout == "aliased")
     assert (f"buffer<[{size + 2}, {size + 2}, {channels}], f32>" in kernel) == (layout == "last")
+
+
+class _PadConv(tp.nn.Module):
+    def __init__(self, w, pad, prologue):
+        super().__init__()
+        self.weight = tp.nn.Parameter(tp.tensor(w))
+        self.pad, self.prologue = pad, prologue
+
+    def forward(self, x):
+        return F.conv2d(F.relu(x * 0.5 + 0.125) if self.prologue else x, self.weight, None, 1, self.pad)
+
+
+@pytest.mark.parametrize("cin, cout, size, pad, prologue", [
+    (16, 32, (9, 11), 1, True),      # odd width: the last source column alone; odd output: tiles rounded up
+    (24, 24, (10, 12), 0, False),    # no padding: the image starts in phase 0
+    (16, 40, (12, 10), 2, True),     # two border columns on each side
+    (32, 32, (8, 32), 1, False),     # 16 tiles per row
+])
+def test_column_phases_match_reference(monkeypatch, cin, cout, size, pad, prologue):
+    """The image copy split into column phases (``COLUMN_PHASES_MIN_TILES``): against the float64 formula, bitwise
+    equal to the unsplit copy and across thread counts."""
+    rng = np.random.default_rng(cin * cout + pad)
+    w = rng.standard_normal((cout, cin, 3, 3), dtype=np.float32)
+    x = rng.standard_normal((2, cin, *size), dtype=np.float32)
+    tw = -(-(size[1] + 2 * pad - 2) // 2)
+    builds = {}
+    for phases in (5, None):
+        monkeypatch.setattr(winograd, "COLUMN_PHASES_MIN_TILES", phases)
+        prog = export(_PadConv(w, pad, prologue), tp.tensor(x), dynamic_shapes=({0: Dim("n", min=1, max=8)},))
+        builds[phases] = prog, tp.compile(prog, num_threads=1, strict=True, cache=False)
+    h_pad = -(-(size[0] + 2 * pad - 2) // 2) * 2 + 2
+    assert f"buffer<[{cin}, {h_pad}, 2, {tw + 1}], f32>" in builds[5][1].ir("kernel")
+    assert f"buffer<[{cin}, {h_pad}, 2, {tw + 1}], f32>" not in builds[None][1].ir("kernel")
+    for batch in (1, 3):
+        xb = rng.standard_normal((batch, cin, *size), dtype=np.float32)
+        prog, compiled = builds[5]
+        outs = {}
+        for t in THREADS:
+            compiled.executable.num_threads = t
+            outs[t] = np.asarray(prog(tp.tensor(xb))).copy()
+        want = _ref(np.maximum(xb * 0.5 + 0.125, 0) if prologue else xb, w, pad)
+        np.testing.assert_allclose(outs[1], want, rtol=1e-5, atol=1e-4)
+        for t, got in outs.items():
+            assert np.array_equal(got, outs[1]), f"{t} threads differ from 1"
+        assert np.array_equal(outs[1], np.asarray(builds[None][0](tp.tensor(xb))))
+
+
+def test_column_phases_need_five_tiles_per_row():
+    """At the default threshold a 9-wide output (5 tiles per row) splits its copy, a 7-wide one (4) does not."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((32, 32, 3, 3), dtype=np.float32)
+    for width, split in ((9, True), (7, False)):
+        x = rng.standard_normal((1, 32, 7, width), dtype=np.float32)
+        kernel = tp.compile(export(_PadConv(w, 1, False), tp.tensor(x)), num_threads=1, cache=False).ir("kernel")
+        assert (f"buffer<[32, 10, 2, {(width + 1) // 2 + 1}], f32>" in kernel) == split
