@@ -33,7 +33,7 @@ from .target import HostCPU, feature_string, host_cpu, parse_features
 __all__ = ["IncompatibleArtifact", "NativeArtifact", "TUNING_FEATURES", "incompatibility"]
 
 #: Feature-string entries that only steer code generation and never need host support.
-TUNING_FEATURES = frozenset({"prefer-128-bit", "prefer-256-bit"})
+TUNING_FEATURES = frozenset({"prefer-128-bit", "prefer-256-bit", "prefer-no-gather", "prefer-no-scatter"})
 _MAGIC = b"TPNATIV1"
 _LEN = struct.Struct("<Q")
 _MAX_META = 64 << 20
