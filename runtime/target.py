@@ -100,9 +100,9 @@ def _default_vector_width() -> int:
 #: Tuning features appended to the host's (they change LLVM's choices, not the instructions the code may use):
 #: the loop vectorizer does not emit gathers or scatters for strided accesses (it loads whole vectors and shuffles,
 #: or scalarizes). Measured on a Zen 4 (znver4) VM, one thread, one process, compiled both ways and interleaved:
-#: Winograd's transforms (stride-2 taps, the scatter of a transposed product's output) made the bench ResNet
-#: b1 / b16 0.86 / 0.82 of the time with gathers and ResNet-50 b1 0.95; the other bench models within noise
-#: (0.98-1.02). Results are bitwise equal.
+#: with Winograd's transforms (stride-2 taps, the scatter of a transposed product's output) loading and shuffling,
+#: the bench ResNet b1 / b16 ran in 0.86 / 0.82 of the time they took with gathers and ResNet-50 b1 in 0.95; the
+#: other bench models within noise (0.98-1.02). Results are bitwise equal.
 NO_GATHER = ",+prefer-no-gather,+prefer-no-scatter"
 
 
