@@ -15,18 +15,7 @@ import tensorplay as tp
 import tensorplay.nn.functional as F
 from tensorplay.export import Dim, export
 from tensorplay.lowering.fusion import winograd
-
-THREADS = (1, 2, 3, 8)
-
-
-def _ref(x, w, pad):
-    xp = np.pad(x.astype(np.float64), [(0, 0), (0, 0), (pad, pad), (pad, pad)])
-    oh, ow = xp.shape[2] - 2, xp.shape[3] - 2
-    out = np.zeros((x.shape[0], w.shape[0], oh, ow))
-    for r in range(3):
-        for s in range(3):
-            out += np.einsum("nchw,oc->nohw", xp[:, :, r:r + oh, s:s + ow], w[:, :, r, s].astype(np.float64))
-    return out
+from tests.lowering.test_winograd_channels_last import THREADS, _ref
 
 
 class _Conv(tp.nn.Module):
