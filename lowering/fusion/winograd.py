@@ -84,11 +84,13 @@ COPY_LANES = 16
 
 #: With at least this many tiles per row (static width) the channel-major image copy splits its columns into two
 #: phases (``[C, H', 2, W'/2]``, :func:`_copy_column_phases`), so the input transform's taps, two columns apart from
-#: one tile to the next, are contiguous along a row of tiles: LLVM vectorizes them as loads instead of gathers (the
-#: copy, reading two source columns per step, takes the gathers). One thread, ms before / after (min of 20 calls,
-#: median of 15 interleaved rounds): 128 channels at 28x28 (14 tiles per row) 1.53 / 1.28, 256 at 14x14 (7)
-#: 1.21 / 1.10, 256 at 12x12 (6) 0.84 / 0.80, 256 at 10x10 (5) 0.71 / 0.61, 32 at 24x24 (12) 0.105 / 0.076, 32 at
-#: 32x32 and 64 at 16x16 even; 512 at 7x7 (4 tiles per row) 1.59 / 1.65, hence the threshold. None: never.
+#: one tile to the next, are contiguous along a row of tiles and load as whole vectors; the copy deinterleaves each
+#: element once (two source columns per step). One thread, ms unsplit / split (min of 20 calls, median of 15
+#: interleaved rounds), with the vectorizer's gathers: 128 channels at 28x28 (14 tiles per row) 1.53 / 1.28, 256 at
+#: 14x14 (7) 1.21 / 1.10, 256 at 12x12 (6) 0.84 / 0.80, 256 at 10x10 (5) 0.71 / 0.61, 32 at 24x24 (12)
+#: 0.105 / 0.076, 32 at 32x32 and 64 at 16x16 even, 512 at 7x7 (4 tiles per row) 1.59 / 1.65, hence the threshold;
+#: without gathers (``tensorplay.runtime.target.NO_GATHER``, strided taps scalarized or shuffled): 128 at 28x28
+#: 1.80 / 1.51, 32 at 24x24 0.104 / 0.077, 256 at 14x14 1.11 / 1.09, 512 at 7x7 even. None: never.
 COLUMN_PHASES_MIN_TILES: int | None = 5
 
 #: The ``transform`` attribute of the filter-transform loop: code generation skips the loop when the
