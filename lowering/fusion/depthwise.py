@@ -67,7 +67,7 @@ from tensorplay.dialect.types import TensorType
 
 from .affine import AffineChain, chain_from, scale_shift
 from .emit import ELEMENTWISE_TP, NestEmitter
-from .image_copy import close_to, copy_image, parallel_loops, store
+from .image_copy import close_to, copy_image, parallel_loops, read_input, store
 
 __all__ = ["COPY_ROW_BLOCK", "COPY_ROWS_FROM", "MAX_GROUP_CHANNELS", "STRIDED_WIDE_ROWS_BELOW", "WIDE_ROWS_BELOW",
            "conv_epilogue_end", "direct_conv_applies", "emit_direct_conv"]
@@ -264,8 +264,7 @@ def _emit_phases(em: NestEmitter, op: Operation, weight: Value, out: Value, allo
         for b0 in range(i0, i1, size):
             c_i, q_i, r_i = em.loops([cg, w, min(size, i1 - b0)], parallel=False)
             at = tuple(sympy.expand(e) for e in (n_i, g_i * cg + c_i, (r_i + b0) * s0 + pa - p0, q_i))
-            val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
-            store(em, val, plane, [c_i, base + (r_i + b0) * pitch + q_i + p1])
+            store(em, read_input(em, x, input_buffer, at), plane, [c_i, base + (r_i + b0) * pitch + q_i + p1])
             close_to(em, depth)
     taps = [(r * d0) % s0 * span + (r * d0 // s0) * pitch + s * d1 for r in range(kh) for s in range(kw)]
     for ci in range(cg):  # the first input channel stores, the others add in order

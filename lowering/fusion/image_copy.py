@@ -16,7 +16,7 @@ from tensorplay.dialect.ir import Value
 
 from .emit import NestEmitter
 
-__all__ = ["close_to", "copy_image", "parallel_loops", "store", "zero_border"]
+__all__ = ["close_to", "copy_image", "parallel_loops", "read_input", "store", "zero_border"]
 
 
 def close_to(em: NestEmitter, depth: int) -> None:
@@ -28,6 +28,12 @@ def close_to(em: NestEmitter, depth: int) -> None:
 def store(em: NestEmitter, value: Value, buf: Value, index: list) -> None:
     """``buf[index] = value`` at the innermost open loop."""
     em.create(len(em.levels) - 1, "kernel.store", [value, buf], {"index": [sympy.expand(e) for e in index]}, [])
+
+
+def read_input(em: NestEmitter, x: Value, input_buffer: Value | None, at: tuple) -> Value:
+    """Element ``at`` of the convolution input ``x``: loaded from ``input_buffer``, or computed at the innermost open
+    loop (the fused elementwise prologue) when it is None."""
+    return em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
 
 
 def parallel_loops(em: NestEmitter, shape: list) -> list[sympy.Expr]:
@@ -72,6 +78,5 @@ def copy_image(em: NestEmitter, x: Value, input_buffer: Value | None, n_i: sympy
         zero_border(em, image, c_i, inner, low)
     s_i = em.loops(inner, parallel=False)
     at = (n_i, sympy.expand(first_channel + c_i), *s_i)
-    val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
-    store(em, val, image, [c_i, *(e + q for e, q in zip(s_i, low))])
+    store(em, read_input(em, x, input_buffer, at), image, [c_i, *(e + q for e, q in zip(s_i, low))])
     close_to(em, depth)

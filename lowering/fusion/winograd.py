@@ -45,7 +45,7 @@ from tensorplay.dialect.types import TensorType
 
 from ..microkernels.gemm import GEMV_MAX_N
 from .emit import NestEmitter, origin
-from .image_copy import close_to, copy_image, parallel_loops, store
+from .image_copy import close_to, copy_image, parallel_loops, read_input, store
 
 __all__ = ["ALIAS_PLANE_FLOATS", "CHANNELS_LAST_MIN_TILES", "COLUMN_PHASES_MIN_TILES", "COPY_LANES", "FILTER_TRANSFORM",
            "MIN_CHANNELS", "PLAIN_MIN_PIXELS_PER_CHANNEL", "emit_winograd", "filter_transform", "winograd_applies"]
@@ -202,8 +202,7 @@ def _copy_channels_last(em: NestEmitter, x: Value, input_buffer: Value | None, n
     c_b, h_i, w_i = parallel_loops(em, [sympy.cancel(cin / lanes), h, w])
     c_i = c_b * lanes + (em.loops([lanes], parallel=False)[0] if lanes > 1 else 0)
     at = (n_i, c_i, h_i, w_i)
-    val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
-    store(em, val, padded, [h_i + ph, w_i + pw, c_i])
+    store(em, read_input(em, x, input_buffer, at), padded, [h_i + ph, w_i + pw, c_i])
     close_to(em, depth)
 
 
@@ -232,14 +231,12 @@ def _copy_column_phases(em: NestEmitter, x: Value, input_buffer: Value | None, n
     if w // 2:
         r_i, k_i = em.loops([h, w // 2], parallel=False)
         for q in (0, 1):  # source column 2k + q: phase (q + pw) % 2, index k + (q + pw) // 2
-            at = (n_i, c_i, r_i, 2 * k_i + q)
-            val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
+            val = read_input(em, x, input_buffer, (n_i, c_i, r_i, 2 * k_i + q))
             store(em, val, padded, [c_i, r_i + ph, (q + pw) % 2, k_i + (q + pw) // 2])
         close_to(em, depth + 1)
     if w % 2:
         (r_i,) = em.loops([h], parallel=False)
-        at = (n_i, c_i, r_i, w - 1)
-        val = em.scalar(x, at) if input_buffer is None else em.op("kernel.load", input_buffer, index=list(at))
+        val = read_input(em, x, input_buffer, (n_i, c_i, r_i, w - 1))
         store(em, val, padded, [c_i, r_i + ph, (w - 1 + pw) % 2, (w - 1 + pw) // 2])
     close_to(em, depth)
 

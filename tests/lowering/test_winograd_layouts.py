@@ -19,13 +19,14 @@ from tests.lowering.test_winograd_channels_last import THREADS, _ref
 
 
 class _Conv(tp.nn.Module):
-    def __init__(self, w, prologue):
+    def __init__(self, w, prologue, pad=1, relu=True):
         super().__init__()
         self.weight = tp.nn.Parameter(tp.tensor(w))
-        self.prologue = prologue
+        self.prologue, self.pad, self.relu = prologue, pad, relu
 
     def forward(self, x):
-        return F.relu(F.conv2d(F.relu(x * 0.5 + 0.125) if self.prologue else x, self.weight, None, 1, 1))
+        y = F.conv2d(F.relu(x * 0.5 + 0.125) if self.prologue else x, self.weight, None, 1, self.pad)
+        return F.relu(y) if self.relu else y
 
 
 def _compiled(monkeypatch, module, x, plain, alias):
@@ -79,21 +80,11 @@ def test_default_rule(channels, size, layout):
     rng = np.random.default_rng(0)
     w = rng.standard_normal((channels, channels, 3, 3), dtype=np.float32)
     x = rng.standard_normal((1, channels, size, size), dtype=np.float32)
-    kernel = tp.compile(export(_Conv(w, False), tp.tensor(x)), num_threads=1, cache=False).ir("kernel")
+    kernel = tp.compile(export(_Conv(w, False), tp.tensor(x)), num_threads=1, strict=True, cache=False).ir("kernel")
     tiles = (size // 2) ** 2
     assert _gemm_m(kernel) == {str(channels if layout == "plain" else tiles)}
     assert (f"buffer<[{channels}, {size}, {size + 1}], f32>" in kernel) == (layout == "aliased")
     assert (f"buffer<[{size + 2}, {size + 2}, {channels}], f32>" in kernel) == (layout == "last")
-
-
-class _PadConv(tp.nn.Module):
-    def __init__(self, w, pad, prologue):
-        super().__init__()
-        self.weight = tp.nn.Parameter(tp.tensor(w))
-        self.pad, self.prologue = pad, prologue
-
-    def forward(self, x):
-        return F.conv2d(F.relu(x * 0.5 + 0.125) if self.prologue else x, self.weight, None, 1, self.pad)
 
 
 @pytest.mark.parametrize("cin, cout, size, pad, prologue", [
@@ -112,7 +103,7 @@ def test_column_phases_match_reference(monkeypatch, cin, cout, size, pad, prolog
     builds = {}
     for phases in (5, None):
         monkeypatch.setattr(winograd, "COLUMN_PHASES_MIN_TILES", phases)
-        prog = export(_PadConv(w, pad, prologue), tp.tensor(x), dynamic_shapes=({0: Dim("n", min=1, max=8)},))
+        prog = export(_Conv(w, prologue, pad, relu=False), tp.tensor(x), dynamic_shapes=({0: Dim("n", min=1, max=8)},))
         builds[phases] = prog, tp.compile(prog, num_threads=1, strict=True, cache=False)
     h_pad = -(-(size[0] + 2 * pad - 2) // 2) * 2 + 2
     assert f"buffer<[{cin}, {h_pad}, 2, {tw + 1}], f32>" in builds[5][1].ir("kernel")
@@ -137,7 +128,8 @@ def test_column_phases_need_five_tiles_per_row():
     w = rng.standard_normal((32, 32, 3, 3), dtype=np.float32)
     for width, split in ((9, True), (7, False)):
         x = rng.standard_normal((1, 32, 7, width), dtype=np.float32)
-        kernel = tp.compile(export(_PadConv(w, 1, False), tp.tensor(x)), num_threads=1, cache=False).ir("kernel")
+        kernel = tp.compile(export(_Conv(w, False, relu=False), tp.tensor(x)), num_threads=1, strict=True,
+                            cache=False).ir("kernel")
         assert (f"buffer<[32, 10, 2, {(width + 1) // 2 + 1}], f32>" in kernel) == split
 
 
@@ -149,6 +141,6 @@ def test_no_gathers_or_scatters():
     for channels, size in ((32, 32), (64, 32), (32, 7)):
         w = rng.standard_normal((channels, channels, 3, 3), dtype=np.float32)
         x = rng.standard_normal((1, channels, size, size), dtype=np.float32)
-        compiled = tp.compile(export(_Conv(w, True), tp.tensor(x)), num_threads=1, cache=False)
+        compiled = tp.compile(export(_Conv(w, True), tp.tensor(x)), num_threads=1, strict=True, cache=False)
         asm = compiled.executable.library.asm()
         assert "vgather" not in asm and "vscatter" not in asm
